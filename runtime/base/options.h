@@ -1,0 +1,130 @@
+// The one table of ZRTIER_* options: name, type, default, unit, one-line help and the `zrtier run`
+// flag. The environment parser, `zrtier run --help` and the README's option table are all generated
+// from ZRTIER_OPTIONS, so they cannot disagree (mimalloc options.c).
+//
+// Value syntax:
+//   size   : "65536", "64K", "1.5G", "2T" (binary units, case-insensitive, optional B/iB), or "N%"
+//            = N percent of physical memory. "0" means "off/unlimited" where the help says so.
+//   int    : decimal, may be negative.
+//   bool   : 1/0, true/false, yes/no, on/off.
+//   string : taken as is (choices, where listed, are checked).
+// A bad value is reported (which variable, which value, why) and the default is kept.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "runtime/base/status.h"
+
+namespace zrtier {
+
+enum class OptionType { kBool, kInt, kSize, kString };
+
+// X(Id, NAME, type, "default", "unit", "choices|or empty", "run-flag or empty", "help")
+#define ZRTIER_OPTIONS(X)                                                                          \
+  X(kDisable, "DISABLE", kBool, "0", "", "", "",                                                 \
+    "1 = pass every CUDA call to the real runtime untouched")                                     \
+  X(kVerbose, "VERBOSE", kInt, "0", "level", "", "verbose",                                      \
+    "stderr logging: 0 errors and warnings, 1 info, 2 debug")                                     \
+  X(kChunk, "CHUNK", kSize, "64K", "bytes", "", "chunk",                                         \
+    "chunk size (power of two, >= page size): unit of faulting, compression and copying")        \
+  X(kMinAlloc, "MIN_ALLOC", kSize, "1M", "bytes", "", "min-alloc",                               \
+    "pinned allocations smaller than this go to the real runtime")                                \
+  X(kArena, "ARENA", kSize, "1T", "bytes", "", "",                                               \
+    "virtual address space reserved once for all managed regions")                                \
+  X(kPinnedPool, "PINNED_POOL", kSize, "1G", "bytes", "", "pool",                                \
+    "real pinned memory (T0) for DMA staging and hot chunks")                                     \
+  X(kResidentLimit, "RESIDENT_LIMIT", kSize, "50%", "bytes", "", "resident",                     \
+    "most bytes of region pages kept resident (T1); colder chunks are compressed. 0 = no limit")  \
+  X(kStoreLimit, "STORE_LIMIT", kSize, "40%", "bytes", "", "store",                              \
+    "most bytes the compressed RAM store (T2) may occupy; past it chunks spill to lower tiers")   \
+  X(kStoreBackend, "STORE_BACKEND", kString, "ram", "", "", "backend",                           \
+    "tiers below T1, in order, joined by '+': ram, zram, file (e.g. ram+file)")                   \
+  X(kSpillDir, "SPILL_DIR", kString, "/var/tmp/zrtier", "path", "", "spill",                     \
+    "directory for spill files of the file tier (T3, io_uring, O_DIRECT)")                        \
+  X(kSpillLimit, "SPILL_LIMIT", kSize, "0", "bytes", "", "spill-limit",                          \
+    "most bytes of spill files. 0 = until the file system is full")                               \
+  X(kZramDevice, "ZRAM_DEVICE", kString, "auto", "path", "", "",                                 \
+    "zram device for the zram tier: auto (a free /dev/zramN, hot-added if allowed) or a path")    \
+  X(kCodec, "CODEC", kString, "auto", "", "auto|zstd|raw", "codec",                              \
+    "chunk codec: auto (zero detection + byte planes + zstd), zstd (plain), raw (no compression)") \
+  X(kZstdLevel, "ZSTD_LEVEL", kInt, "1", "level", "", "level", "zstd level for compressible planes") \
+  X(kVerify, "VERIFY", kBool, "0", "", "", "verify",                                             \
+    "1 = checksum every compressed chunk and check it on decode")                                 \
+  X(kWorkers, "WORKERS", kInt, "0", "threads", "", "workers",                                    \
+    "decode/prefetch worker threads. 0 = half the cores, at least 2")                             \
+  X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "256M", "bytes", "", "prefetch",                    \
+    "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = no prefetch")             \
+  X(kPolicy, "POLICY", kString, "reuse", "", "reuse|lru", "policy",                              \
+    "what leaves T0/T1 first: reuse (farthest predicted next use) or lru")                        \
+  X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
+    "NUMA node for the pinned pool and RAM store. -1 = the GPU's node")                           \
+  X(kStats, "STATS", kBool, "1", "", "", "",                                                     \
+    "1 = publish statistics in /dev/shm/zrtier.<pid> for zrtier stats and zrtier-top")
+
+enum class Opt : int {
+#define ZRTIER_OPTION_ENUM(id, ...) id,
+  ZRTIER_OPTIONS(ZRTIER_OPTION_ENUM)
+#undef ZRTIER_OPTION_ENUM
+      kCount
+};
+inline constexpr int kOptionCount = static_cast<int>(Opt::kCount);
+
+struct OptionInfo {
+  Opt id;
+  const char* name;          // "CHUNK"; the variable is "ZRTIER_" + name
+  OptionType type;
+  const char* default_text;  // as a user would write it
+  const char* unit;
+  const char* choices;  // "a|b|c" or ""
+  const char* flag;     // `zrtier run --<flag>`, or "" when the option has no flag
+  const char* help;
+};
+
+// The table, in declaration order. REQUIRES: 0 <= i < kOptionCount.
+const OptionInfo& OptionAt(int i);
+const OptionInfo& InfoOf(Opt id);
+// Finds by "CHUNK" or "ZRTIER_CHUNK" (case-sensitive), or by run flag ("chunk").
+std::optional<Opt> FindOption(std::string_view name_or_flag);
+
+// Parses a size ("64K", "1.5G", "10%"). Percentages are of physical memory.
+Status ParseSize(std::string_view text, uint64_t* out);
+// Formats bytes as "64K", "1.5G", "123" (the shortest exact-ish form a user would type).
+std::string FormatSize(uint64_t bytes);
+
+// A set of option values. Not thread-safe to modify; the runtime parses once at start and then
+// only reads.
+class Options {
+ public:
+  Options();  // every option at its default
+
+  // Reads every ZRTIER_* variable from `getenv`. A bad value is reported through `warn` (by default
+  // one warning line on stderr naming the variable) and the default is kept. Unknown ZRTIER_*
+  // variables are reported too (a typo should not silently do nothing), except ZRTIER_TEST_*.
+  static Options FromEnvironment(
+      const std::function<void(const std::string&)>& warn = nullptr,
+      const std::function<const char*(const char*)>& getenv_fn = nullptr);
+
+  // Parses and validates `text` for `id`. On failure the value is unchanged and the Status names
+  // the variable, the value and the accepted form.
+  Status Set(Opt id, std::string_view text);
+
+  bool Bool(Opt id) const;
+  int64_t Int(Opt id) const;
+  uint64_t Size(Opt id) const;
+  const std::string& String(Opt id) const;
+  // The value as text, as it would be written in the environment.
+  std::string Text(Opt id) const;
+
+ private:
+  int64_t num_[kOptionCount];
+  std::string str_[kOptionCount];
+};
+
+// Physical memory in bytes (sysconf), used for "%" sizes.
+uint64_t PhysicalMemoryBytes();
+
+}  // namespace zrtier

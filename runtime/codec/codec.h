@@ -1,0 +1,58 @@
+// The chunk codec: turns one chunk's bytes into a compact, self-describing encoding and back.
+//
+// Encoding (DESIGN.md section 2): an all-zero chunk encodes to 0 bytes; otherwise the element width
+// (1, 2 or 4 bytes) is guessed by sampling, the chunk is split into planes (bf16: exponent byte apart
+// from sign+mantissa; other widths: byte planes) and each plane is coded with zstd, or stored raw
+// when zstd would not shrink it. With `verify`, a checksum of the original bytes is stored and
+// checked on decode.
+//
+// Thread safety: Encode and Decode may be called from any number of threads at once (compression
+// contexts are per thread). A Codec is immutable after construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/base/status.h"
+
+namespace zrtier {
+
+enum class CodecKind { kAuto, kZstd, kRaw };
+
+struct CodecConfig {
+  CodecKind kind = CodecKind::kAuto;
+  int level = 1;        // zstd level for compressible planes
+  bool verify = false;  // store and check a checksum
+};
+
+// Parses "auto", "zstd", "raw" (ZRTIER_CODEC).
+Status ParseCodecKind(const char* text, CodecKind* out);
+
+class Codec {
+ public:
+  explicit Codec(const CodecConfig& config);
+
+  const CodecConfig& config() const { return config_; }
+
+  // An upper bound on the encoded size of `len` bytes. Buffers for Encode use this.
+  static size_t MaxEncodedSize(size_t len);
+
+  // Encodes `len` bytes (len > 0, any size; chunks are the common case) into `dst` (capacity
+  // `cap` >= MaxEncodedSize(len)) and sets *out_len. *out_len == 0 means the input is all zero:
+  // nothing needs storing. Fails only on a too-small `cap` or an internal zstd error.
+  Status Encode(const void* src, size_t len, void* dst, size_t cap, size_t* out_len) const;
+
+  // Decodes an encoding made by Encode of exactly `len` original bytes into `dst`. An empty
+  // encoding (enc_len == 0) yields zeros. Returns EBADMSG for a malformed encoding and, with a
+  // checksum present, for a mismatch (whatever `verify` says now: a stored checksum is always
+  // checked).
+  Status Decode(const void* enc, size_t enc_len, void* dst, size_t len) const;
+
+  // True if all `len` bytes are zero (fast, word at a time).
+  static bool IsZero(const void* p, size_t len);
+
+ private:
+  CodecConfig config_;
+};
+
+}  // namespace zrtier

@@ -1,0 +1,108 @@
+// Engine: the facade over the tiers. It owns one userfaultfd-registered arena from which regions
+// (managed "pinned" allocations) are carved, the fault-handler thread(s) that install whole chunks,
+// the chunk table (per-chunk state and generation, DESIGN.md section 3), the evictor that keeps
+// resident bytes under ZRTIER_RESIDENT_LIMIT, the codec and the store stack.
+//
+// Guarantees:
+//   - Nothing lost: at every instant each written chunk has at least one valid copy (T1 pages or a
+//     store entry of its current generation); a write racing an eviction is never lost.
+//   - A region reads as zeros until written; CPU loads and stores anywhere in a region just work
+//     (missing faults install whole chunks; the first store to a clean chunk is seen through a
+//     write-protect fault and makes older copies garbage).
+//   - The engine never calls CUDA. Read/Write below never fault the calling thread on region
+//     memory, so they are safe inside CUDA host functions.
+//   - fork: the arena is MADV_DONTFORK; a child that touches a region gets SIGSEGV instead of
+//     reading zeros (real cudaHostAlloc memory would be inherited: documented difference).
+//
+// Thread safety: every public method may be called from any thread concurrently, except that a
+// region must not be used (by CPU access, Read or Write) while or after it is freed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/base/options.h"
+#include "runtime/base/status.h"
+#include "runtime/codec/codec.h"
+#include "runtime/os/os.h"
+#include "runtime/store/store.h"
+
+namespace zrtier {
+
+struct RegionInfo {
+  void* base = nullptr;
+  size_t size = 0;  // bytes usable (the allocation rounded up to the chunk size)
+  uint64_t id = 0;  // unique for the engine's lifetime
+};
+
+struct EngineUsage {
+  uint64_t regions = 0;
+  uint64_t region_bytes = 0;
+  uint64_t resident_bytes = 0;      // T1: chunks installed in region pages
+  uint64_t resident_limit = 0;      // 0 = none
+  uint64_t stored_raw_bytes = 0;    // original bytes of chunks whose newest copy is in the store
+  uint64_t empty_bytes = 0;         // bytes of chunks never written (or evicted as all-zero)
+  StoreUsage store;                 // the store stack's own accounting
+};
+
+class Engine {
+ public:
+  // Creates the engine from `opts` (ZRTIER_CHUNK, ZRTIER_ARENA, ZRTIER_RESIDENT_LIMIT, the codec
+  // and store options). `store` may be null: then CreateStore(opts) builds the stack.
+  // Fails, never aborts, with a Status naming the cause and what to do, e.g.
+  //   ENOSYS/EPERM "userfaultfd unavailable: ... (sysctl vm.unprivileged_userfaultfd=1 or run as root)",
+  //   ENOTSUP "kernel lacks UFFD_FEATURE_... (needs Linux >= 5.7)", ENOMEM "ZRTIER_ARENA=1T: mmap ...".
+  static Status Create(const Options& opts, Os* os, std::unique_ptr<ChunkStore> store,
+                       std::unique_ptr<Engine>* out);
+  // Stops the handler and evictor threads, frees every region and store entry, unmaps the arena.
+  // REQUIRES: no thread is using a region.
+  ~Engine();
+
+  size_t chunk_size() const;
+
+  // Carves a region of at least `size` bytes (rounded up to the chunk size) out of the arena.
+  // ENOMEM when the arena has no room (the shim then falls back to the real allocator).
+  Status Allocate(size_t size, RegionInfo* out);
+  // Frees the region whose base is `base`: every copy of its chunks is released and its pages
+  // dropped. EINVAL if `base` is not the base of a live region.
+  Status Free(void* base);
+  // True if `p` lies in a live region; fills *out.
+  bool Lookup(const void* p, RegionInfo* out) const;
+
+  // Copies the current content of [src, src+len) (inside one region) into `dst`, from whichever
+  // tier holds the newest copy, decoding stored chunks straight into `dst` without installing them.
+  // If `zero` is non-null and every chunk touched was never written (or is stored as all-zero),
+  // sets *zero = true and leaves `dst` untouched; otherwise sets *zero = false.
+  // EINVAL if the range is not inside one region; EIO/EBADMSG if a store entry cannot be read
+  // (the error names the chunk).
+  Status Read(const void* src, size_t len, void* dst, bool* zero);
+
+  // Publishes `len` bytes from `src` as the newest content of [dst, dst+len) (inside one region),
+  // as a device-to-host copy landing there would: older copies of the chunks become garbage;
+  // partially covered chunks are merged with their current content. Concurrent CPU faults on those
+  // chunks wait until the publish is complete.
+  Status Write(void* dst, const void* src, size_t len);
+
+  // The generation of the chunk containing `p`: bumped by every CPU write to a clean chunk and by
+  // every Write. A cached copy made at generation g is valid while Generation() == g.
+  uint64_t Generation(const void* p) const;
+
+  // Resident budget (0 = none). Lowering it makes the evictor catch up in the background.
+  void SetResidentLimit(uint64_t bytes);
+  // Synchronously evicts chunks of every region until resident bytes <= `target` (0 = all).
+  Status EvictTo(uint64_t target_resident_bytes);
+  // Synchronously evicts the chunks overlapping [p, p+len) (inside one region).
+  Status EvictRange(const void* p, size_t len);
+
+  EngineUsage Usage() const;
+  const Codec& codec() const;
+
+  class Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zrtier

@@ -1,0 +1,63 @@
+// ChunkStore: a tier that holds encoded chunks (T2 RAM store, zram device, spill files), and the
+// stack of them the engine uses. Entries are immutable: a chunk that changes gets a new entry and
+// the old one is freed.
+//
+// Thread safety: every method may be called from any thread concurrently. Get on a handle that is
+// being freed concurrently is a caller bug (the engine frees an entry only once no reader can
+// reach it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "runtime/base/options.h"
+#include "runtime/base/status.h"
+#include "runtime/os/os.h"
+
+namespace zrtier {
+
+// Opaque to callers. 0 is never a valid handle.
+using StoreHandle = uint64_t;
+
+struct StoreUsage {
+  uint64_t entries = 0;
+  uint64_t raw_bytes = 0;      // original (uncompressed) bytes of the entries
+  uint64_t payload_bytes = 0;  // encoded bytes of the entries
+  uint64_t used_bytes = 0;     // memory or disk the store occupies (payload + waste)
+  uint64_t limit_bytes = 0;    // 0 = no limit
+};
+
+class ChunkStore {
+ public:
+  virtual ~ChunkStore() = default;
+
+  // "ram", "zram", "file" or, for a stack, e.g. "ram+file".
+  virtual const char* name() const = 0;
+
+  // Stores `len` encoded bytes (0 < len) that stand for `raw_len` original bytes.
+  // On success *out is a new handle. ENOSPC: the store is full (nothing was stored; the caller keeps
+  // the chunk where it is). EIO: the device failed (likewise).
+  virtual Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) = 0;
+
+  // Calls `fn(data, len)` with the entry's bytes, valid only during the call (a RAM store passes
+  // its own memory without copying; lower tiers read into a buffer first). Returns fn's Status, or
+  // the store's error (EIO) without calling fn.
+  virtual Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) = 0;
+
+  // Releases the entry. The handle is invalid afterwards.
+  virtual void Free(StoreHandle h) = 0;
+
+  // Hint: the entry will be read soon (lower tiers may start reading it into memory).
+  virtual void Prefetch(StoreHandle h) {}
+
+  virtual StoreUsage Usage() const = 0;
+};
+
+// Builds the store stack named by ZRTIER_STORE_BACKEND ("ram", "ram+zram", "ram+file",
+// "ram+zram+file", ...) with the limits of `opts`. Fails with a Status naming the option and the
+// cause (no free zram device, spill directory not writable, ...).
+Status CreateStore(const Options& opts, Os* os, std::unique_ptr<ChunkStore>* out);
+
+}  // namespace zrtier
