@@ -37,8 +37,8 @@ class ChunkStore {
   virtual const char* name() const = 0;
 
   // Stores `len` encoded bytes (0 < len) that stand for `raw_len` original bytes.
-  // On success *out is a new handle. ENOSPC: the store is full (nothing was stored; the caller keeps
-  // the chunk where it is). EIO: the device failed (likewise).
+  // On success *out is a new handle. ENOSPC: the store is full (nothing was stored; the caller
+  // keeps the chunk where it is). EIO: the device failed (likewise).
   virtual Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) = 0;
 
   // Calls `fn(data, len)` with the entry's bytes, valid only during the call (a RAM store passes
