@@ -52,6 +52,11 @@ class ChunkStore {
   // Hint: the entry will be read soon (lower tiers may start reading it into memory).
   virtual void Prefetch(StoreHandle h) {}
 
+  // Hint for tiering: the entry's predicted reuse distance, in store accesses (Put/Get calls) from
+  // now; larger = colder. 0 (the default) = no prediction: the age since the last Put/Get decides.
+  // A stack moves its coldest entries down first. Single stores ignore it.
+  virtual void SetReuseHint(StoreHandle h, uint64_t distance) {}
+
   virtual StoreUsage Usage() const = 0;
 };
 
