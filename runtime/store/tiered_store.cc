@@ -12,7 +12,7 @@ namespace {
 
 constexpr uint64_t kCacheBytes = 64ull << 20;  // prefetched copies waiting for their Get
 constexpr size_t kMoveBatch = 256;             // entries per mover scan
-constexpr size_t kPrefetchBatch = 64;          // entries per prefetch submission
+constexpr size_t kPrefetchBatch = 32;          // entries per prefetch submission (one group)
 constexpr uint64_t kBackoffNs = 200'000'000;   // after a failed move
 
 }  // namespace
@@ -28,7 +28,7 @@ TieredStore::TieredStore(std::unique_ptr<RamStore> ram,
     low_ = limit / 4 * 3;
   }
   mover_ = std::thread([this] { MoverLoop(); });
-  prefetcher_ = std::thread([this] { PrefetchLoop(); });
+  for (int i = 0; i < 2; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
 }
 
 TieredStore::~TieredStore() {
@@ -39,7 +39,7 @@ TieredStore::~TieredStore() {
   mover_cv_.notify_all();
   prefetch_cv_.notify_all();
   mover_.join();
-  prefetcher_.join();
+  for (auto& t : prefetchers_) t.join();
   // Each tier releases its own entries (memory unmapped, spill files deleted, zram reset).
 }
 
@@ -180,7 +180,7 @@ void TieredStore::PrefetchLoop() {
   for (;;) {
     prefetch_cv_.wait(lock, [&] { return stop_ || !prefetch_queue_.empty(); });
     if (stop_) return;
-    prefetch_busy_ = true;
+    prefetch_busy_++;
     struct Item {
       StoreHandle h;
       int tier;
@@ -239,10 +239,8 @@ void TieredStore::PrefetchLoop() {
       for (auto& [tier, inner] : release) ReleaseInner(tier, inner);
       lock.lock();
     }
-    if (prefetch_queue_.empty()) {
-      prefetch_busy_ = false;
-      idle_cv_.notify_all();
-    }
+    prefetch_busy_--;
+    if (prefetch_queue_.empty() && prefetch_busy_ == 0) idle_cv_.notify_all();
   }
 }
 
@@ -399,7 +397,7 @@ void TieredStore::WaitIdle() {
     bool mover_idle =
         !mover_busy_ && !kicked_ &&
         (MonotonicNs() < backoff_until_ns_ || !high_ || ram_->Usage().used_bytes <= high_);
-    bool prefetch_idle = prefetch_queue_.empty() && !prefetch_busy_;
+    bool prefetch_idle = prefetch_queue_.empty() && prefetch_busy_ == 0;
     if ((mover_idle && prefetch_idle) || stop_) return;
     if (!mover_busy_ && !kicked_ && !mover_idle) {
       kicked_ = true;  // past the mark but not yet noticed: wake the mover now

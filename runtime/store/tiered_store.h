@@ -8,8 +8,9 @@
 //     low-water mark (75%). If RAM is full right now, Put writes straight to the first lower tier
 //     with room, so Put never fails just because RAM is full.
 //   - Get reads from wherever the entry is (a prefetched copy first).
-//   - Prefetch(h) of an entry in a lower tier queues it for the prefetch thread, which reads queued
-//     entries in batches into a bounded cache (64 MiB) that the next Get of the entry consumes.
+//   - Prefetch(h) of an entry in a lower tier queues it for the prefetch threads (two), which read
+//     queued entries in batches (one io_uring submission each) into a bounded cache (64 MiB) that
+//     the next Get of the entry consumes.
 //   - A failed move (I/O error, full device) leaves the entry in RAM; the mover backs off for a
 //     while before trying again. Entries are never promoted back up (the engine frees an entry once
 //     it has decoded it into a higher tier of its own).
@@ -101,10 +102,10 @@ class TieredStore : public ChunkStore {
   std::unordered_map<StoreHandle, bool> prefetch_inflight_;
   std::unordered_map<StoreHandle, std::vector<unsigned char>> cache_;  // guarded by mu_
   uint64_t cache_bytes_ = 0;                                           // guarded by mu_
-  bool prefetch_busy_ = false;                                         // guarded by mu_
+  int prefetch_busy_ = 0;  // guarded by mu_: prefetch threads working on a batch
 
   std::thread mover_;
-  std::thread prefetcher_;
+  std::vector<std::thread> prefetchers_;  // two: one gathers the next batch while one waits on I/O
 };
 
 }  // namespace zrtier
