@@ -30,6 +30,7 @@ struct CodecBenchArgs {
   std::string dtype;
   int level = 1;
   bool verify = false;
+  std::vector<std::string> data;  // sample kinds to run; empty = all
 };
 
 struct Chunk {
@@ -173,7 +174,16 @@ int RunSamples(const CodecBenchArgs& a, size_t chunk) {
   size_t count = std::max<uint64_t>(1, bytes / chunk);
   std::vector<uint8_t> data(count * chunk);
   Output out(a.json, false);
-  for (SampleKind kind : AllSampleKinds()) {
+  std::vector<SampleKind> kinds;
+  for (const std::string& name : a.data) {
+    SampleKind k;
+    if (!ParseSampleKind(name, &k))
+      return Fail(Status::Error(EINVAL, "unknown --data '" + name +
+                                            "' (random, zero, bf16, fp16, fp32, relu_bf16, text)"));
+    kinds.push_back(k);
+  }
+  if (kinds.empty()) kinds = AllSampleKinds();
+  for (SampleKind kind : kinds) {
     std::vector<Chunk> chunks;
     for (size_t i = 0; i < count; ++i) {
       FillSample(kind, i + 1, &data[i * chunk], chunk);
@@ -246,6 +256,7 @@ void AddCodecBench(CLI::App* bench) {
   cmd->add_option("--max-bytes", args->max_bytes,
                   "FILE: most bytes measured per dtype, chunks spread evenly (default 256M)");
   cmd->add_option("--dtype", args->dtype, "FILE is raw bytes of this type: bf16|fp16|fp32|raw");
+  cmd->add_option("--data", args->data, "sample kinds to run (default all)")->delimiter(',');
   cmd->add_option("--level", args->level, "zstd level of the zrtier codec (default 1)");
   cmd->add_flag("--verify", args->verify, "zrtier codec with CRC32C checksums");
   cmd->callback([args] {
