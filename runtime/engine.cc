@@ -654,7 +654,7 @@ class Engine::Impl {
           StatAdd(st.code() == ENOSPC ? Stat::store_full : Stat::io_errors, 1);
           ZRTIER_LOG_ONCE(
               LogLevel::kWarn,
-              "zrtier: cannot store an evicted chunk (%s); chunks stay resident "
+              "cannot store an evicted chunk (%s); chunks stay resident "
               "(raise ZRTIER_STORE_LIMIT or add a lower tier with ZRTIER_STORE_BACKEND)",
               st.ToString().c_str());
           return st;
@@ -962,13 +962,13 @@ class Engine::Impl {
       if (pager_failed_.load() && !said_dead) {
         said_dead = true;
         Log(LogLevel::kError,
-            "zrtier: the userfaultfd fault handler thread has stopped; threads touching managed "
+            "the userfaultfd fault handler thread has stopped; threads touching managed "
             "memory will hang (set ZRTIER_DISABLE=1 to run without zrtier)");
       }
       uint64_t age = MonotonicNs() - heartbeat_.load();
       if (!pager_failed_.load() && age > 2'000'000'000ull && !said_stall) {
         said_stall = true;
-        Log(LogLevel::kError, "zrtier: the fault handler thread has not run for %.1f s (stalled?)",
+        Log(LogLevel::kError, "the fault handler thread has not run for %.1f s (stalled?)",
             age / 1e9);
       } else if (age < 1'000'000'000ull) {
         said_stall = false;
