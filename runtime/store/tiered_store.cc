@@ -13,6 +13,7 @@ namespace {
 constexpr uint64_t kCacheBytes = 64ull << 20;  // prefetched copies waiting for their Get
 constexpr size_t kMoveBatch = 256;             // entries per mover scan
 constexpr size_t kPrefetchBatch = 32;          // entries per prefetch submission (one group)
+constexpr size_t kPrefetchMinBatch = 8;        // a prefetcher waits up to 200 us for this many
 constexpr uint64_t kBackoffNs = 200'000'000;   // after a failed move
 
 }  // namespace
@@ -157,6 +158,7 @@ void TieredStore::Free(StoreHandle h) {
 }
 
 void TieredStore::Prefetch(StoreHandle h) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(h);
@@ -165,8 +167,9 @@ void TieredStore::Prefetch(StoreHandle h) {
     if (cache_bytes_ >= kCacheBytes) return;  // nobody is consuming: drop the hint
     prefetch_inflight_.emplace(h, false);
     prefetch_queue_.push_back(h);
+    wake = prefetch_queue_.size() == 1 || prefetch_queue_.size() == kPrefetchMinBatch;
   }
-  prefetch_cv_.notify_all();
+  if (wake) prefetch_cv_.notify_all();
 }
 
 void TieredStore::SetReuseHint(StoreHandle h, uint64_t distance) {
@@ -179,6 +182,10 @@ void TieredStore::PrefetchLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     prefetch_cv_.wait(lock, [&] { return stop_ || !prefetch_queue_.empty(); });
+    // Let a batch build up for a moment: one submission of many reads beats many of one.
+    if (!stop_ && prefetch_queue_.size() < kPrefetchMinBatch)
+      prefetch_cv_.wait_for(lock, std::chrono::microseconds(200),
+                            [&] { return stop_ || prefetch_queue_.size() >= kPrefetchMinBatch; });
     if (stop_) return;
     prefetch_busy_++;
     struct Item {
