@@ -100,11 +100,12 @@ Status TieredStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHan
 
 Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
   std::unique_lock<std::mutex> lock(mu_);
+  bool help = false;
   for (;;) {
     auto pf = prefetch_inflight_.find(h);
     if (pf == prefetch_inflight_.end()) break;
-    if (!pf->second) {  // only queued: read it ourselves, the prefetcher will skip it
-      prefetch_inflight_.erase(pf);
+    if (!pf->second) {  // only queued: read it now, with the queued entries behind it
+      help = true;
       break;
     }
     prefetch_cv_.wait(lock);  // being read right now: its copy is about to land in the cache
@@ -121,9 +122,30 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     lock.unlock();
     return fn(bytes.data(), bytes.size());
   }
-  e.readers++;
-  int tier = e.tier;
-  StoreHandle inner = e.inner;
+  if (help) {
+    // The caller is ahead of the prefetch threads: do their work in this thread (no hand-off),
+    // one submission for this entry and the queued ones after it.
+    prefetch_inflight_[h] = true;
+    e.prefetching = true;
+    std::vector<FetchItem> items;
+    items.push_back(FetchItem{h, e.tier, e.inner, {}, Status()});
+    TakeQueuedLocked(&items);
+    lock.unlock();
+    ReadItems(&items);
+    std::vector<std::pair<int, StoreHandle>> release;
+    lock.lock();
+    prefetch_inflight_.erase(h);
+    entries_[h].prefetching = false;
+    PublishLocked(&items, 1, &release);
+    lock.unlock();
+    for (auto& [tier, inner] : release) ReleaseInner(tier, inner);
+    if (items[0].status.ok()) return fn(items[0].bytes.data(), items[0].bytes.size());
+    lock.lock();  // the batch read failed: read it alone below (reports the tier's error)
+  }
+  Entry& e2 = entries_[h];
+  e2.readers++;
+  int tier = e2.tier;
+  StoreHandle inner = e2.inner;
   lock.unlock();
   Status s = TierStore(tier)->Get(inner, fn);
   lock.lock();
@@ -178,6 +200,59 @@ void TieredStore::SetReuseHint(StoreHandle h, uint64_t distance) {
   if (it != entries_.end()) it->second.hint = distance;
 }
 
+void TieredStore::TakeQueuedLocked(std::vector<FetchItem>* items) {
+  while (!prefetch_queue_.empty() && items->size() < kPrefetchBatch) {
+    StoreHandle h = prefetch_queue_.front();
+    prefetch_queue_.pop_front();
+    auto pf = prefetch_inflight_.find(h);
+    if (pf == prefetch_inflight_.end() || pf->second) continue;  // taken by a Get, or a dup
+    auto it = entries_.find(h);
+    if (it == entries_.end() || it->second.tier == 0 || it->second.freed) {
+      prefetch_inflight_.erase(pf);
+      continue;
+    }
+    pf->second = true;
+    it->second.prefetching = true;
+    items->push_back(FetchItem{h, it->second.tier, it->second.inner, {}, Status()});
+  }
+}
+
+void TieredStore::ReadItems(std::vector<FetchItem>* items) {
+  for (size_t t = 1; t <= lower_.size(); ++t) {
+    std::vector<ExtentStore::GetReq> reqs;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < items->size(); ++i) {
+      if ((*items)[i].tier != static_cast<int>(t)) continue;
+      ExtentStore::GetReq r;
+      r.h = (*items)[i].inner;
+      r.out = &(*items)[i].bytes;
+      reqs.push_back(r);
+      idx.push_back(i);
+    }
+    if (reqs.empty()) continue;
+    lower_[t - 1]->GetBatch(reqs.data(), reqs.size());
+    for (size_t k = 0; k < reqs.size(); ++k) (*items)[idx[k]].status = reqs[k].status;
+  }
+}
+
+void TieredStore::PublishLocked(std::vector<FetchItem>* items, size_t from,
+                                std::vector<std::pair<int, StoreHandle>>* release) {
+  for (size_t i = from; i < items->size(); ++i) {
+    FetchItem& item = (*items)[i];
+    prefetch_inflight_.erase(item.h);
+    Entry& e = entries_[item.h];
+    e.prefetching = false;
+    if (e.freed) {
+      release->emplace_back(e.tier, e.inner);
+      entries_.erase(item.h);
+    } else if (item.status.ok() && cache_bytes_ + item.bytes.size() <= kCacheBytes) {
+      cache_bytes_ += item.bytes.size();
+      cache_[item.h] = std::move(item.bytes);
+    }
+  }
+  prefetch_cv_.notify_all();
+}
+
 void TieredStore::PrefetchLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -188,59 +263,13 @@ void TieredStore::PrefetchLoop() {
                             [&] { return stop_ || prefetch_queue_.size() >= kPrefetchMinBatch; });
     if (stop_) return;
     prefetch_busy_++;
-    struct Item {
-      StoreHandle h;
-      int tier;
-      StoreHandle inner;
-      std::vector<unsigned char> bytes;
-    };
-    std::vector<Item> items;
-    while (!prefetch_queue_.empty() && items.size() < kPrefetchBatch) {
-      StoreHandle h = prefetch_queue_.front();
-      prefetch_queue_.pop_front();
-      auto pf = prefetch_inflight_.find(h);
-      if (pf == prefetch_inflight_.end() || pf->second) continue;  // taken by a Get, or a dup
-      auto it = entries_.find(h);
-      if (it == entries_.end() || it->second.tier == 0 || it->second.freed) {
-        prefetch_inflight_.erase(pf);
-        continue;
-      }
-      pf->second = true;
-      it->second.prefetching = true;
-      items.push_back(Item{h, it->second.tier, it->second.inner, {}});
-    }
+    std::vector<FetchItem> items;
+    TakeQueuedLocked(&items);
     lock.unlock();
-    std::vector<Status> status(items.size());
-    for (size_t t = 1; t <= lower_.size(); ++t) {
-      std::vector<ExtentStore::GetReq> reqs;
-      std::vector<size_t> idx;
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (items[i].tier != static_cast<int>(t)) continue;
-        ExtentStore::GetReq r;
-        r.h = items[i].inner;
-        r.out = &items[i].bytes;
-        reqs.push_back(r);
-        idx.push_back(i);
-      }
-      if (reqs.empty()) continue;
-      lower_[t - 1]->GetBatch(reqs.data(), reqs.size());
-      for (size_t k = 0; k < reqs.size(); ++k) status[idx[k]] = reqs[k].status;
-    }
+    ReadItems(&items);
     std::vector<std::pair<int, StoreHandle>> release;
     lock.lock();
-    for (size_t i = 0; i < items.size(); ++i) {
-      prefetch_inflight_.erase(items[i].h);
-      Entry& e = entries_[items[i].h];
-      e.prefetching = false;
-      if (e.freed) {
-        release.emplace_back(e.tier, e.inner);
-        entries_.erase(items[i].h);
-      } else if (status[i].ok() && cache_bytes_ + items[i].bytes.size() <= kCacheBytes) {
-        cache_bytes_ += items[i].bytes.size();
-        cache_[items[i].h] = std::move(items[i].bytes);
-      }
-    }
-    prefetch_cv_.notify_all();
+    PublishLocked(&items, 0, &release);
     if (!release.empty()) {
       lock.unlock();
       for (auto& [tier, inner] : release) ReleaseInner(tier, inner);

@@ -86,6 +86,48 @@ ReadResult ReadBack(ChunkStore* store, const std::vector<StoreHandle>& hs, int a
   return r;
 }
 
+// Reads every handle (shuffled) with GetBatch, 32 entries per submission; the latency of each
+// entry is its batch's time.
+ReadResult BatchReadBack(ExtentStore* store, const std::vector<StoreHandle>& hs, uint64_t seed,
+                         bool* ok) {
+  std::vector<size_t> order(hs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  std::vector<std::vector<unsigned char>> out(32);
+  std::vector<double> lat;
+  uint64_t bytes = 0;
+  double start = NowUs();
+  for (size_t i = 0; i < order.size(); i += 32) {
+    std::vector<ExtentStore::GetReq> reqs;
+    for (size_t k = i; k < std::min(order.size(), i + 32); ++k) {
+      ExtentStore::GetReq r;
+      r.h = hs[order[k]];
+      r.out = &out[k - i];
+      reqs.push_back(r);
+    }
+    double t0 = NowUs();
+    store->GetBatch(reqs.data(), reqs.size());
+    double dt = NowUs() - t0;
+    for (auto& r : reqs) {
+      if (!r.status.ok()) {
+        fprintf(stderr, "bench tiers: %s GetBatch: %s\n", store->name(),
+                r.status.ToString().c_str());
+        *ok = false;
+        return {};
+      }
+      bytes += r.out->size();
+      lat.push_back(dt);
+    }
+  }
+  double secs = (NowUs() - start) / 1e6;
+  std::sort(lat.begin(), lat.end());
+  ReadResult r;
+  r.mbps = bytes / 1e6 / secs;
+  r.p50 = lat[lat.size() / 2];
+  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  return r;
+}
+
 // Puts every encoded chunk into `store`; returns the handles.
 bool Fill(ChunkStore* store, const std::vector<std::vector<unsigned char>>& enc,
           std::vector<StoreHandle>* hs) {
@@ -201,6 +243,7 @@ int Run(const Args& a) {
       return;
     }
     add(name, ReadBack(store.get(), hs, 0, 2, &ok));
+    add(std::string(name) + "+batch", BatchReadBack(store.get(), hs, 4, &ok));
     for (StoreHandle h : hs) store->Free(h);
   };
   auto run_prefetched = [&](const std::string& name, std::unique_ptr<ExtentStore> store) {
