@@ -34,7 +34,7 @@ struct Args {
   uint64_t mb = 128;
   uint64_t codec_mb = 64;
   std::string dir = "/var/tmp/zrtier-bench";
-  int ahead = 64;
+  int ahead = 256;
   bool json = false;
 };
 
