@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -106,6 +107,23 @@ TEST_F(FileStoreTest, GaugesAndCountersFollowUsage) {
   }
   EXPECT_EQ(StatGet(Stat::spill_raw_bytes), raw0) << "destroying the store drops its gauges";
   EXPECT_EQ(StatGet(Stat::spill_bytes), bytes0);
+}
+
+TEST_F(FileStoreTest, StaleFilesOfDeadProcessesAreRemoved) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int st;
+  ASSERT_EQ(waitpid(child, &st, 0), child);  // `child` is now a pid with no process
+  std::string dead = dir_ + "/zrtier-" + std::to_string(child) + "-0-0.spill";
+  std::string live = dir_ + "/zrtier-1-0-0.spill";  // pid 1 exists
+  std::string other = dir_ + "/keep.spill";
+  for (const std::string& f : {dead, live, other}) fclose(fopen(f.c_str(), "w"));
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
 }
 
 TEST_F(FileStoreTest, BatchesRoundTrip) {
