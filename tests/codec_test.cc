@@ -220,6 +220,9 @@ TEST(Codec, CompressionRatioFloors) {
   for (const Codec* c : {&auto1, &zstd1, &raw}) EXPECT_LE(Encode(*c, random).size(), kChunk + 32);
   std::vector<uint8_t> bf16_chunk = Sample(SampleKind::kBf16Gaussian, kChunk);
   EXPECT_LE(Encode(raw, bf16_chunk).size(), kChunk + 32);
+  // The configured level drives chunks coded whole (text has no planes): level 3 beats level 1.
+  EXPECT_GT(Ratio(Codec({CodecKind::kAuto, 3, false}), SampleKind::kText, 2),
+            Ratio(auto1, SampleKind::kText, 2) * 1.03);
   // A higher level never makes the bf16 encoding much bigger.
   EXPECT_GE(Ratio(Codec({CodecKind::kAuto, 3, false}), SampleKind::kBf16Gaussian, 4), 1.40);
 }

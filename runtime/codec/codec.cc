@@ -75,11 +75,13 @@ struct ThreadState {
     if (!(pctx = ZSTD_createCCtx())) return nullptr;
     ZSTD_CCtx_setParameter(pctx, ZSTD_c_compressionLevel, kPlaneLevel);
     // An older libzstd may not know the parameter: planes then go without forced Huffman, which
-    // costs ratio, not correctness.
-    if (ZSTD_isError(ZSTD_CCtx_setParameter(pctx, ZSTD_c_literalCompressionMode, ZSTD_ps_enable)))
-      ZRTIER_LOG_ONCE(LogLevel::kWarn,
-                      "codec: libzstd lacks literalCompressionMode; planes "
-                      "compress less");
+    // costs ratio, not correctness. (ZSTD_ps_enable is 1.5.1's name for 1.4's ZSTD_lcm_huffman.)
+#ifdef ZSTD_c_literalCompressionMode
+    if (ZSTD_isError(ZSTD_CCtx_setParameter(pctx, ZSTD_c_literalCompressionMode, 1)))
+#endif
+      ZRTIER_LOG_ONCE(LogLevel::kInfo,
+                      "codec: libzstd %s cannot force literal compression; planes compress less",
+                      ZSTD_versionString());
     return pctx;
   }
   uint8_t* Scratch(size_t n) {
