@@ -9,6 +9,7 @@
 #include <zstd_errors.h>
 
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "runtime/base/log.h"
@@ -84,8 +85,15 @@ struct ThreadState {
                       ZSTD_versionString());
     return pctx;
   }
+  // nullptr when memory is short (no exception may leave the runtime).
   uint8_t* Scratch(size_t n) {
-    if (scratch.size() < n) scratch.resize(n);
+    if (scratch.size() < n) {
+      try {
+        scratch.resize(n);
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+    }
     return scratch.data();
   }
 };
@@ -163,6 +171,7 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
     planes[0] = s;
   } else {
     uint8_t* scratch = ts.Scratch(n * width);
+    if (!scratch) return Status::Error(ENOMEM, "codec: no memory for plane scratch");
     uint8_t* out[kMaxPlanes];
     for (int p = 0; p < width; ++p) planes[p] = out[p] = scratch + p * n;
     SplitPlanes(plan.transform, s, n, out);
@@ -255,7 +264,8 @@ Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len) con
       // kNone decodes straight into dst; split planes go through scratch.
       uint8_t* out = d;
       if (transform != Transform::kNone) {
-        if (!scratch) scratch = ts.Scratch(n * width);
+        if (!scratch && !(scratch = ts.Scratch(n * width)))
+          return Status::Error(ENOMEM, "codec: no memory for plane scratch");
         out = scratch + p * n;
       }
       if (!ts.dctx && !(ts.dctx = ZSTD_createDCtx()))
