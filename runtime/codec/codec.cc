@@ -146,6 +146,8 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
   uint8_t* d = static_cast<uint8_t*>(dst);
   if (IsZero(s, len)) return *out_len = 0, Status::Ok();
   if (cap < MaxEncodedSize(len)) return Status::Error(EINVAL, "codec: output buffer too small");
+  if (len > UINT32_MAX)  // plane lengths are u32 in the format
+    return Status::Error(EINVAL, "codec: inputs over 4 GiB are not supported (ZRTIER_CHUNK)");
 
   EncodePlan plan;
   switch (config_.kind) {
