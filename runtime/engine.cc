@@ -130,7 +130,8 @@ struct Fault {
   std::shared_ptr<Region> region;  // null: the address is in no live region
   uint64_t addr = 0;
   bool wp = false;
-  uint64_t t0 = 0;  // when it was read
+  bool write = false;  // a missing fault raised by a store
+  uint64_t t0 = 0;     // when it was read
 };
 
 enum class Outcome { kDone, kPark };
@@ -439,8 +440,10 @@ class Engine::Impl {
     return Status::Ok();
   }
 
-  // Missing fault on a chunk claimed (kBusy) from `from` (kEmpty or kStored).
-  Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, uint64_t t0) {
+  // Missing fault on a chunk claimed (kBusy) from `from` (kEmpty or kStored). A fault raised by a
+  // store installs the chunk writable and dirty right away (the write is about to happen: saves the
+  // write-protect fault that would follow); a load installs it write-protected and clean.
+  Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
     const char* src = zero_;
     if (from == kStored) {
       char* buf = tl_raw.Get(chunk_);
@@ -456,7 +459,7 @@ class Engine::Impl {
     }
     // Installed write-protected so that the first write is seen. Never-written chunks get real
     // zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and a write would go unseen.
-    Status st = Copy(p, src, chunk_, /*wp=*/true, /*dontwake=*/true);
+    Status st = Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);
     if (!st.ok()) {
       c.EndBusy(from);
       SignalParked();
@@ -472,7 +475,11 @@ class Engine::Impl {
     }
     StatAdd(from == kStored ? Stat::faults_missing : Stat::faults_zero, 1);
     if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
-    c.EndBusy(kClean);
+    if (write) {
+      c.gen.fetch_add(1);
+      FreeHandle(r, c);  // the stored copy is garbage now
+    }
+    c.EndBusy(write ? kDirty : kClean);
     Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
     SignalParked();
     KickEvictor();
@@ -527,7 +534,7 @@ class Engine::Impl {
         return Outcome::kPark;
       }
       if (!c.TryBusy(w)) continue;
-      return Load(r, c, p, s, f.t0);
+      return Load(r, c, p, s, f.write, f.t0);
     }
   }
 
@@ -585,6 +592,7 @@ class Engine::Impl {
           Fault f;
           f.addr = msgs[k].arg.pagefault.address;
           f.wp = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) != 0;
+          f.write = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0;
           f.t0 = t0;
           f.region = Find(reinterpret_cast<void*>(f.addr));
           uint64_t key = f.region
@@ -965,7 +973,8 @@ class Engine::Impl {
             "the userfaultfd fault handler thread has stopped; threads touching managed "
             "memory will hang (set ZRTIER_DISABLE=1 to run without zrtier)");
       }
-      uint64_t age = MonotonicNs() - heartbeat_.load();
+      uint64_t beat = heartbeat_.load(), now = MonotonicNs();
+      uint64_t age = now > beat ? now - beat : 0;
       if (!pager_failed_.load() && age > 2'000'000'000ull && !said_stall) {
         said_stall = true;
         Log(LogLevel::kError, "the fault handler thread has not run for %.1f s (stalled?)",
