@@ -4,8 +4,8 @@
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 export ZRTIER_TEST_STATS_DIR=$tmp
-coproc PUB { "$PUBLISHER" 60; }
-trap 'kill -9 $PUB_PID 2>/dev/null; rm -rf "$tmp"' EXIT
+coproc PUB { exec "$PUBLISHER" 60; }
+pid=; trap '[[ -n $pid ]] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 read -r word pid <&"${PUB[0]}" || fail "publisher did not start"
 [[ "$word" == ready ]] || fail "publisher said '$word'"
 [[ -f $tmp/zrtier.$pid ]] || fail "no block at $tmp/zrtier.$pid"
