@@ -6,6 +6,7 @@
 // loads of region memory (userfaultfd faults) and Engine::Read (decode without install, the path
 // a host-to-device copy takes). Statistics are published like a real run's, so `zrtier stats`
 // and zrtier-top can watch it. Exit status 1 if any byte differs or the engine fails.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,13 @@ struct DemoArgs {
   size_t layer_mib = 64;
   bool quiet = false;
 };
+
+// Set by SIGINT/SIGTERM: the demo stops after the current layer and still prints its summary (and
+// unlinks its statistics block).
+volatile sig_atomic_t g_stop = 0;
+void OnStop(int) {
+  g_stop = 1;
+}
 
 double Now() {
   return static_cast<double>(MonotonicNs()) / 1e9;
@@ -182,12 +190,15 @@ int RunDemo(const DemoArgs& args) {
            PublishedStatsPath().c_str(), static_cast<int>(getpid()));
   fflush(stdout);
 
+  signal(SIGINT, OnStop);
+  signal(SIGTERM, OnStop);
   Progress progress(args.quiet);
   LayerSource source(kind, layer);
   double t0 = Now();
   // Write pass: every layer is generated straight into region memory (CPU stores: zero-page and
   // write-protect faults; the evictor compresses whatever exceeds the resident limit).
-  for (size_t l = 0; l < layers; ++l) {
+  size_t written = 0;
+  for (size_t l = 0; l < layers && !g_stop; ++l, ++written) {
     source.Fill(l, base + l * layer, layer);
     double el = Now() - t0;
     progress.Show(
@@ -208,7 +219,7 @@ int RunDemo(const DemoArgs& args) {
     bool by_read = pass % 2 == 0;
     std::string phase = "pass " + std::to_string(pass) + (by_read ? " read" : " load");
     double p0 = Now();
-    for (size_t l = 0; l < layers; ++l) {
+    for (size_t l = 0; l < written && !g_stop; ++l) {
       source.Fill(l, expect.data(), layer);
       const unsigned char* src = base + l * layer;
       if (by_read) {
@@ -240,7 +251,8 @@ int RunDemo(const DemoArgs& args) {
     progress.Done(phase + std::string(by_read ? "   " : "   ") +
                   HumanBytes(static_cast<double>(total)) + " verified in " + HumanDuration(ps) +
                   " (" + HumanRate(static_cast<double>(total) / ps) + ")  " + Counters());
-  } while (Now() < deadline && mismatched_layers == 0 && read_errors == 0);
+  } while (Now() < deadline && mismatched_layers == 0 && read_errors == 0 && !g_stop);
+  if (g_stop) printf("\n(interrupted)\n");
 
   double elapsed = Now() - t0;
   uint64_t faults =
