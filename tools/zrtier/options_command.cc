@@ -36,6 +36,10 @@ std::string MdEscape(std::string s) {
   for (char c : s) {
     if (c == '|')
       out += "\\|";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
     else
       out += c;
   }
