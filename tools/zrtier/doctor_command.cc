@@ -171,9 +171,13 @@ void CheckUserfaultfdFeatures(Doctor* d, int fd) {
       fix += std::string(f.name) + ": " + f.why + "; ";
     }
   }
+  auto trim = [](std::string t) {
+    while (!t.empty() && t.back() == ' ') t.pop_back();
+    return t;
+  };
   d->Line(worst, "uffd features",
-          "have " + (have.empty() ? std::string("none ") : have) +
-              (missing.empty() ? "" : "| missing " + missing),
+          "have " + (have.empty() ? std::string("none") : trim(have)) +
+              (missing.empty() ? "" : "; missing " + trim(missing)),
           "upgrade the kernel. " + fix);
   if (worst == Level::kFail) d->fatal = true;
 }
