@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -224,7 +225,9 @@ Status ReadStatsFile(const std::string& path, StatsSnapshot* out) {
     out->regions.clear();
     for (int i = 0; i < kStatsMaxRegions; ++i) {
       const StatsRegionRow& row = b->regions[i];
-      for (int attempt = 0; attempt < 100; ++attempt) {
+      // A row being rewritten is retried; a row that never holds still is left out of this copy.
+      for (int attempt = 0; attempt < 1000; ++attempt) {
+        if (attempt >= 16) sched_yield();
         uint64_t s1 = row.seq.load(std::memory_order_acquire);
         if (s1 & 1) continue;
         StatsSnapshot::Region r{row.base.load(std::memory_order_relaxed),
