@@ -1,5 +1,6 @@
 // The copy paths between regions and the GPU through T0 slots (contract in shim.h).
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -115,6 +116,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   const char* cur = src;
   std::vector<PieceChunk> piece;
   std::vector<int> busy;
+  std::vector<size_t> misses;
   while (cur < end) {
     pool_->Reap();
     piece.clear();
@@ -143,17 +145,23 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     // Fill the misses: now on this thread, or (ordered) inside the stream.
     cudaError_t err = cudaSuccess;
     if (!ordered) {
-      for (PieceChunk& c : piece) {
-        if (c.hit) continue;
+      misses.clear();
+      for (size_t i = 0; i < piece.size(); ++i)
+        if (!piece[i].hit) misses.push_back(i);
+      std::atomic<bool> failed{false};
+      workers_->Run(misses.size(), [&](size_t k) {
+        PieceChunk& c = piece[misses[k]];
         Status st = backend_->Read(c.start, chunk_, pool_->SlotPtr(c.slot), &c.zero);
         if (!st.ok()) {
           Log(LogLevel::kError, "host-to-device copy from %p: %s",
               static_cast<const void*>(c.start), st.ToString().c_str());
-          err = cudaErrorUnknown;
-          break;
+          failed = true;
+          c.zero = true;
+          return;
         }
         if (!c.zero) pool_->Publish(c.slot, r.id, c.index, c.gen);
-      }
+      });
+      if (failed) err = cudaErrorUnknown;
     } else {
       auto* t = new FillTask{this, chunk_, {}};
       for (const PieceChunk& c : piece) t->fills.emplace_back(c.start, pool_->SlotPtr(c.slot));

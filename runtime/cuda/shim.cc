@@ -10,7 +10,11 @@ namespace zrtier {
 
 Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
            std::unique_ptr<PinnedPool> pool, const ShimConfig& cfg)
-    : api_(api), backend_(std::move(backend)), pool_(std::move(pool)), cfg_(cfg) {
+    : api_(api),
+      backend_(std::move(backend)),
+      pool_(std::move(pool)),
+      workers_(std::make_unique<FillWorkers>(cfg.workers)),
+      cfg_(cfg) {
   chunk_ = backend_->chunk_size();
   max_piece_chunks_ = cfg_.max_piece_bytes / chunk_;
   size_t quarter = pool_->slots() / 4;
@@ -20,6 +24,7 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
 
 Shim::~Shim() {
   api_->cudaDeviceSynchronize();
+  workers_.reset();
   pool_.reset();
   backend_.reset();
 }

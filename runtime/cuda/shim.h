@@ -29,6 +29,7 @@
 #include <unordered_map>
 
 #include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/fill_workers.h"
 #include "runtime/cuda/pinned_pool.h"
 #include "runtime/cuda/region_backend.h"
 
@@ -37,6 +38,7 @@ namespace zrtier {
 struct ShimConfig {
   size_t min_alloc = 1 << 20;        // ZRTIER_MIN_ALLOC
   size_t max_piece_bytes = 4 << 20;  // chunks per issued piece (bounded by the pool too)
+  int workers = 0;                   // fill helper threads (ZRTIER_WORKERS resolved)
 };
 
 class Shim {
@@ -87,6 +89,7 @@ class Shim {
   const CudaApi* api_;
   std::unique_ptr<RegionBackend> backend_;
   std::unique_ptr<PinnedPool> pool_;
+  std::unique_ptr<FillWorkers> workers_;
   ShimConfig cfg_;
   size_t chunk_;
   size_t max_piece_chunks_;

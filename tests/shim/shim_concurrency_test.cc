@@ -37,7 +37,9 @@ TEST(ShimConcurrency, ThreadsAndStreamsShareAScarcePool) {
   auto backend = std::make_unique<testing::HeapBackend>(kChunk);
   std::unique_ptr<PinnedPool> pool;
   ASSERT_TRUE(PinnedPool::Create(api, 12 * kChunk, kChunk, &pool).ok());
-  Shim shim(api, std::move(backend), std::move(pool), ShimConfig{});
+  ShimConfig cfg;
+  cfg.workers = 2;
+  Shim shim(api, std::move(backend), std::move(pool), cfg);
   uint64_t pageable0 = fakecudaPageableAsyncCopies();
 
   const uint64_t seed = testing::TestSeed();

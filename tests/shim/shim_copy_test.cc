@@ -31,6 +31,7 @@ class ShimCopyTest : public ::testing::Test {
     ASSERT_TRUE(PinnedPool::Create(api_, pool_slots * kChunk, kChunk, &pool).ok());
     ShimConfig cfg;
     cfg.min_alloc = 1 << 20;
+    cfg.workers = 2;
     shim_ = std::make_unique<Shim>(api_, std::move(backend), std::move(pool), cfg);
     pageable0_ = fakecudaPageableAsyncCopies();
   }
@@ -176,6 +177,7 @@ TEST_F(ShimCopyTest, TwoStreamsOrderedByEvent) {
   ASSERT_EQ(shim_->Memcpy(b, r, n, cudaMemcpyHostToDevice, s2, false), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
   EXPECT_EQ(ReadDevice(b, n), data);
+  EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
 }
 
 TEST_F(ShimCopyTest, UnalignedPartialCopiesMatchAShadow) {
