@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <mutex>
 #include <cerrno>
 #include <string>
 
@@ -28,13 +29,26 @@ struct Resolved {
   Status status;
 };
 
+// Resolved once; a failed resolution (libcudart not loaded yet) is retried on the next call, so a
+// hook that runs before the program has loaded libcudart does not disable zrtier for good.
+std::mutex g_resolve_mu;
+std::atomic<const Resolved*> g_resolved{nullptr};
+Resolved g_failed;  // guarded by g_resolve_mu; returned while resolution keeps failing
+
 const Resolved& TheReal() {
-  static const Resolved* r = [] {
-    auto* n = new Resolved();
-    n->status = ResolveCudaApi(&n->api);
-    return n;
-  }();
-  return *r;
+  if (const Resolved* r = g_resolved.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> l(g_resolve_mu);
+  if (const Resolved* r = g_resolved.load(std::memory_order_acquire)) return *r;
+  auto* n = new Resolved();
+  n->status = ResolveCudaApi(&n->api);
+  if (n->status.ok()) {
+    g_resolved.store(n, std::memory_order_release);
+    return *n;
+  }
+  g_failed.api = n->api;
+  g_failed.status = n->status;
+  delete n;
+  return g_failed;
 }
 
 std::atomic<const CudaApi*> g_test_api{nullptr};
