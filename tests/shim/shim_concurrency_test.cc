@@ -12,14 +12,13 @@
 
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/shim.h"
+#include "runtime/engine.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/shim/heap_backend.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
 namespace {
-
-constexpr size_t kChunk = 64 << 10;
 
 std::vector<char> Random(size_t n, uint64_t seed) {
   std::vector<char> v(n);
@@ -31,10 +30,10 @@ std::vector<char> Random(size_t n, uint64_t seed) {
   return v;
 }
 
-TEST(ShimConcurrency, ThreadsAndStreamsShareAScarcePool) {
+void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend) {
   ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
   const CudaApi* api = RealCudaApi();
-  auto backend = std::make_unique<testing::HeapBackend>(kChunk);
+  const size_t kChunk = backend->chunk_size();
   std::unique_ptr<PinnedPool> pool;
   ASSERT_TRUE(PinnedPool::Create(api, 12 * kChunk, kChunk, &pool).ok());
   ShimConfig cfg;
@@ -117,6 +116,25 @@ TEST(ShimConcurrency, ThreadsAndStreamsShareAScarcePool) {
   EXPECT_EQ(fakecudaCallsFromHostFunctions(), 0u);
   EXPECT_EQ(shim.FreeHost(shared), cudaSuccess);
 }
+
+TEST(ShimConcurrency, HeapBackendThreadsAndStreamsShareAScarcePool) {
+  ThreadsAndStreams(std::make_unique<testing::HeapBackend>(64 << 10));
+}
+
+#ifdef ZRTIER_HAVE_ENGINE
+// The same over the real engine (userfaultfd regions) with a small resident budget, so copies
+// race the evictor and read chunks back from the compressed store.
+TEST(ShimConcurrency, EngineThreadsAndStreamsShareAScarcePool) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  Options opts;
+  ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
+  ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "1M").ok());
+  std::unique_ptr<Engine> engine;
+  Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ThreadsAndStreams(MakeEngineBackend(std::move(engine)));
+}
+#endif
 
 }  // namespace
 }  // namespace zrtier
