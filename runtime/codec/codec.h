@@ -1,9 +1,9 @@
 // The chunk codec: turns one chunk's bytes into a compact, self-describing encoding and back.
 //
 // Encoding (DESIGN.md section 2): an all-zero chunk encodes to 0 bytes; otherwise the element width
-// (1, 2 or 4 bytes) is guessed by sampling, the chunk is split into planes (bf16: exponent byte apart
-// from sign+mantissa; other widths: byte planes) and each plane is coded with zstd, or stored raw
-// when zstd would not shrink it. With `verify`, a checksum of the original bytes is stored and
+// (1, 2 or 4 bytes) is guessed by sampling, the chunk is split into planes (bf16: exponent byte
+// apart from sign+mantissa; other widths: byte planes) and each plane is coded with zstd, or stored
+// raw when zstd would not shrink it. With `verify`, a checksum of the original bytes is stored and
 // checked on decode.
 //
 // Thread safety: Encode and Decode may be called from any number of threads at once (compression
