@@ -327,6 +327,10 @@ FAKE_API uint64_t fakecudaPinnedBytes(void) {
 FAKE_API uint64_t fakecudaCallsFromHostFunctions(void) {
   return G()->host_fn_calls.load();
 }
+FAKE_API int fakecudaOwns(const void* p) {
+  std::lock_guard<std::mutex> l(G()->mu);
+  return Find(p, 1) != nullptr;
+}
 FAKE_API void fakecudaSetCapturing(cudaStream_t stream, int capturing) {
   std::lock_guard<std::mutex> l(G()->mu);
   Resolve(stream)->capturing = capturing != 0;

@@ -17,6 +17,8 @@ uint64_t fakecudaCopies(void);
 uint64_t fakecudaCopyBytes(void);
 // Real pinned bytes currently allocated through cudaHostAlloc/cudaMallocHost.
 uint64_t fakecudaPinnedBytes(void);
+// 1 if `p` lies in memory this runtime allocated or registered (device, pinned or registered).
+int fakecudaOwns(const void* p);
 // Makes cudaStreamIsCapturing report `capturing` for `stream` (0 = the legacy stream).
 void fakecudaSetCapturing(cudaStream_t stream, int capturing);
 // Calls of any CUDA function made from inside a host function (must stay 0: host functions never

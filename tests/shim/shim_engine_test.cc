@@ -38,7 +38,9 @@ class ShimEngineTest : public ::testing::Test {
                                    std::move(pool), cfg);
   }
   void TearDown() override {
-    if (shim_) EXPECT_EQ(fakecudaPageableAsyncCopies(), 0u) << "region memory reached a DMA";
+    if (shim_) {
+      EXPECT_EQ(fakecudaPageableAsyncCopies(), 0u) << "region memory reached a DMA";
+    }
     shim_.reset();
   }
   char* Region(size_t n) {
@@ -84,15 +86,15 @@ TEST_F(ShimEngineTest, ExactBytesFromEveryTier) {
   ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
   EXPECT_EQ(FromDevice(d, n), data);
 
-  // T0: the last 16 chunks are still cached in the 16-slot pool.
+  // T0: the last 16 chunks (49..64) are still cached in the 16-slot pool.
   uint64_t ready = StatGet(Stat::copies_ready);
   Junk(d, n);
-  size_t tail = n - 48 * chunk_;
+  size_t tail = n - 49 * chunk_;
   ASSERT_EQ(
-      shim_->Memcpy(d + 48 * chunk_, r + 48 * chunk_, tail, cudaMemcpyHostToDevice, nullptr, true),
+      shim_->Memcpy(d + 49 * chunk_, r + 49 * chunk_, tail, cudaMemcpyHostToDevice, nullptr, true),
       cudaSuccess);
   auto got = FromDevice(d, n);
-  EXPECT_EQ(memcmp(got.data() + 48 * chunk_, data.data() + 48 * chunk_, tail), 0);
+  EXPECT_EQ(memcmp(got.data() + 49 * chunk_, data.data() + 49 * chunk_, tail), 0);
   EXPECT_EQ(StatGet(Stat::copies_ready), ready + 1);
 
   // T2: evict everything to the compressed store; the copy decodes into T0 slots.
