@@ -3,8 +3,8 @@
 #include <dlfcn.h>
 
 #include <atomic>
-#include <mutex>
 #include <cerrno>
+#include <mutex>
 #include <string>
 
 namespace zrtier {

@@ -111,7 +111,7 @@ void PinnedPool::Unpin(int slot) {
 void PinnedPool::AddInflight(cudaEvent_t event, const std::vector<int>& slots) {
   std::lock_guard<std::mutex> l(mu_);
   for (int s : slots) ++slots_[s].pending;
-  inflight_.push_back(Inflight{event, slots});
+  inflight_.push_back(Inflight{event, slots, ++next_inflight_});
 }
 
 void PinnedPool::RetireLocked(Inflight& f) {
@@ -121,15 +121,18 @@ void PinnedPool::RetireLocked(Inflight& f) {
 void PinnedPool::Reap() {
   for (;;) {
     cudaEvent_t e;
+    uint64_t id;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (inflight_.empty()) return;
       e = inflight_.front().event;
+      id = inflight_.front().id;
     }
     if (api_->cudaEventQuery(e) != cudaSuccess) return;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (inflight_.empty() || inflight_.front().event != e) continue;  // another thread retired it
+      // Another thread retired it (and the pooled event may already carry a newer record).
+      if (inflight_.empty() || inflight_.front().id != id) continue;
       RetireLocked(inflight_.front());
       inflight_.pop_front();
     }

@@ -81,6 +81,7 @@ class PinnedPool {
   struct Inflight {
     cudaEvent_t event;
     std::vector<int> slots;
+    uint64_t id;  // unique: events are pooled, so the same handle may come back (ABA)
   };
   void DropCachedLocked(int slot);
   void RetireLocked(Inflight& f);
@@ -95,6 +96,7 @@ class PinnedPool {
   std::unordered_map<Key, int, KeyHash> cache_;
   std::deque<Inflight> inflight_;
   uint64_t tick_ = 0;
+  uint64_t next_inflight_ = 0;
   uint64_t cached_count_ = 0;
 };
 
