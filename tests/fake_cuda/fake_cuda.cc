@@ -489,6 +489,29 @@ FAKE_API cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void
   return Copy2D(dst, dpitch, src, spitch, width, height, kind,
                 stream ? stream : cudaStreamPerThread, false);
 }
+static cudaError_t BatchImpl(void* const* dsts, const void* const* srcs, const size_t* sizes,
+                             size_t count, cudaStream_t stream) {
+  if (!dsts || !srcs || !sizes || count == 0) return Fail(cudaErrorInvalidValue);
+  for (size_t i = 0; i < count; ++i) {
+    cudaError_t e = CopyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, stream, false);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+FAKE_API cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* srcs,
+                                          const size_t* sizes, size_t count,
+                                          cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
+                                          size_t num_attrs, cudaStream_t stream) {
+  ENTER();
+  return BatchImpl(dsts, srcs, sizes, count, stream);
+}
+FAKE_API cudaError_t cudaMemcpyBatchAsync_ptsz(void* const* dsts, const void* const* srcs,
+                                               const size_t* sizes, size_t count,
+                                               cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
+                                               size_t num_attrs, cudaStream_t stream) {
+  ENTER();
+  return BatchImpl(dsts, srcs, sizes, count, stream ? stream : cudaStreamPerThread);
+}
 FAKE_API cudaError_t cudaMemsetAsync(void* dev, int value, size_t n, cudaStream_t stream) {
   ENTER();
   Global* g = G();

@@ -177,6 +177,40 @@ TEST(Preload, CopiesLargerThanThePoolAndPerThreadStream) {
   EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
 }
 
+TEST(Preload, BatchAnd2DCopies) {
+  const size_t n = 3 << 20;
+  bool managed = false;
+  char* r = PinnedAlloc(n, 0, &managed);
+  ASSERT_TRUE(managed);
+  char* d = Device(n);
+  char* d2 = Device(n);
+  auto data = Random(n, 6);
+  memcpy(r, data.data(), n);
+  std::vector<char> host(n);
+  // A batch mixing a region copy (H2D), a device-to-device copy and a copy to pageable memory.
+  void* dsts[3] = {d, d2, host.data()};
+  const void* srcs[3] = {r, d, r + 5};
+  size_t sizes[3] = {n, n, n - 5};
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  size_t idx = 0;
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(FromDevice(d2, n), data);
+  EXPECT_EQ(memcmp(host.data(), data.data() + 5, n - 5), 0);
+  // 2D: 64 rows of 10000 bytes at pitch 40000 out of the region, and back into it at pitch 20000.
+  ASSERT_EQ(cudaMemcpy2DAsync(d, 10000, r + 3, 40000, 10000, 64, cudaMemcpyHostToDevice, s),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy2D(r + 100, 20000, d, 10000, 10000, 64, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  for (int row = 0; row < 64; ++row)
+    memcpy(data.data() + 100 + row * 20000, data.data() + 3 + row * 40000, 10000);
+  EXPECT_EQ(memcmp(r, data.data(), n), 0);
+  EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
+}
+
 TEST(Preload, ColdDataBeyondTheResidentLimit) {
   // ZRTIER_RESIDENT_LIMIT is 2M in this run: most of 24 MiB written by the CPU gets evicted to the
   // compressed store; the H2D copies read it back (decode into T0 slots).
