@@ -14,6 +14,10 @@
 #include "runtime/base/stats.h"
 #include "runtime/engine.h"
 #include "runtime/os/os.h"
+#if __has_include("runtime/base/stats_shm.h")
+#include "runtime/base/stats_shm.h"
+#define ZRTIER_HAVE_STATS_SHM 1
+#endif
 
 namespace zrtier {
 namespace {
@@ -114,6 +118,12 @@ Shim* ShimForAllocation(size_t size, unsigned flags) {
       return nullptr;
     }
     g_min_alloc = opts.Size(Opt::kMinAlloc);
+#ifdef ZRTIER_HAVE_STATS_SHM
+    if (opts.Bool(Opt::kStats)) {
+      Status st = PublishStats();
+      if (!st.ok()) Log(LogLevel::kWarn, "statistics not published: %s", st.ToString().c_str());
+    }
+#endif
     g_state.store(kWaiting, std::memory_order_release);
   }
   if (g_state.load(std::memory_order_relaxed) == kWaiting && size >= g_min_alloc &&
