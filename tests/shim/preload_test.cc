@@ -4,7 +4,11 @@
 // queries, the pass-through cases, ZRTIER_DISABLE=1 and the init fallback. ctest runs it several
 // times with different environments and gtest filters (tests/shim/CMakeLists.txt).
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 
 #include <cstdio>
 #include <cstdlib>
@@ -275,6 +279,41 @@ TEST(Preload, PassThroughCases) {
   EXPECT_EQ(cudaFreeHost(small), cudaSuccess);
   EXPECT_EQ(cudaFreeHost(mapped), cudaSuccess);
   EXPECT_EQ(cudaFreeHost(wc), cudaSuccess);
+}
+
+TEST(Preload, HooksKeepErrno) {
+  bool managed = false;
+  errno = 4242;
+  char* r = PinnedAlloc(2 << 20, 0, &managed);
+  EXPECT_EQ(errno, 4242);
+  ASSERT_TRUE(managed);
+  cudaPointerAttributes a;
+  errno = 4343;
+  EXPECT_EQ(cudaPointerGetAttributes(&a, r), cudaSuccess);
+  EXPECT_EQ(errno, 4343);
+  EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
+  EXPECT_EQ(errno, 4343);
+}
+
+TEST(Preload, ForkedChildTouchingARegionFaultsLoudly) {
+  // DESIGN.md section 8: the arena is MADV_DONTFORK, so a child never reads zeros where data was.
+  bool managed = false;
+  char* r = PinnedAlloc(2 << 20, 0, &managed);
+  ASSERT_TRUE(managed);
+  memset(r, 0x5C, 2 << 20);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    volatile char c = r[100];  // must fault
+    _exit(c == 0x5C ? 10 : 11);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)
+      << "child exited normally with " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
+      << " (11 = it read zeros)";
+  EXPECT_EQ(r[100], 0x5C);
+  EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
 }
 
 TEST(Preload, ZeroCopyOnARegionFailsClearly) {
