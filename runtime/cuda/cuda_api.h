@@ -62,7 +62,8 @@ namespace zrtier {
   X(cudaStreamSynchronize, true)      \
   X(cudaStreamIsCapturing, true)      \
   X(cudaDeviceSynchronize, true)      \
-  X(cudaGetDevice, true)
+  X(cudaGetDevice, true)              \
+  X(cudaGetLastError, false)
 
 struct CudaApi {
 #define ZRTIER_CUDA_API_FIELD(name, required) decltype(&::name) name = nullptr;

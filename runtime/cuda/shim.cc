@@ -149,7 +149,12 @@ bool Shim::Involves(const void* p, size_t n) const {
 
 bool Shim::IsDevicePointer(const void* p) const {
   cudaPointerAttributes a;
-  if (api_->cudaPointerGetAttributes(&a, p) != cudaSuccess) return false;
+  if (api_->cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    // Older runtimes fail on unregistered host memory and leave a sticky error that the program's
+    // next cudaGetLastError would report as its own: clear it.
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    return false;
+  }
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
