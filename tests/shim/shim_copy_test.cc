@@ -124,6 +124,31 @@ TEST_F(ShimCopyTest, H2DExactBytesThenPureHitFromT0) {
   EXPECT_EQ(ReadDevice(d, n), data);
 }
 
+TEST_F(ShimCopyTest, CountersFollowTheCopies) {
+  Make(32);
+  EXPECT_GE(StatGet(Stat::pinned_pool_bytes), 32 * kChunk);
+  const size_t n = 16 * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  uint64_t h2d = StatGet(Stat::h2d_copies), h2d_b = StatGet(Stat::h2d_bytes);
+  uint64_t d2h = StatGet(Stat::d2h_copies), d2h_b = StatGet(Stat::d2h_bytes);
+  uint64_t copy_ns = StatGet(Stat::copy_ns), t0 = StatGet(Stat::t0_bytes);
+  ASSERT_EQ(shim_->Memcpy(r, d, n - 10, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::d2h_copies), d2h + 1);
+  EXPECT_EQ(StatGet(Stat::d2h_bytes), d2h_b + n - 10);
+  EXPECT_EQ(StatGet(Stat::h2d_copies), h2d + 1);
+  EXPECT_EQ(StatGet(Stat::h2d_bytes), h2d_b + n);
+  EXPECT_GT(StatGet(Stat::copy_ns), copy_ns);
+  // 15 whole chunks published by the D2H, the 16th (partial) cached by the H2D.
+  EXPECT_EQ(StatGet(Stat::t0_bytes), t0 + n);
+  void* small = nullptr;
+  uint64_t pass = StatGet(Stat::passthrough_allocs);
+  ASSERT_EQ(shim_->HostAlloc(&small, 4096, 0), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::passthrough_allocs), pass + 1);
+  EXPECT_EQ(shim_->FreeHost(small), cudaSuccess);
+}
+
 TEST_F(ShimCopyTest, NeverWrittenChunksBecomeMemset) {
   Make(64);
   const size_t n = 16 * kChunk;
