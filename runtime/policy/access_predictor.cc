@@ -183,7 +183,8 @@ void AccessPredictor::Observe(const Access& a) {
 PlannedAccess AccessPredictor::ToPlanned(const StreamState& s, const Entry& e) const {
   const Node& node = nodes_[e.node];
   PlannedAccess p;
-  p.access = Access{node.region, node.first_chunk, e.chunk_count, node.dir, s.id};
+  // The latest chunk count of the node (a growing KV cache read), not the one planned.
+  p.access = Access{node.region, node.first_chunk, node.chunk_count, node.dir, s.id};
   const int64_t pos = static_cast<int64_t>(e.raw_pos) + s.shift;
   p.pos = pos > 0 ? static_cast<uint64_t>(pos) : 0;
   p.confidence = e.confidence;
