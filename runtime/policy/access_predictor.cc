@@ -67,8 +67,9 @@ AccessPredictor::StreamState& AccessPredictor::StreamFor(uint64_t stream) {
     streams_.back().id = stream;
     return streams_.back();
   }
-  auto oldest = std::min_element(streams_.begin(), streams_.end(),
-                                 [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+  auto oldest =
+      std::min_element(streams_.begin(), streams_.end(),
+                       [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
   *oldest = StreamState();
   oldest->id = stream;
   return *oldest;

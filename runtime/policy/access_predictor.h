@@ -39,16 +39,16 @@
 namespace zrtier::policy {
 
 struct PredictorConfig {
-  uint32_t resync_window = 8;          // plan entries searched for a demand that skipped ahead
-  uint32_t max_plan_nodes = 1u << 16;  // cap on the plan's length in accesses
-  uint64_t max_plan_chunks = 1u << 22; // cap on the plan's length in chunks
-  uint32_t max_streams = 16;           // streams tracked; the least recently used one is forgotten
+  uint32_t resync_window = 8;           // plan entries searched for a demand that skipped ahead
+  uint32_t max_plan_nodes = 1u << 16;   // cap on the plan's length in accesses
+  uint64_t max_plan_chunks = 1u << 22;  // cap on the plan's length in chunks
+  uint32_t max_streams = 16;            // streams tracked; the least recently used one is forgotten
 };
 
 struct PlannedAccess {
-  Access access;        // region, first_chunk, chunk_count (the node's latest), dir, stream
-  uint64_t pos = 0;     // chunks the stream will have accessed before this access
-  float confidence = 0; // lowest step confidence on the way to it (0..1)
+  Access access;         // region, first_chunk, chunk_count (the node's latest), dir, stream
+  uint64_t pos = 0;      // chunks the stream will have accessed before this access
+  float confidence = 0;  // lowest step confidence on the way to it (0..1)
 };
 
 class AccessPredictor : public NextUseOracle {
@@ -123,10 +123,10 @@ class AccessPredictor : public NextUseOracle {
     uint64_t last_use = 0;  // observe tick, for forgetting the least recently used stream
     uint32_t prev2 = kNone, prev1 = kNone;  // the last two nodes accessed
     uint32_t tail2 = kNone, tail1 = kNone;  // the last two nodes of the walk (plan tail)
-    uint64_t pos = 0;      // chunks accessed
-    int64_t shift = 0;     // correction of raw plan positions after inserted/skipped accesses
+    uint64_t pos = 0;                       // chunks accessed
+    int64_t shift = 0;  // correction of raw plan positions after inserted/skipped accesses
     uint64_t epoch = 0;
-    uint32_t misses = 0;   // unexpected accesses in a row
+    uint32_t misses = 0;  // unexpected accesses in a row
     uint64_t plan_chunks = 0;
     bool walk_ended = false;  // the tail reached an unknown context; retried after learning
     std::deque<Entry> plan;

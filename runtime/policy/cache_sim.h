@@ -12,10 +12,11 @@
 //     the chunks of the access being served that are still to come are never victims (those
 //     already served may be: their copy is done);
 //   - kReusePrefetch: kReuse plus prefetching: after each access the chunks of the planned accesses
-//     within `prefetch_ahead_chunks` (confidence >= min_confidence) are brought in, in order; when the
-//     cache is full a prefetch replaces the placement's victim only if the victim's predicted next
-//     use is farther than the prefetched chunk's (otherwise it stops). Prefetch is instantaneous
-//     here: the hit ratio is an upper bound on what a decoder fast enough for the copy rate achieves.
+//     within `prefetch_ahead_chunks` (confidence >= min_confidence) are brought in, in order; when
+//     the cache is full a prefetch replaces the placement's victim only if the victim's predicted
+//     next use is farther than the prefetched chunk's (otherwise it stops). Prefetch is
+//     instantaneous here: the hit ratio is an upper bound on what a decoder fast enough for the
+//     copy rate achieves.
 //   - the learning period counts: nothing is excluded.
 #pragma once
 

@@ -2,8 +2,8 @@
 // evictor alike (DESIGN.md section 5). Belady approximated with the learned sequence:
 //   1. Chunks the oracle predicts no use for (not in any plan: noise, data of a finished phase)
 //      leave first -- among them the coldest: the lowest access count (aged by halving), then the
-//      least recently touched. With nothing learned yet, every chunk is in this class, so the policy
-//      is access-count hot/cold classification with LRU among equals.
+//      least recently touched. With nothing learned yet, every chunk is in this class, so the
+//      policy is access-count hot/cold classification with LRU among equals.
 //   2. Then chunks with a predicted next use, the one needed farthest in the future first.
 //
 // Thread safety: all methods may be called concurrently (one internal mutex). The oracle is called

@@ -109,8 +109,10 @@ void Prefetcher::OnAccess(const Access& a) {
       cur.enqueued_until = std::max(cur.enqueued_until, p.pos + c);
     }
   }
-  if (added == 1) work_cv_.notify_one();
-  else if (added > 1) work_cv_.notify_all();
+  if (added == 1)
+    work_cv_.notify_one();
+  else if (added > 1)
+    work_cv_.notify_all();
 }
 
 void Prefetcher::WorkerLoop() {
@@ -151,14 +153,18 @@ void Prefetcher::WorkerLoop() {
     }
     ++counters_.refused;
     if (stop_) return;
-    // No room now: wait for a freed slot (or 1 ms), then retry unless the demand got there.
+    // No room now: wait for a freed slot (or 1 ms), then retry unless the demand got there. The
+    // chunk stays in inflight_ meanwhile (so WaitIdle waits and a demand access marks it).
+    inflight_[job.key] = demanded;
     const uint64_t seen = space_seq_;
     space_cv_.wait_for(lock, std::chrono::milliseconds(1),
                        [&] { return stop_ || space_seq_ != seen; });
     if (stop_) return;
-    if (demanded || Stale(job) || pending_.count(job.key) || ready_.count(job.key) ||
-        inflight_.count(job.key)) {
-      if (!demanded) ++counters_.stale;
+    auto again = inflight_.find(job.key);
+    const bool demanded_now = again == inflight_.end() || again->second;
+    if (again != inflight_.end()) inflight_.erase(again);
+    if (demanded_now || Stale(job) || pending_.count(job.key) || ready_.count(job.key)) {
+      if (!demanded_now) ++counters_.stale;
       NoteIdle();
       continue;
     }

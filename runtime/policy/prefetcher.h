@@ -13,10 +13,10 @@
 //   - a sink that cannot take a chunk now (returns false: no free slot) is retried after
 //     NotifySpace() or 1 ms, unless the demand has passed it by then.
 //
-// Accounting (runtime/base/stats.h): prefetch_bytes grows by the chunk size for every chunk the sink
-// made ready; prefetch_unused_bytes for every prefetched chunk that no access used before either the
-// sink's owner dropped it (OnDropped) or the demand position passed its planned position by more
-// than the prefetch window.
+// Accounting (runtime/base/stats.h): prefetch_bytes grows by the chunk size for every chunk the
+// sink made ready; prefetch_unused_bytes for every prefetched chunk that no access used before
+// either the sink's owner dropped it (OnDropped) or the demand position passed its planned position
+// by more than the prefetch window.
 //
 // Thread safety: every method may be called from any thread. The Prefetcher never holds its lock
 // while calling the sink, so the sink may call any Prefetcher method (and placement, which asks
@@ -65,9 +65,9 @@ class Prefetcher : public NextUseOracle {
     uint64_t prefetched = 0;  // sink calls that returned true
     uint64_t refused = 0;     // sink calls that returned false (retried unless stale)
     uint64_t canceled = 0;    // queued chunks a demand access reached first
-    uint64_t stale = 0;       // queued chunks dropped: demand passed them, or their plan was replaced
-    uint64_t used = 0;        // prefetched chunks a demand access then used
-    uint64_t unused = 0;      // prefetched chunks dropped or passed without use
+    uint64_t stale = 0;   // queued chunks dropped: demand passed them, or their plan was replaced
+    uint64_t used = 0;    // prefetched chunks a demand access then used
+    uint64_t unused = 0;  // prefetched chunks dropped or passed without use
   };
 
   // Starts the workers. `sink` is not owned and must outlive the Prefetcher.
@@ -120,8 +120,8 @@ class Prefetcher : public NextUseOracle {
   PrefetchSink* const sink_;
 
   // Locking: mu_ guards everything below. Invariants: a key is in at most one of pending_,
-  // inflight_ and ready_; every key in pending_ has a Job in queue_ (queue_ may also hold jobs whose
-  // key was canceled; workers skip those).
+  // inflight_ and ready_; every key in pending_ has a Job in queue_ (queue_ may also hold jobs
+  // whose key was canceled; workers skip those).
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // queue_ non-empty, or stop_
   std::condition_variable space_cv_;  // NotifySpace, or stop_
@@ -129,8 +129,8 @@ class Prefetcher : public NextUseOracle {
   AccessPredictor predictor_;
   std::deque<Job> queue_;
   std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> pending_;  // -> live job's seq
-  std::unordered_map<ChunkKey, bool, ChunkKeyHash> inflight_;  // -> a demand access reached it
-  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> ready_;  // prefetched, unused -> pos
+  std::unordered_map<ChunkKey, bool, ChunkKeyHash> inflight_;     // -> a demand access reached it
+  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> ready_;    // prefetched, unused -> pos
   std::deque<Job> ready_order_;  // prefetched jobs in completion order (for expiry)
   std::unordered_map<uint64_t, StreamCursor> cursors_;
   std::vector<PlannedAccess> plan_scratch_;

@@ -11,8 +11,8 @@ void EmitLayer(const TraceSpec& spec, uint32_t layer, bool split, std::vector<Ac
   if (split && spec.chunks_per_layer >= 2) {
     const uint32_t half = spec.chunks_per_layer / 2;
     out->push_back(Access{spec.region, first, half, Direction::kH2D, spec.stream});
-    out->push_back(Access{spec.region, first + half, spec.chunks_per_layer - half,
-                          Direction::kH2D, spec.stream});
+    out->push_back(Access{spec.region, first + half, spec.chunks_per_layer - half, Direction::kH2D,
+                          spec.stream});
   } else {
     out->push_back(Access{spec.region, first, spec.chunks_per_layer, Direction::kH2D, spec.stream});
   }

@@ -67,16 +67,18 @@ void RunPolicy(const PolicyArgs& args) {
       const auto bel = policy::SimulateCache(trace, SimPolicy::kBelady, config);
       const auto zp = policy::SimulateCache(trace, SimPolicy::kReusePrefetch, config);
       const double ratio = bel.hit_ratio() > 0 ? zr.hit_ratio() / bel.hit_ratio() : 0;
-      report.AddRow({c.name, Fixed(f, 2), Fixed(zr.hit_ratio(), 4), Fixed(lru.hit_ratio(), 4),
-                     Fixed(bel.hit_ratio(), 4), Fixed(ratio, 3), Fixed(zp.hit_ratio(), 4),
-                     Fixed(zp.prefetches ? double(zp.prefetch_unused) / double(zp.prefetches) : 0, 4),
-                     std::to_string(zr.chunk_accesses)});
+      report.AddRow(
+          {c.name, Fixed(f, 2), Fixed(zr.hit_ratio(), 4), Fixed(lru.hit_ratio(), 4),
+           Fixed(bel.hit_ratio(), 4), Fixed(ratio, 3), Fixed(zp.hit_ratio(), 4),
+           Fixed(zp.prefetches ? double(zp.prefetch_unused) / double(zp.prefetches) : 0, 4),
+           std::to_string(zr.chunk_accesses)});
     }
   }
   if (!args.json) {
-    printf("policy: %u layers x %u chunks, %u passes (first pass = learning, included), seed %llu\n",
-           args.layers, args.chunks_per_layer, args.passes,
-           static_cast<unsigned long long>(args.seed));
+    printf(
+        "policy: %u layers x %u chunks, %u passes (first pass = learning, included), seed %llu\n",
+        args.layers, args.chunks_per_layer, args.passes,
+        static_cast<unsigned long long>(args.seed));
     printf("hit ratio = chunk accesses that found the chunk cached / all chunk accesses\n");
   }
   report.Print(args.json);
