@@ -105,6 +105,28 @@ void AccessPredictor::PopFront(StreamState& s) {
   s.plan.pop_front();
 }
 
+void AccessPredictor::TruncateAfter(StreamState& s, uint32_t a, uint32_t b) {
+  // The first planned entry walked from context (a, b); the context of plan[0] is the tail of the
+  // demand history, which is not planned, so start at 2.
+  size_t k = 2;
+  while (k < s.plan.size() && !(s.plan[k - 2].node == a && s.plan[k - 1].node == b)) ++k;
+  if (k >= s.plan.size()) return;
+  while (s.plan.size() > k) {
+    const Entry& e = s.plan.back();
+    const Node& node = nodes_[e.node];
+    for (uint32_t c = 0; c < e.chunk_count; ++c) {
+      auto it = s.uses.find(ChunkKey{node.region, node.first_chunk + c});
+      if (it == s.uses.end()) continue;
+      if (!it->second.empty() && it->second.back() == e.raw_pos + c) it->second.pop_back();
+      if (it->second.empty()) s.uses.erase(it);
+    }
+    s.plan_chunks -= e.chunk_count;
+    s.plan.pop_back();
+  }
+  s.tail2 = a;
+  s.tail1 = b;
+}
+
 void AccessPredictor::ClearPlan(StreamState& s) {
   s.plan.clear();
   s.uses.clear();
@@ -118,10 +140,11 @@ void AccessPredictor::Extend(StreamState& s) {
     s.tail2 = s.prev2;
     s.tail1 = s.prev1;
   }
-  // One period: a cyclic order of P accesses has P contexts; the walk then reaches the next use
-  // of every node of the cycle, which is what placement needs.
-  const size_t cap_nodes =
-      std::min<size_t>(config_.max_plan_nodes, std::max<size_t>(order2_.size(), 1) + 1);
+  // One period: the walk then reaches the next use of every access of the cycle, which is what
+  // placement needs. A longer plan would only lag further behind the tables (it is walked ahead
+  // of time); before a period was measured, as many accesses as contexts are known.
+  const size_t period = s.period ? s.period : std::max<size_t>(order2_.size(), 1);
+  const size_t cap_nodes = std::min<size_t>(config_.max_plan_nodes, period + 1);
   while (s.plan.size() < cap_nodes && s.plan_chunks < config_.max_plan_chunks) {
     uint32_t next;
     float conf;
@@ -156,8 +179,21 @@ void AccessPredictor::Observe(const Access& a) {
   // Learn: which node followed the stream's last one (and last two).
   if (s.prev1 != kNone) {
     order1_[s.prev1].Observe(id);
-    if (s.prev2 != kNone) order2_[uint64_t{s.prev2} << 32 | s.prev1].Observe(id);
+    if (s.prev2 != kNone) {
+      SuccList& ctx = order2_[uint64_t{s.prev2} << 32 | s.prev1];
+      uint32_t before = kNone, after = kNone;
+      float conf;
+      const bool known = ctx.Top(&before, &conf);
+      ctx.Observe(id);
+      ctx.Top(&after, &conf);
+      // The context now predicts another successor: the plan was walked with the old one.
+      if (known && before != after) TruncateAfter(s, s.prev2, s.prev1);
+      // The distance since this context last occurred is the period of the order.
+      if (ctx.last_seen) s.period = s.accesses - ctx.last_seen;
+      ctx.last_seen = s.accesses;
+    }
   }
+  ++s.accesses;
 
   // Advance the plan.
   s.pos += a.chunk_count;

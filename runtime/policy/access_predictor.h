@@ -14,17 +14,18 @@
 // the profile: nothing is predicted before a context has been seen once.
 //
 // Plan. Per stream the predictor keeps the plan: the predicted sequence of next accesses, walked
-// from the current context by always taking the top successor, up to one period (as many nodes as
-// contexts are known, capped). Every planned access has an absolute position (the number of chunks
-// the stream will have accessed before it) and a confidence (the lowest step confidence from the
-// current position to it). When the demand access is the plan's head, the head is consumed and the
-// walk is extended at the tail (O(1) amortized); when it is a planned access a few entries further
-// on (skipped layers) the skipped entries are dropped; an unexpected access is first taken for an
-// inserted one (noise) and the plan is kept; a second unexpected access in a row rebuilds the plan
-// from the new context. The plan reaches a period ahead, so a changed successor shows in it one
-// pass after the tables learn it: a changed order is fully predicted from its fourth pass on.
-// (Rebuilding the plan whenever a successor flips was tried: it recovered one pass sooner but cost
-// up to 3 % of hits on noisy training traces, where noise flips contexts.)
+// from the current context by always taking the top successor, up to one period (as many
+// accesses as lay between the last two occurrences of the current context; before that is known,
+// as many as contexts are known; capped). Every planned access has an absolute position (the number
+// of chunks the stream will have accessed before it) and a confidence (the lowest step confidence
+// from the current position to it). When the demand access is the plan's head, the head is consumed
+// and the walk is extended at the tail (O(1) amortized); when it is a planned access a few entries
+// further on (skipped layers) the skipped entries are dropped; an unexpected access is first taken
+// for an inserted one (noise) and the plan is kept; a second unexpected access in a row rebuilds
+// the plan from the new context. When learning changes the predicted successor of a context (an
+// order change has taken over), the plan is cut where it was walked from that context and walked
+// again. A second-order context cannot tell "A B A B C" apart (a repeated pair); such orders are
+// predicted right only in part.
 //
 // Thread safety: none. The owner serializes all calls (Prefetcher holds its mutex around them).
 #pragma once
@@ -91,6 +92,7 @@ class AccessPredictor : public NextUseOracle {
   struct SuccList {
     Succ s[kMaxSuccessors];
     uint8_t n = 0;
+    uint64_t last_seen = 0;  // the stream's access count when this context last occurred
     void Observe(uint32_t node);
     // The heaviest successor and its share of the total weight. False when empty.
     bool Top(uint32_t* node, float* confidence) const;
@@ -124,7 +126,9 @@ class AccessPredictor : public NextUseOracle {
     uint32_t prev2 = kNone, prev1 = kNone;  // the last two nodes accessed
     uint32_t tail2 = kNone, tail1 = kNone;  // the last two nodes of the walk (plan tail)
     uint64_t pos = 0;                       // chunks accessed
-    int64_t shift = 0;  // correction of raw plan positions after inserted/skipped accesses
+    uint64_t accesses = 0;                  // accesses observed
+    uint64_t period = 0;  // accesses between the last two occurrences of the current context
+    int64_t shift = 0;    // correction of raw plan positions after inserted/skipped accesses
     uint64_t epoch = 0;
     uint32_t misses = 0;  // unexpected accesses in a row
     uint64_t plan_chunks = 0;
@@ -141,6 +145,9 @@ class AccessPredictor : public NextUseOracle {
   bool Predict(uint32_t a, uint32_t b, uint32_t* next, float* confidence) const;
   void PopFront(StreamState& s);
   void ClearPlan(StreamState& s);
+  // Drops the planned entries walked from context (a, b) onwards (their successor changed); the
+  // next Extend walks them again with the current tables.
+  void TruncateAfter(StreamState& s, uint32_t a, uint32_t b);
   void Extend(StreamState& s);
   PlannedAccess ToPlanned(const StreamState& s, const Entry& e) const;
 
