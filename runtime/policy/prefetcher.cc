@@ -83,6 +83,8 @@ void Prefetcher::OnAccess(const Access& a) {
     ExpireReady();
     if (ahead_chunks_ == 0) return;
 
+    if (cursors_.size() > 4 * config_.predictor.max_streams && !cursors_.count(a.stream))
+      cursors_.clear();  // streams come and go; a forgotten cursor only re-plans its window
     StreamCursor& cur = cursors_[a.stream];
     const uint64_t pos = predictor_.Position(a.stream);
     const uint64_t epoch = predictor_.PlanEpoch(a.stream);
