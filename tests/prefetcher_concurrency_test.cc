@@ -206,6 +206,44 @@ TEST(PrefetcherConcurrencyTest, UnusedPrefetchesAreCounted) {
   EXPECT_EQ(p.counters().used, 1u);
 }
 
+TEST(PrefetcherConcurrencyTest, WritesAreNotPrefetchedAndZeroAheadPrefetchesNothing) {
+  FakeSink sink;
+  {
+    // D2H targets are overwritten by the copy: nothing to decode ahead of them.
+    Prefetcher p(Config(8, 2), &sink);
+    for (int pass = 0; pass < 3; ++pass)
+      for (uint64_t c = 0; c < 16; ++c) p.OnAccess(Access{1, c, 1, Direction::kD2H, 1});
+    ASSERT_TRUE(p.WaitIdle(10000));
+    EXPECT_EQ(sink.CallCount(), 0u);
+    EXPECT_NE(p.NextUseDistance({1, 3}), kNeverUsed) << "but placement still sees their reuse";
+  }
+  {
+    Prefetcher p(Config(0, 2), &sink);  // ZRTIER_PREFETCH_AHEAD=0: learn only
+    for (int pass = 0; pass < 3; ++pass)
+      for (uint64_t c = 0; c < 16; ++c) p.OnAccess(Chunk(c));
+    ASSERT_TRUE(p.WaitIdle(10000));
+    EXPECT_EQ(sink.CallCount(), 0u);
+    EXPECT_EQ(p.NextUseDistance({1, 0}), 0u);  // the pass starts again
+    EXPECT_EQ(p.NextUseDistance({1, 15}), 15u);
+  }
+}
+
+TEST(PrefetcherConcurrencyTest, ConfigComesFromOptions) {
+  Options options;
+  ASSERT_TRUE(options.Set(Opt::kChunk, "128K").ok());
+  ASSERT_TRUE(options.Set(Opt::kPrefetchAhead, "64M").ok());
+  ASSERT_TRUE(options.Set(Opt::kWorkers, "3").ok());
+  const PrefetcherConfig c = PrefetcherConfig::FromOptions(options);
+  EXPECT_EQ(c.chunk_size, 128u << 10);
+  EXPECT_EQ(c.ahead_bytes, 64u << 20);
+  EXPECT_EQ(c.workers, 3);
+  FakeSink sink;
+  PrefetcherConfig zero = c;
+  zero.workers = 0;  // half the cores, at least 2
+  Prefetcher p(zero, &sink);
+  EXPECT_EQ(p.workers(), std::max(2, static_cast<int>(std::thread::hardware_concurrency()) / 2));
+}
+
 TEST(PrefetcherConcurrencyTest, StressManyStreamsSlotsAndReaders) {
   const uint64_t seed = testing::TestSeed();
   const int seconds = testing::StressSeconds(2);
