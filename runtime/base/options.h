@@ -63,7 +63,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
     "NUMA node for the pinned pool and RAM store. -1 = the GPU's node")                           \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \
-    "1 = publish statistics in /dev/shm/zrtier.<pid> for zrtier stats and zrtier-top")
+    "1 = publish statistics in /dev/shm/zrtier.<pid> for zrtier stats and zrtier-top")           \
+  X(kZramSize, "ZRAM_SIZE", kSize, "25%", "bytes", "", "",                                       \
+    "disksize of the zram device the zram tier configures (its capacity for encoded chunks)")
 
 enum class Opt : int {
 #define ZRTIER_OPTION_ENUM(id, ...) id,

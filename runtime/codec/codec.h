@@ -1,9 +1,9 @@
 // The chunk codec: turns one chunk's bytes into a compact, self-describing encoding and back.
 //
 // Encoding (DESIGN.md section 2): an all-zero chunk encodes to 0 bytes; otherwise the element width
-// (1, 2 or 4 bytes) is guessed by sampling, the chunk is split into planes (bf16: exponent byte apart
-// from sign+mantissa; other widths: byte planes) and each plane is coded with zstd, or stored raw
-// when zstd would not shrink it. With `verify`, a checksum of the original bytes is stored and
+// (1, 2 or 4 bytes) is guessed by sampling, the chunk is split into planes (bf16: exponent byte
+// apart from sign+mantissa; other widths: byte planes) and each plane is coded with zstd, or stored
+// raw when zstd would not shrink it. With `verify`, a checksum of the original bytes is stored and
 // checked on decode.
 //
 // Thread safety: Encode and Decode may be called from any number of threads at once (compression
@@ -39,7 +39,8 @@ class Codec {
 
   // Encodes `len` bytes (len > 0, any size; chunks are the common case) into `dst` (capacity
   // `cap` >= MaxEncodedSize(len)) and sets *out_len. *out_len == 0 means the input is all zero:
-  // nothing needs storing. Fails only on a too-small `cap` or an internal zstd error.
+  // nothing needs storing. Fails only on a too-small `cap` or len >= 4 GiB (EINVAL), an internal
+  // zstd error (EIO) or memory exhaustion (ENOMEM).
   Status Encode(const void* src, size_t len, void* dst, size_t cap, size_t* out_len) const;
 
   // Decodes an encoding made by Encode of exactly `len` original bytes into `dst`. An empty

@@ -8,7 +8,7 @@ namespace zrtier {
 
 const std::vector<SampleKind>& AllSampleKinds() {
   static const std::vector<SampleKind> kinds = {
-      SampleKind::kRandom,       SampleKind::kZero,     SampleKind::kBf16Gaussian,
+      SampleKind::kRandom,       SampleKind::kZero,         SampleKind::kBf16Gaussian,
       SampleKind::kFp16Gaussian, SampleKind::kFp32Gaussian, SampleKind::kBf16Relu,
       SampleKind::kText};
   return kinds;
@@ -16,13 +16,20 @@ const std::vector<SampleKind>& AllSampleKinds() {
 
 const char* SampleKindName(SampleKind kind) {
   switch (kind) {
-    case SampleKind::kRandom: return "random";
-    case SampleKind::kZero: return "zero";
-    case SampleKind::kBf16Gaussian: return "bf16";
-    case SampleKind::kFp16Gaussian: return "fp16";
-    case SampleKind::kFp32Gaussian: return "fp32";
-    case SampleKind::kBf16Relu: return "relu_bf16";
-    case SampleKind::kText: return "text";
+    case SampleKind::kRandom:
+      return "random";
+    case SampleKind::kZero:
+      return "zero";
+    case SampleKind::kBf16Gaussian:
+      return "bf16";
+    case SampleKind::kFp16Gaussian:
+      return "fp16";
+    case SampleKind::kFp32Gaussian:
+      return "fp32";
+    case SampleKind::kBf16Relu:
+      return "relu_bf16";
+    case SampleKind::kText:
+      return "text";
   }
   return "?";
 }
@@ -104,10 +111,10 @@ void FillSample(SampleKind kind, uint64_t seed, void* dst, size_t len) {
       return;
     }
     case SampleKind::kText: {
-      static const char* kWords[] = {"the ", "chunk ", "memory ", "pinned ", "tensor ", "layer ",
-                                     "of ",  "and ",   "is ",     "copy ",   "fault ",  "page ",
-                                     "zstd ", "GPU ",  "host ",   "to ",     "a ",      "in ",
-                                     "weights ", "stream.\n"};
+      static const char* kWords[] = {"the ",   "chunk ", "memory ", "pinned ",  "tensor ",
+                                     "layer ", "of ",    "and ",    "is ",      "copy ",
+                                     "fault ", "page ",  "zstd ",   "GPU ",     "host ",
+                                     "to ",    "a ",     "in ",     "weights ", "stream.\n"};
       size_t i = 0;
       while (i < len) {
         const char* w = kWords[rng() % (sizeof(kWords) / sizeof(kWords[0]))];

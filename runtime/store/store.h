@@ -37,8 +37,8 @@ class ChunkStore {
   virtual const char* name() const = 0;
 
   // Stores `len` encoded bytes (0 < len) that stand for `raw_len` original bytes.
-  // On success *out is a new handle. ENOSPC: the store is full (nothing was stored; the caller keeps
-  // the chunk where it is). EIO: the device failed (likewise).
+  // On success *out is a new handle. ENOSPC: the store is full (nothing was stored; the caller
+  // keeps the chunk where it is). EIO: the device failed (likewise).
   virtual Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) = 0;
 
   // Calls `fn(data, len)` with the entry's bytes, valid only during the call (a RAM store passes
@@ -51,6 +51,11 @@ class ChunkStore {
 
   // Hint: the entry will be read soon (lower tiers may start reading it into memory).
   virtual void Prefetch(StoreHandle h) {}
+
+  // Hint for tiering: the entry's predicted reuse distance, in store accesses (Put/Get calls) from
+  // now; larger = colder. 0 (the default) = no prediction: the age since the last Put/Get decides.
+  // A stack moves its coldest entries down first. Single stores ignore it.
+  virtual void SetReuseHint(StoreHandle h, uint64_t distance) {}
 
   virtual StoreUsage Usage() const = 0;
 };

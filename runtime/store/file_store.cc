@@ -1,0 +1,105 @@
+// The spill-file tier (see file_store.h).
+#include "runtime/store/file_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "runtime/base/log.h"
+
+namespace zrtier {
+namespace {
+
+constexpr uint64_t kSegmentBytes = 64ull << 20;
+
+// mkdir -p. (The one call outside Os: directory creation is not worth a seam; a failure here is
+// reported as a Status naming ZRTIER_SPILL_DIR all the same.)
+int MakeDirs(const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    std::string part = dir.substr(0, pos);
+    if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return errno;
+  }
+  return 0;
+}
+
+ExtentStore::Config FileConfig(uint64_t limit) {
+  ExtentStore::Config c;
+  c.name = "file";
+  c.raw_gauge = Stat::spill_raw_bytes;
+  c.bytes_gauge = Stat::spill_bytes;
+  c.limit = limit;
+  c.limit_option = "ZRTIER_SPILL_LIMIT";
+  c.allocate_before_write = true;
+  return c;
+}
+
+}  // namespace
+
+FileStore::FileStore(const std::string& dir, uint64_t limit, Os* os)
+    : ExtentStore(FileConfig(limit), os), dir_(dir) {
+  static std::atomic<int> next_id{0};
+  id_ = next_id.fetch_add(1);
+  segment_bytes_ = kSegmentBytes;
+  if (limit && limit < segment_bytes_) segment_bytes_ = (limit + 4095) / 4096 * 4096;
+}
+
+FileStore::~FileStore() {
+  CloseAll();
+}
+
+Status FileStore::Create(const std::string& dir, uint64_t limit, Os* os,
+                         std::unique_ptr<FileStore>* out) {
+  if (dir.empty()) return Status::Error(EINVAL, "ZRTIER_SPILL_DIR is empty");
+  if (int err = MakeDirs(dir))
+    return Status::Error(err, "ZRTIER_SPILL_DIR=" + dir + " cannot be created: " + strerror(err));
+  std::unique_ptr<FileStore> store(new FileStore(dir, limit, os));
+  Status s = store->Start();
+  if (!s.ok()) return Status::Error(s.code(), "file store: " + s.message());
+  *out = std::move(store);
+  return Status::Ok();
+}
+
+std::string FileStore::SegmentPath(uint32_t index) const {
+  return dir_ + "/zrtier-" + std::to_string(getpid()) + "-" + std::to_string(id_) + "-" +
+         std::to_string(index) + ".spill";
+}
+
+Status FileStore::OpenSegment(uint32_t index, int* fd, uint64_t* capacity) {
+  std::string path = SegmentPath(index);
+  const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
+  long r = -EINVAL;
+  if (direct_) r = os_->Open(path.c_str(), flags | O_DIRECT, 0600);
+  if (r == -EINVAL) {
+    if (direct_)
+      ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                      "file store: %s refuses O_DIRECT; spill files use buffered I/O "
+                      "(ZRTIER_SPILL_DIR)",
+                      dir_.c_str());
+    direct_ = false;
+    r = os_->Open(path.c_str(), flags, 0600);
+  }
+  if (r < 0)
+    return Status::Error(static_cast<int>(-r), "ZRTIER_SPILL_DIR=" + dir_ + " is not writable: " +
+                                                   path + ": " + strerror(static_cast<int>(-r)));
+  long t = os_->Ftruncate(static_cast<int>(r), static_cast<off_t>(segment_bytes_));
+  if (t < 0) {
+    os_->Close(static_cast<int>(r));
+    os_->Unlink(path.c_str());
+    return Status::Error(static_cast<int>(-t),
+                         "file store: ftruncate " + path + ": " + strerror(static_cast<int>(-t)));
+  }
+  *fd = static_cast<int>(r);
+  *capacity = segment_bytes_;
+  return Status::Ok();
+}
+
+void FileStore::CloseSegment(uint32_t index, int fd) {
+  os_->Close(fd);
+  os_->Unlink(SegmentPath(index).c_str());
+}
+
+}  // namespace zrtier

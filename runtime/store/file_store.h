@@ -1,0 +1,41 @@
+// FileStore: the T3 spill tier. Encoded chunks are packed into segment files
+// (<ZRTIER_SPILL_DIR>/zrtier-<pid>-<n>-<seg>.spill, 64 MiB each, sparse) through io_uring with
+// registered buffers, O_DIRECT where the file system allows it (otherwise buffered I/O, said once
+// on stderr). Disk blocks are allocated per extent (fallocate) before the write, so a full disk is
+// found before any byte is written; freed extents are punched and reused; empty segment files are
+// deleted, and every file is deleted when the store is destroyed. See extent_store.h.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/store/extent_store.h"
+
+namespace zrtier {
+
+class FileStore : public ExtentStore {
+ public:
+  // Creates `dir` (and missing parents) if needed and opens the first segment file. `limit` bytes
+  // of extents at most (0 = until the disk is full). Fails with a Status naming ZRTIER_SPILL_DIR
+  // when the directory cannot be created or written.
+  static Status Create(const std::string& dir, uint64_t limit, Os* os,
+                       std::unique_ptr<FileStore>* out);
+  ~FileStore() override;
+
+  // The segment size (bytes); smaller when the limit is smaller.
+  uint64_t segment_bytes() const { return segment_bytes_; }
+
+ protected:
+  Status OpenSegment(uint32_t index, int* fd, uint64_t* capacity) override;
+  void CloseSegment(uint32_t index, int fd) override;
+
+ private:
+  FileStore(const std::string& dir, uint64_t limit, Os* os);
+  std::string SegmentPath(uint32_t index) const;
+
+  std::string dir_;
+  uint64_t segment_bytes_;
+  int id_;  // distinguishes stores of one process in file names
+};
+
+}  // namespace zrtier

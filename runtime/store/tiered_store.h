@@ -1,0 +1,110 @@
+// TieredStore: the store stack "ram+zram", "ram+file", "ram+zram+file". Callers hold the stack's
+// own handles, which stay valid while entries move between tiers.
+//
+// Flow:
+//   - Put goes to the RAM store. When that is past its high-water mark (90% of its limit) the mover
+//     thread is woken and moves the coldest RAM entries (largest reuse hint, else oldest last
+//     Put/Get) down to the first lower tier with room, in io_uring batches, until RAM is under the
+//     low-water mark (75%). If RAM is full right now, Put writes straight to the first lower tier
+//     with room, so Put never fails just because RAM is full.
+//   - Get reads from wherever the entry is (a prefetched copy first).
+//   - Prefetch(h) of an entry in a lower tier queues it for the prefetch thread, which reads queued
+//     entries in batches into a bounded cache (64 MiB) that the next Get of the entry consumes.
+//   - A failed move (I/O error, full device) leaves the entry in RAM; the mover backs off for a
+//     while before trying again. Entries are never promoted back up (the engine frees an entry once
+//     it has decoded it into a higher tier of its own).
+//
+// Locking and invariants: mu_ guards the entry table, the prefetch queue and cache. Every entry has
+// exactly one valid copy, named by (tier, inner). A mover switches (tier, inner) under mu_ only
+// when no reader is on the entry (readers == 0; readers wait-free for the switch via readers_cv_)
+// and frees the old copy after. Free of an entry that the mover or the prefetcher is working on
+// only marks it; that thread frees it when done. Get on a freed handle is a caller bug (store.h).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/store/extent_store.h"
+#include "runtime/store/ram_store.h"
+
+namespace zrtier {
+
+class TieredStore : public ChunkStore {
+ public:
+  // `lower` in order (e.g. zram then file); at least one. Starts the mover and prefetch threads.
+  TieredStore(std::unique_ptr<RamStore> ram, std::vector<std::unique_ptr<ExtentStore>> lower);
+  ~TieredStore() override;  // stops the threads; every entry is released with its tier
+
+  const char* name() const override { return name_.c_str(); }
+  Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override;
+  Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
+  void Free(StoreHandle h) override;
+  void Prefetch(StoreHandle h) override;
+  void SetReuseHint(StoreHandle h, uint64_t distance) override;
+  // Sums of the tiers (limit: 0 if any tier has none).
+  StoreUsage Usage() const override;
+
+  // Tier that holds the entry now: 0 = RAM, 1.. = lower tiers in order; -1 = no such entry.
+  int TierOf(StoreHandle h) const;
+  // Usage of one tier (0 = RAM).
+  StoreUsage TierUsage(int tier) const;
+  // Blocks until the mover is idle (RAM under its high-water mark, or the mover backing off) and
+  // the prefetch queue is empty. For tests and benchmarks.
+  void WaitIdle();
+
+ private:
+  struct Entry {
+    int tier = 0;
+    StoreHandle inner = 0;
+    uint64_t raw_len = 0;
+    uint64_t last_use = 0;
+    uint64_t hint = 0;
+    uint32_t readers = 0;
+    bool moving = false;       // the mover is copying it down
+    bool prefetching = false;  // the prefetcher is reading it
+    bool freed = false;        // Free came while moving/prefetching
+  };
+
+  ChunkStore* TierStore(int tier) const;
+  bool RamPastHigh() const;
+  void MoverLoop();
+  // Moves one batch of cold entries down. False if nothing could be moved (idle or failure).
+  bool MoveBatch();
+  void PrefetchLoop();
+  void ReleaseInner(int tier, StoreHandle inner);
+
+  std::unique_ptr<RamStore> ram_;
+  std::vector<std::unique_ptr<ExtentStore>> lower_;
+  std::string name_;
+  uint64_t high_ = 0, low_ = 0;  // RAM used-bytes marks (0: RAM has no limit)
+
+  mutable std::mutex mu_;
+  std::condition_variable mover_cv_;     // mover: work or stop
+  std::condition_variable readers_cv_;   // an entry's readers dropped to 0
+  std::condition_variable prefetch_cv_;  // prefetcher: work or stop; Get: a prefetch finished
+  std::condition_variable idle_cv_;      // the mover or prefetcher went idle
+  std::unordered_map<StoreHandle, Entry> entries_;  // guarded by mu_
+  StoreHandle next_ = 1;                            // guarded by mu_
+  uint64_t clock_ = 0;                              // guarded by mu_: Put/Get count
+  bool stop_ = false;                               // guarded by mu_
+  bool kicked_ = false;                             // guarded by mu_
+  bool mover_busy_ = false;                         // guarded by mu_
+  uint64_t backoff_until_ns_ = 0;                   // guarded by mu_
+  std::deque<StoreHandle> prefetch_queue_;          // guarded by mu_
+  // guarded by mu_: handles queued (false) or being read (true) by the prefetcher
+  std::unordered_map<StoreHandle, bool> prefetch_inflight_;
+  std::unordered_map<StoreHandle, std::vector<unsigned char>> cache_;  // guarded by mu_
+  uint64_t cache_bytes_ = 0;                                           // guarded by mu_
+  bool prefetch_busy_ = false;                                         // guarded by mu_
+
+  std::thread mover_;
+  std::thread prefetcher_;
+};
+
+}  // namespace zrtier

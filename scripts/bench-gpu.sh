@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# GPU benchmarks (needs a GPU, PyTorch and a built libzrtier.so). Prints tables; JSON lines go to
+# $BENCH_JSON (default bench-gpu.jsonl). Every zrtier figure is a ratio to raw pinned memory
+# measured in the same process.
+#   scripts/bench-gpu.sh [copy] [stream] [infer]      (default: all three)
+#   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G scripts/bench-gpu.sh stream
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LIB=${LIB:-$PWD/build/preload/libzrtier.so}
+OUTF=${BENCH_JSON:-bench-gpu.jsonl}
+PY=${PYTHON:-python3}
+STREAM_TOTAL=${STREAM_TOTAL:-16G}
+STREAM_LAYER=${STREAM_LAYER:-256M}
+[[ -f "$LIB" ]] || { echo "bench-gpu: $LIB not found (build first: scripts/setup.sh)" >&2; exit 1; }
+stages=("$@"); ((${#stages[@]})) || stages=(copy stream infer)
+: >"$OUTF"
+export PYTHONUNBUFFERED=1
+
+to_bytes() { numfmt --from=iec "$1"; }
+
+for stage in "${stages[@]}"; do
+  case $stage in
+    copy)
+      for size in 64M 1G; do
+        iters=10; [[ $size == 1G ]] && iters=5
+        ZRTIER_PINNED_POOL=3G ZRTIER_RESIDENT_LIMIT=8G LD_PRELOAD=$LIB \
+          $PY scripts/gpu/bench_copy.py copy --size $size --iters $iters | tee -a "$OUTF"
+      done ;;
+    stream)
+      total=$(to_bytes "$STREAM_TOTAL")
+      for pct in 100 50 10; do
+        pool=$((total * pct / 100 + (64 << 20)))
+        ZRTIER_PINNED_POOL=$pool ZRTIER_PINNED_POOL_BYTES=$pool ZRTIER_RESIDENT_LIMIT=1G \
+          LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py stream --total "$STREAM_TOTAL" \
+          --layer "$STREAM_LAYER" --passes 3 | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool$pct\"/" \
+          | tee -a "$OUTF"
+      done ;;
+    infer)
+      $PY scripts/examples/infer.py --out /tmp/zr_infer_plain.json | sed 's/^/{"mode": "infer", "case": "plain", "r": /; s/$/}/' | tee -a "$OUTF"
+      wb=$($PY -c 'import json; print(json.load(open("/tmp/zr_infer_plain.json"))["weight_bytes"])')
+      ZRTIER_PINNED_POOL=$((wb / 2)) ZRTIER_RESIDENT_LIMIT=1G LD_PRELOAD=$LIB \
+        $PY scripts/examples/infer.py --out /tmp/zr_infer_pool50.json \
+        | sed 's/^/{"mode": "infer", "case": "zrtier_pool50", "r": /; s/$/}/' | tee -a "$OUTF"
+      $PY scripts/examples/infer.py --compare /tmp/zr_infer_plain.json /tmp/zr_infer_pool50.json ;;
+    *) echo "bench-gpu: unknown stage $stage (copy, stream, infer)" >&2; exit 2 ;;
+  esac
+done
+
+$PY - "$OUTF" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+copy = [r for r in rows if r.get("mode") == "copy"]
+if copy:
+    print("\nH2D / D2H copies (GB/s; ratio to raw pinned in the same process)")
+    print(f"{'size':>6} {'dir':>4} {'case':<12} {'GB/s':>7} {'x raw':>6} {'x pageable':>10}")
+    for size in sorted({r["bytes"] for r in copy}):
+        for d in ("h2d", "d2h"):
+            sel = {r["case"]: r["gbps"] for r in copy if r["bytes"] == size and r["dir"] == d}
+            raw, pg = sel.get("raw_pinned"), sel.get("pageable")
+            for case, g in sel.items():
+                print(f"{size >> 20:>5}M {d:>4} {case:<12} {g:7.2f} {g / raw:6.2f} {g / pg:10.2f}")
+stream = [r for r in rows if r.get("mode") == "stream"]
+if stream:
+    print("\nCyclic streaming of bf16 layers (steady-state GB/s; ratio to raw pinned in the same process)")
+    raw = None
+    for r in stream:
+        if r["case"] == "raw_pinned":
+            raw = r["gbps"]
+            continue
+        hr = r.get("prefetch_hit_ratio")
+        print(f"{r['case']:<18} total {r['bytes'] >> 30}G layer {r['layer_bytes'] >> 20}M: "
+              f"{r['gbps']:6.2f} GB/s = {r['gbps'] / raw:.2f} x raw pinned ({raw:.2f}); "
+              f"first pass {r['first_pass_gbps']:.2f} GB/s; prefetch hit ratio "
+              f"{'n/a' if hr is None else f'{hr:.3f}'}")
+inf = {r["case"]: r["r"] for r in rows if r.get("mode") == "infer"}
+if len(inf) == 2:
+    p, z = inf["plain"], inf["zrtier_pool50"]
+    print(f"\ninfer.py tokens/s: plain {p['tokens_per_s']:.2f}, zrtier pool 50% {z['tokens_per_s']:.2f} "
+          f"= {z['tokens_per_s'] / p['tokens_per_s']:.2f} x; logits identical: "
+          f"{p['logits_sha256'] == z['logits_sha256']}")
+PYEOF

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The one call on the GPU machine: build, the whole ctest suite, the GPU tests (real PyTorch
+# programs under LD_PRELOAD, outputs compared bit for bit with a run without zrtier) and the
+# benchmarks; prints a PASS/FAIL table at the end.
+#   here:   scripts/device-prep.sh          (liburing for the GPU machine, into .device/)
+#   device: scripts/device-check.sh [build] [test] [gpu] [bench]   (default: all; carry .device)
+# Results (logs, JSON) go to $OUT (the device tool's output folder) or /tmp/zrtier-device.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/zrtier-device}
+mkdir -p "$OUT"
+BUILD=${BUILD_DIR:-build-device}
+LIB=$PWD/$BUILD/preload/libzrtier.so
+stages=("$@"); ((${#stages[@]})) || stages=(build test gpu bench)
+declare -a results
+record() { results+=("$(printf '%-44s %s' "$1" "$2")"); echo "== $1: $2"; }
+export PYTHONUNBUFFERED=1
+
+for stage in "${stages[@]}"; do
+  case $stage in
+    build)
+      uring=$PWD/.device/uring
+      if [[ -d $uring/usr/include ]]; then
+        export PKG_CONFIG_PATH=$uring/usr/lib/x86_64-linux-gnu/pkgconfig
+        export PKG_CONFIG_SYSROOT_DIR=$uring
+      fi
+      if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$OUT/configure.log" 2>&1 &&
+         cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+        record build PASS
+      else
+        tail -30 "$OUT/configure.log" "$OUT/build.log"; record build FAIL; break
+      fi ;;
+    test)
+      if (cd "$BUILD" && ZRTIER_TEST_STRESS_SECONDS=${STRESS:-10} ctest -j 8 --output-on-failure \
+            >"$OUT/ctest.log" 2>&1); then
+        record "ctest ($(grep -o '[0-9]* tests passed\|tests passed, [0-9]* tests failed out of [0-9]*' "$OUT/ctest.log" | tail -1))" PASS
+      else
+        grep -E "Failed|\*\*\*|tests passed" "$OUT/ctest.log" | tail -20; record ctest FAIL
+      fi ;;
+    gpu)
+      py=python3
+      $py scripts/examples/train.py --out "$OUT/train_plain.json" >"$OUT/train_plain.log" 2>&1
+      LD_PRELOAD=$LIB $py scripts/examples/train.py --out "$OUT/train_zrtier.json" >"$OUT/train_zrtier.log" 2>&1
+      if $py scripts/examples/train.py --compare "$OUT/train_plain.json" "$OUT/train_zrtier.json"; then
+        record "train.py losses bit-identical" PASS; else tail -5 "$OUT/train_zrtier.log"; record "train.py losses bit-identical" FAIL; fi
+      $py scripts/examples/infer.py --out "$OUT/infer_plain.json" >"$OUT/infer_plain.log" 2>&1
+      LD_PRELOAD=$LIB $py scripts/examples/infer.py --out "$OUT/infer_zrtier.json" >"$OUT/infer_zrtier.log" 2>&1
+      if $py scripts/examples/infer.py --compare "$OUT/infer_plain.json" "$OUT/infer_zrtier.json"; then
+        record "infer.py logits bit-identical" PASS; else tail -5 "$OUT/infer_zrtier.log"; record "infer.py logits bit-identical" FAIL; fi
+      wb=$($py -c "import json; print(json.load(open('$OUT/infer_plain.json'))['weight_bytes'])" 2>/dev/null || echo 0)
+      if ((wb > 0)); then
+        ZRTIER_PINNED_POOL=$((wb / 4)) ZRTIER_RESIDENT_LIMIT=$((wb / 4)) LD_PRELOAD=$LIB \
+          $py scripts/examples/infer.py --out "$OUT/infer_small.json" >"$OUT/infer_small.log" 2>&1
+        if $py scripts/examples/infer.py --compare "$OUT/infer_plain.json" "$OUT/infer_small.json"; then
+          record "infer.py pool+resident 25%: bit-identical" PASS; else tail -5 "$OUT/infer_small.log"; record "infer.py pool+resident 25%: bit-identical" FAIL; fi
+        $py - "$OUT/infer_plain.json" "$OUT/infer_small.json" <<'PYEOF' | tee "$OUT/infer_memory.txt"
+import json, sys
+p, z = (json.load(open(f)) for f in sys.argv[1:3])
+for k in ("peak_host_used_above_start_bytes", "peak_rss_bytes"):
+    print(f"infer.py {k}: plain {p[k] / 2**30:.2f} GiB, zrtier(pool 25%, resident 25%) "
+          f"{z[k] / 2**30:.2f} GiB = {z[k] / p[k]:.2f} x")
+print(f"weights {p['weight_bytes'] / 2**30:.2f} GiB; tokens/s plain {p['tokens_per_s']:.2f} zrtier {z['tokens_per_s']:.2f}")
+PYEOF
+        ratio=$($py -c "import json; p=json.load(open('$OUT/infer_plain.json')); z=json.load(open('$OUT/infer_small.json')); print(round(z['peak_host_used_above_start_bytes']/p['peak_host_used_above_start_bytes'],3))" 2>/dev/null || echo nan)
+        if $py -c "import sys; sys.exit(0 if float('$ratio') <= 0.5 else 1)" 2>/dev/null; then
+          record "infer.py peak host memory <= 0.5x ($ratio)" PASS; else record "infer.py peak host memory <= 0.5x ($ratio)" FAIL; fi
+      fi ;;
+    bench)
+      if BENCH_JSON="$OUT/bench-gpu.jsonl" LIB=$LIB scripts/bench-gpu.sh ${BENCH_STAGES:-copy stream infer} >"$OUT/bench.log" 2>&1; then
+        record "bench-gpu.sh" PASS; else record "bench-gpu.sh" FAIL; fi
+      sed -n '/^H2D \/ D2H/,$p' "$OUT/bench.log" ;;
+    *) echo "device-check: unknown stage $stage" >&2; exit 2 ;;
+  esac
+done
+echo; echo "device-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F))"
+printf '%s\n' "${results[@]}" | tee "$OUT/summary.txt"
+! printf '%s\n' "${results[@]}" | grep -q FAIL

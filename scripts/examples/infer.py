@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Offloaded inference, the RamTorch / FlexGen pattern: a Llama-shaped decoder whose layer weights live
+in pinned host memory (torch's pin_memory) and are streamed to the GPU every forward pass, one layer
+ahead of the compute on a side stream. Generates tokens greedily and writes the logits of every step
+so two runs (with and without zrtier) can be compared bit for bit.
+
+    python3 infer.py --out /tmp/a.json                       # plain PyTorch
+    LD_PRELOAD=libzrtier.so python3 infer.py --out /tmp/b.json
+    python3 infer.py --compare /tmp/a.json /tmp/b.json       # exit 0 iff bit-identical
+
+Prints one JSON line: logits sha256, tokens/s, peak host memory (peak RSS and peak system memory in
+use above the level before the weights were made), and the weight bytes.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def meminfo_used_bytes():
+    vals = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            vals[k] = int(v.split()[0]) * 1024
+    return vals["MemTotal"] - vals["MemAvailable"]
+
+
+def peak_rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class MemorySampler:
+    """Samples system memory in use every 20 ms; reports the peak above the starting level."""
+
+    def __init__(self):
+        self.base = meminfo_used_bytes()
+        self.peak = self.base
+        self.stop = False
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop:
+            self.peak = max(self.peak, meminfo_used_bytes())
+            time.sleep(0.02)
+
+    def finish(self):
+        self.stop = True
+        self.t.join()
+        self.peak = max(self.peak, meminfo_used_bytes())
+        return self.peak - self.base
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--hidden", type=int, default=4096)
+    ap.add_argument("--intermediate", type=int, default=11008)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--prompt", type=int, default=32, help="prompt tokens")
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--out", help="write logits hash and stats here (JSON)")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two --out files")
+    args = ap.parse_args()
+
+    if args.compare:
+        a, b = (json.load(open(p)) for p in args.compare)
+        same = a["logits_sha256"] == b["logits_sha256"] and a["tokens"] == b["tokens"]
+        print(json.dumps({"bit_identical": same, "a": a["logits_sha256"], "b": b["logits_sha256"]}))
+        return 0 if same else 1
+
+    import torch
+    import torch.nn.functional as F
+
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    torch.cuda.init()
+    torch.empty(1, device=dev)  # CUDA context before the memory baseline
+    sampler = MemorySampler()
+
+    H, I, L, NH = args.hidden, args.intermediate, args.layers, args.heads
+    HD = H // NH
+    shapes = {"wq": (H, H), "wk": (H, H), "wv": (H, H), "wo": (H, H),
+              "w1": (I, H), "w3": (I, H), "w2": (H, I)}
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(args.seed)
+
+    # Host (pinned) weights, written by D2H copies from GPU-generated values.
+    host_layers = []
+    weight_bytes = 0
+    for _ in range(L):
+        layer = {}
+        for name, shape in shapes.items():
+            w = (torch.randn(shape, generator=gen, device=dev, dtype=torch.float32) * 0.02).to(torch.bfloat16)
+            h = torch.empty(shape, dtype=torch.bfloat16, pin_memory=True)
+            h.copy_(w, non_blocking=True)
+            layer[name] = h
+            weight_bytes += h.numel() * h.element_size()
+        host_layers.append(layer)
+    torch.cuda.synchronize()
+    assert all(t.is_pinned() for layer in host_layers for t in layer.values()), "weights not pinned"
+    embed = (torch.randn((args.vocab, H), generator=gen, device=dev) * 0.02).to(torch.bfloat16)
+    norm_w = torch.ones(H, device=dev, dtype=torch.bfloat16)
+
+    # Two GPU buffers: layer i computes from one while layer i+1 streams into the other.
+    gpu_bufs = [{n: torch.empty(s, dtype=torch.bfloat16, device=dev) for n, s in shapes.items()} for _ in range(2)]
+    copy_stream = torch.cuda.Stream()
+    ready = [torch.cuda.Event() for _ in range(2)]
+    free = [torch.cuda.Event() for _ in range(2)]
+
+    def fetch(i):
+        slot = i % 2
+        with torch.cuda.stream(copy_stream):
+            copy_stream.wait_event(free[slot])
+            for n in shapes:
+                gpu_bufs[slot][n].copy_(host_layers[i][n], non_blocking=True)
+            ready[slot].record(copy_stream)
+
+    def rms(x):
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype) * norm_w
+
+    def forward(tokens, kv, pos):
+        x = embed[tokens]  # [T, H]
+        T = x.shape[0]
+        for s in range(2):
+            free[s].record()
+        fetch(0)
+        for i in range(L):
+            slot = i % 2
+            torch.cuda.current_stream().wait_event(ready[slot])
+            if i + 1 < L:
+                fetch(i + 1)  # waits for free[(i+1)%2], recorded after layer i-1
+            w = gpu_bufs[slot]
+            h = rms(x)
+            q = (h @ w["wq"].T).view(T, NH, HD).transpose(0, 1)
+            k = (h @ w["wk"].T).view(T, NH, HD).transpose(0, 1)
+            v = (h @ w["wv"].T).view(T, NH, HD).transpose(0, 1)
+            if kv[i] is not None:
+                k = torch.cat([kv[i][0], k], dim=1)
+                v = torch.cat([kv[i][1], v], dim=1)
+            kv[i] = (k, v)
+            a = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
+                                               is_causal=(pos == 0))
+            x = x + a.squeeze(0).transpose(0, 1).reshape(T, H) @ w["wo"].T
+            h = rms(x)
+            x = x + (F.silu(h @ w["w1"].T) * (h @ w["w3"].T)) @ w["w2"].T
+            free[slot].record()
+        return (rms(x[-1:]) @ embed.T).float()  # [1, vocab]
+
+    tokgen = torch.Generator(device=dev)
+    tokgen.manual_seed(args.seed + 1)
+    prompt = torch.randint(0, args.vocab, (args.prompt,), generator=tokgen, device=dev)
+    digest = hashlib.sha256()
+    kv = [None] * L
+    tokens = []
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    logits = forward(prompt, kv, 0)
+    pos = args.prompt
+    for _ in range(args.new_tokens):
+        digest.update(logits.cpu().numpy().tobytes())
+        nxt = int(torch.argmax(logits[0]))
+        tokens.append(nxt)
+        logits = forward(torch.tensor([nxt], device=dev), kv, pos)
+        pos += 1
+    digest.update(logits.cpu().numpy().tobytes())
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    peak_used = sampler.finish()
+
+    result = {
+        "logits_sha256": digest.hexdigest(),
+        "tokens": tokens,
+        "forward_passes": args.new_tokens + 1,
+        "tokens_per_s": (args.new_tokens + 1) / elapsed,
+        "weight_bytes": weight_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_host_used_above_start_bytes": peak_used,
+        "zrtier": bool(os.environ.get("LD_PRELOAD", "").find("libzrtier") >= 0),
+    }
+    print(json.dumps(result))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Copy-bandwidth benchmark for scripts/bench-gpu.sh. Run under LD_PRELOAD=libzrtier.so; every
+case is measured in the same process, so ratios to raw pinned memory are within one run.
+
+  copy mode   : H2D and D2H GB/s of one SIZE copy: raw pinned (cudaHostRegister'd, which zrtier
+                passes through), pageable, and zrtier regions with the data in T0 (pool hit),
+                T1 (resident pages) and T2 (compressed).
+  stream mode : cyclic streaming of TOTAL bytes of bf16 layers (LAYER bytes each) host->GPU, as
+                offloaded inference does, from raw pinned memory and from zrtier regions; the pool
+                size is set by the caller (ZRTIER_PINNED_POOL). Reports the prefetch hit ratio.
+
+Prints one JSON object per line: {"mode", "case", "dir", "bytes", "gbps", ...}.
+The control calls (zrtier_evict_range, zrtier_t0_drop, zrtier_stat) are exported by libzrtier.so.
+"""
+import argparse
+import ctypes
+import json
+import os
+import time
+
+import torch
+
+dev = torch.device("cuda")
+
+
+def lib():
+    try:
+        l = ctypes.CDLL(None)
+        l.zrtier_evict_range.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        l.zrtier_t0_drop.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        l.zrtier_stat.argtypes = [ctypes.c_char_p]
+        l.zrtier_stat.restype = ctypes.c_uint64
+        return l
+    except (OSError, AttributeError):
+        return None
+
+
+ZR = lib()
+
+
+def stat(name):
+    return ZR.zrtier_stat(name.encode()) if ZR else 0
+
+
+def bf16_fill(t, seed):
+    g = torch.Generator(device=dev)
+    g.manual_seed(seed)
+    n = t.numel()
+    step = 1 << 26
+    for i in range(0, n, step):
+        m = min(step, n - i)
+        t.view(-1)[i:i + m].copy_((torch.randn(m, generator=g, device=dev) * 0.02).to(torch.bfloat16))
+    torch.cuda.synchronize()
+
+
+def raw_pinned(n):
+    t = torch.empty(n, dtype=torch.bfloat16)  # pageable
+    err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * 2, 0)
+    assert int(err) == 0, f"cudaHostRegister failed: {err}"
+    return t
+
+
+def unregister(t):
+    torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
+
+
+def timed(fn, iters, before=None):
+    best = []
+    for _ in range(iters):
+        if before:
+            before()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best.append(time.perf_counter() - t0)
+    best.sort()
+    return best[len(best) // 2]  # median
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def copy_mode(size, iters):
+    n = size // 2
+    gpu = torch.empty(n, dtype=torch.bfloat16, device=dev)
+    bf16_fill(gpu, 1)
+    ref = gpu.clone()
+
+    def bench(case, host, before=None, check=True):
+        host.copy_(gpu)  # D2H fill (also exercises the D2H path)
+        torch.cuda.synchronize()
+        t = timed(lambda: gpu2.copy_(host, non_blocking=True), iters, before)
+        if check:
+            assert torch.equal(gpu2, ref), f"{case}: H2D bytes differ"
+        emit(mode="copy", case=case, dir="h2d", bytes=size, gbps=size / t / 1e9)
+        t = timed(lambda: host.copy_(gpu, non_blocking=True), iters)
+        torch.cuda.synchronize()
+        gpu2.zero_()
+        gpu2.copy_(host)
+        if check:
+            assert torch.equal(gpu2, ref), f"{case}: D2H bytes differ"
+        emit(mode="copy", case=case, dir="d2h", bytes=size, gbps=size / t / 1e9)
+
+    gpu2 = torch.empty_like(gpu)
+    r = raw_pinned(n)
+    bench("raw_pinned", r)
+    unregister(r)
+    del r
+    bench("pageable", torch.empty(n, dtype=torch.bfloat16))
+    if ZR is None:
+        return
+    z = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
+    assert z.is_pinned()
+    ptr, nbytes = z.data_ptr(), size
+    bench("zrtier_t0", z)
+    bench("zrtier_t1", z, before=lambda: ZR.zrtier_t0_drop(ptr, nbytes))
+    z.copy_(gpu)
+    torch.cuda.synchronize()
+
+    def to_t2():
+        ZR.zrtier_t0_drop(ptr, nbytes)
+        rc = ZR.zrtier_evict_range(ptr, nbytes)
+        assert rc == 0, f"zrtier_evict_range failed: {rc}"
+
+    t = timed(lambda: gpu2.copy_(z, non_blocking=True), iters, to_t2)
+    assert torch.equal(gpu2, ref), "zrtier_t2: H2D bytes differ"
+    emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9)
+
+
+def stream_mode(total, layer, passes):
+    nl = total // layer
+    n = layer // 2
+    gpu_src = torch.empty(n, dtype=torch.bfloat16, device=dev)
+    bufs = [torch.empty(n, dtype=torch.bfloat16, device=dev) for _ in range(2)]
+    checks = []
+
+    def run(case, layers):
+        for i, h in enumerate(layers):
+            bf16_fill(gpu_src, 100 + i)
+            h.copy_(gpu_src)
+            if i < 2:
+                checks.append(gpu_src.clone())
+        torch.cuda.synchronize()
+        h2d0, ready0 = stat("h2d_copies"), stat("copies_ready")
+        times = []
+        for p in range(passes):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i, h in enumerate(layers):
+                bufs[i % 2].copy_(h, non_blocking=True)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            # bytes check on the last layer streamed
+        bufs[0].copy_(layers[0])
+        assert torch.equal(bufs[0], checks[0]), f"{case}: layer 0 bytes differ"
+        steady = sorted(times[1:] or times)[len(times[1:] or times) // 2]
+        copies = stat("h2d_copies") - h2d0
+        ready = stat("copies_ready") - ready0
+        emit(mode="stream", case=case, dir="h2d", bytes=total, layer_bytes=layer, passes=passes,
+             gbps=total / steady / 1e9, first_pass_gbps=total / times[0] / 1e9,
+             prefetch_hit_ratio=(ready / copies) if copies else None,
+             pool_bytes=int(os.environ.get("ZRTIER_PINNED_POOL_BYTES", "0")))
+        checks.clear()
+
+    raw = [raw_pinned(n) for _ in range(nl)]
+    run("raw_pinned", raw)
+    for t in raw:
+        unregister(t)
+    del raw
+    if ZR is None:
+        return
+    z = [torch.empty(n, dtype=torch.bfloat16, pin_memory=True) for _ in range(nl)]
+    run("zrtier", z)
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * mult[s[-1].upper()]) if s[-1].upper() in mult else int(s)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["copy", "stream"])
+    ap.add_argument("--size", default="64M")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--total", default="16G")
+    ap.add_argument("--layer", default="256M")
+    ap.add_argument("--passes", type=int, default=3)
+    a = ap.parse_args()
+    torch.cuda.init()
+    if a.mode == "copy":
+        copy_mode(parse_size(a.size), a.iters)
+    else:
+        stream_mode(parse_size(a.total), parse_size(a.layer), a.passes)
+
+
+if __name__ == "__main__":
+    main()
