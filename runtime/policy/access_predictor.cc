@@ -188,8 +188,11 @@ void AccessPredictor::Observe(const Access& a) {
       ctx.Top(&after, &conf);
       // The context now predicts another successor: the plan was walked with the old one.
       if (known && before != after) TruncateAfter(s, s.prev2, s.prev1);
-      // The distance since this context last occurred is the period of the order.
-      if (ctx.last_seen) s.period = s.accesses - ctx.last_seen;
+      // The distance since this context last occurred is the period of the order. Kept as a
+      // slowly decaying maximum: a layer read twice in a row ("A B A B") measures 2 for its
+      // context, which must not shrink the plan to three accesses.
+      if (ctx.last_seen)
+        s.period = std::max<uint64_t>(s.accesses - ctx.last_seen, s.period - s.period / 8);
       ctx.last_seen = s.accesses;
     }
   }

@@ -127,7 +127,7 @@ class AccessPredictor : public NextUseOracle {
     uint32_t tail2 = kNone, tail1 = kNone;  // the last two nodes of the walk (plan tail)
     uint64_t pos = 0;                       // chunks accessed
     uint64_t accesses = 0;                  // accesses observed
-    uint64_t period = 0;  // accesses between the last two occurrences of the current context
+    uint64_t period = 0;  // accesses between two occurrences of a context (decaying max)
     int64_t shift = 0;    // correction of raw plan positions after inserted/skipped accesses
     uint64_t epoch = 0;
     uint32_t misses = 0;  // unexpected accesses in a row
