@@ -49,6 +49,21 @@ AccessPredictor::AccessPredictor(PredictorConfig config) : config_(config) {
 
 uint32_t AccessPredictor::Intern(const Access& a) {
   NodeKey key{a.region, a.first_chunk, a.dir};
+  if (nodes_.size() >= config_.max_nodes && !node_ids_.count(key)) {
+    // Bounded memory (regions come and go; random faults create one-off targets): forget
+    // everything and learn again. Streams keep their positions (the prefetcher's cursors stay
+    // valid) and get a new plan epoch.
+    nodes_.clear();
+    node_ids_.clear();
+    order1_.clear();
+    order2_.clear();
+    for (auto& s : streams_) {
+      ClearPlan(s);
+      s.prev2 = s.prev1 = s.tail2 = s.tail1 = kNone;
+      s.period = 0;
+    }
+    ++resets_;
+  }
   auto [it, inserted] = node_ids_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
   if (inserted) {
     nodes_.push_back(Node{a.region, a.first_chunk, a.chunk_count, a.dir});

@@ -44,6 +44,7 @@ struct PredictorConfig {
   uint32_t max_plan_nodes = 1u << 16;   // cap on the plan's length in accesses
   uint64_t max_plan_chunks = 1u << 22;  // cap on the plan's length in chunks
   uint32_t max_streams = 16;            // streams tracked; the least recently used one is forgotten
+  uint32_t max_nodes = 1u << 20;        // distinct access targets; past it everything is forgotten
 };
 
 struct PlannedAccess {
@@ -83,6 +84,8 @@ class AccessPredictor : public NextUseOracle {
 
   size_t node_count() const { return nodes_.size(); }
   size_t context_count() const { return order2_.size(); }
+  // Times everything learned was forgotten because max_nodes was reached.
+  uint64_t resets() const { return resets_; }
 
  private:
   struct Succ {
@@ -158,6 +161,7 @@ class AccessPredictor : public NextUseOracle {
   std::unordered_map<uint64_t, SuccList> order2_;  // key: prev2 << 32 | prev1
   std::vector<StreamState> streams_;
   uint64_t tick_ = 0;
+  uint64_t resets_ = 0;
 };
 
 }  // namespace zrtier::policy
