@@ -474,7 +474,8 @@ class Engine::Impl {
       r->stored_raw.fetch_sub(chunk_);
       stored_raw_.fetch_sub(chunk_);
     }
-    StatAdd(from == kStored ? Stat::faults_missing : Stat::faults_zero, 1);
+    StatAdd(Stat::faults_missing, 1);
+    if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
     if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
     if (write) {
       c.gen.fetch_add(1);
@@ -680,11 +681,8 @@ class Engine::Impl {
     }
     long rc = os_->Madvise(p, chunk_, MADV_DONTNEED);
     if (rc < 0) {
-      if (to == kEmpty) {
-        c.EndBusy(kClean);
-      } else {
-        c.EndBusy(kClean);  // the pages are still there and the store copy matches them
-      }
+      // The pages are still there, write-protected, and any store copy made matches them.
+      c.EndBusy(kClean);
       SignalParked();
       return Status::Error(static_cast<int>(-rc), "madvise(MADV_DONTNEED): " + Err(rc));
     }
