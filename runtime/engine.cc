@@ -229,8 +229,18 @@ class Engine::Impl {
     snapshot_ = std::move(s);
   }
 
-  std::shared_ptr<Snapshot> GetSnapshot() const {
-    std::shared_lock<std::shared_mutex> lock(regions_mu_);
+  // The evictors' view, rebuilt lazily after Allocate/Free (a program with thousands of regions
+  // pays O(regions) once per change seen by an evictor, not per allocation).
+  std::shared_ptr<Snapshot> GetSnapshot() {
+    {
+      std::shared_lock<std::shared_mutex> lock(regions_mu_);
+      if (!snapshot_stale_) return snapshot_;
+    }
+    std::unique_lock<std::shared_mutex> lock(regions_mu_);
+    if (snapshot_stale_) {
+      RebuildSnapshotLocked();
+      snapshot_stale_ = false;
+    }
     return snapshot_;
   }
 
@@ -248,7 +258,7 @@ class Engine::Impl {
     {
       std::unique_lock<std::shared_mutex> lock(regions_mu_);
       regions_[reinterpret_cast<uintptr_t>(base)] = r;
-      RebuildSnapshotLocked();
+      snapshot_stale_ = true;
     }
     region_bytes_.fetch_add(len);
     regions_count_.fetch_add(1);
@@ -267,7 +277,7 @@ class Engine::Impl {
         return Status::Error(EINVAL, "zrtier Free: not the base of a live region");
       r = std::move(it->second);
       regions_.erase(it);
-      RebuildSnapshotLocked();
+      snapshot_stale_ = true;
     }
     Release(r.get());
     return Status::Ok();
@@ -1003,6 +1013,7 @@ class Engine::Impl {
   mutable std::shared_mutex regions_mu_;
   std::map<uintptr_t, std::shared_ptr<Region>> regions_;  // by base; guarded by regions_mu_
   std::shared_ptr<Snapshot> snapshot_;                    // guarded by regions_mu_
+  bool snapshot_stale_ = false;                           // guarded by regions_mu_
   std::atomic<uint64_t> next_id_{0};
   std::atomic<uint64_t> regions_count_{0};
   std::atomic<uint64_t> region_bytes_{0};

@@ -355,3 +355,27 @@ TEST(EngineTest, StatsGaugesAndRegionRowsFollowTheRegion) {
 
 }  // namespace
 }  // namespace zrtier
+
+namespace zrtier {
+namespace {
+
+// One registration for the whole arena: thousands of regions (PyTorch makes one pinned block per
+// tensor) need no per-region registration; UMap's per-range registration fails near 950.
+TEST(EngineTest, ThousandsOfRegions) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeEngine(TestOptions());
+  const int kRegions = 3000;
+  std::vector<RegionInfo> rs(kRegions);
+  for (int i = 0; i < kRegions; ++i) {
+    ASSERT_TRUE(e->Allocate(1 + i % 3 * e->chunk_size(), &rs[i]).ok()) << i;
+    static_cast<int*>(rs[i].base)[0] = i;
+  }
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  for (int i = 0; i < kRegions; i += 7) ASSERT_EQ(static_cast<int*>(rs[i].base)[0], i);
+  for (int i = 0; i < kRegions; ++i) ASSERT_TRUE(e->Free(rs[i].base).ok());
+  EXPECT_EQ(e->Usage().regions, 0u);
+  EXPECT_EQ(e->Usage().store.entries, 0u);
+}
+
+}  // namespace
+}  // namespace zrtier
