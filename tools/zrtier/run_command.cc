@@ -174,7 +174,8 @@ int RunWithPreload(const std::vector<std::string>& command,
 }
 
 void AddRunCommand(CLI::App* app) {
-  auto* state = new RunState();  // lives as long as the app (the whole process)
+  static RunState storage;  // lives as long as the app (the whole process)
+  RunState* state = &storage;
   CLI::App* run = app->add_subcommand(
       "run", "run a command with libzrtier.so preloaded: zrtier run [OPTIONS] -- CMD [ARGS...]");
   run->prefix_command();
