@@ -56,4 +56,7 @@ for _ in $(seq 100); do [[ -s $tmp/ready ]] && break; sleep 0.05; done
 [[ -s $tmp/ready ]] || fail "child did not start"
 kill -USR1 $zpid
 wait $zpid; expect_status 42 $? "SIGUSR1 forwarded"
+# A signal zrtier inherits as ignored stays ignored for the command (as without zrtier).
+out=$(trap '' USR2; "$ZRTIER" run -- bash -c 'kill -USR2 $$; echo survived'); expect_status 0 $? "ignored SIGUSR2"
+expect_contains "$out" "survived" "ignored SIGUSR2 stays ignored"
 echo "PASS"
