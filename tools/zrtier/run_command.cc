@@ -151,7 +151,7 @@ int RunWithPreload(const std::vector<std::string>& command,
     for (size_t i = 0; i < sizeof(kForwarded) / sizeof(kForwarded[0]); ++i)
       if (installed[i]) sigaction(kForwarded[i], &dfl, nullptr);
     setenv("LD_PRELOAD", preload.c_str(), 1);
-    unsetenv("ZRTIER_LIBRARY");  // not a runtime option: the shim would warn about it
+    unsetenv("ZRTIER_LIBRARY");  // zrtier run's own setting; CMD has no use for it
     for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
