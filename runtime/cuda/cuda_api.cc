@@ -1,0 +1,88 @@
+#include "runtime/cuda/cuda_api.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cerrno>
+#include <mutex>
+#include <string>
+
+namespace zrtier {
+namespace {
+
+void* LoadedCudart() {
+  static const char* const kNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+  for (const char* n : kNames) {
+    if (void* h = dlopen(n, RTLD_NOLOAD | RTLD_LAZY)) return h;
+  }
+  return nullptr;
+}
+
+void* Find(void* handle, const char* name) {
+  if (void* p = dlsym(RTLD_NEXT, name)) return p;
+  if (handle) return dlsym(handle, name);
+  return nullptr;
+}
+
+struct Resolved {
+  CudaApi api;
+  Status status;
+};
+
+// Resolved once; a failed resolution (libcudart not loaded yet) is retried on the next call, so a
+// hook that runs before the program has loaded libcudart does not disable zrtier for good.
+std::mutex g_resolve_mu;
+std::atomic<const Resolved*> g_resolved{nullptr};
+Resolved g_failed;  // guarded by g_resolve_mu; returned while resolution keeps failing
+
+const Resolved& TheReal() {
+  if (const Resolved* r = g_resolved.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> l(g_resolve_mu);
+  if (const Resolved* r = g_resolved.load(std::memory_order_acquire)) return *r;
+  auto* n = new Resolved();
+  n->status = ResolveCudaApi(&n->api);
+  if (n->status.ok()) {
+    g_resolved.store(n, std::memory_order_release);
+    return *n;
+  }
+  g_failed.api = n->api;
+  g_failed.status = n->status;
+  delete n;
+  return g_failed;
+}
+
+std::atomic<const CudaApi*> g_test_api{nullptr};
+
+}  // namespace
+
+Status ResolveCudaApi(CudaApi* api) {
+  int saved_errno = errno;
+  void* handle = LoadedCudart();
+  std::string missing;
+#define ZRTIER_CUDA_API_RESOLVE(name, required)                           \
+  api->name = reinterpret_cast<decltype(api->name)>(Find(handle, #name)); \
+  if (!api->name && required && missing.empty()) missing = #name;
+  ZRTIER_CUDA_API(ZRTIER_CUDA_API_RESOLVE)
+#undef ZRTIER_CUDA_API_RESOLVE
+  errno = saved_errno;
+  if (!missing.empty())
+    return Status::Error(ENOENT, "the CUDA runtime is not loaded or lacks " + missing +
+                                     " (libzrtier.so needs libcudart.so.12/13 in the process)");
+  return Status::Ok();
+}
+
+const CudaApi* RealCudaApi() {
+  if (const CudaApi* t = g_test_api.load(std::memory_order_acquire)) return t;
+  return &TheReal().api;
+}
+
+Status CudaApiStatus() {
+  if (g_test_api.load(std::memory_order_acquire)) return Status::Ok();
+  return TheReal().status;
+}
+
+void SetCudaApiForTest(const CudaApi* api) {
+  g_test_api.store(api, std::memory_order_release);
+}
+
+}  // namespace zrtier

@@ -1,0 +1,34 @@
+// RegionBackend: what the CUDA side of the shim needs from the engine -- carve and free regions,
+// find the region of a pointer, read and publish chunk contents, and chunk generations. The real
+// implementation forwards to Engine (MakeEngineBackend); unit tests of the copy paths may use a
+// plain heap-backed one. Same contracts as the Engine methods of the same names (runtime/engine.h).
+//
+// Thread safety: every method may be called from any thread, including inside CUDA host
+// functions (Read/Write/Generation never fault the caller and never call CUDA).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/base/status.h"
+#include "runtime/engine.h"
+
+namespace zrtier {
+
+class RegionBackend {
+ public:
+  virtual ~RegionBackend() = default;
+  virtual size_t chunk_size() const = 0;
+  virtual Status Allocate(size_t size, RegionInfo* out) = 0;
+  virtual Status Free(void* base) = 0;
+  virtual bool Lookup(const void* p, RegionInfo* out) const = 0;
+  virtual Status Read(const void* src, size_t len, void* dst, bool* zero) = 0;
+  virtual Status Write(void* dst, const void* src, size_t len) = 0;
+  virtual uint64_t Generation(const void* p) const = 0;
+};
+
+// Wraps an engine. Never null.
+std::unique_ptr<RegionBackend> MakeEngineBackend(std::unique_ptr<Engine> engine);
+
+}  // namespace zrtier

@@ -1,0 +1,110 @@
+// Shim: the CUDA-facing behaviour of zrtier once it is active -- managed "pinned" allocations
+// carved from the engine, pointer queries answered for regions, and the copy paths between regions
+// and the GPU through the T0 pinned pool (DESIGN.md sections 4 and 6). The preload hooks reach it
+// through runtime.h; everything that does not involve a region is passed to the real runtime there.
+//
+// Copy paths (region = host side; the GPU only ever sees T0 slots):
+//   H2D  for each chunk piece take a slot holding the current bytes (cached hit, or Read into the
+//        slot), issue the real cudaMemcpyAsync from the slot on the caller's stream, record a
+//        pooled event that releases the slots; never-written chunks become cudaMemsetAsync. Filling
+//        piece i+1 overlaps piece i on the wire. If a D2H into one of the chunks is still queued
+//        (not yet published) the fill itself is enqueued on the stream as a host function, so the
+//        copy sees the bytes in stream order.
+//   D2H  real copies into slots on the caller's stream, then a host function on that stream
+//        publishes them with RegionBackend::Write (stream order; the engine merges partial chunks)
+//        and releases the slots. Host functions never call CUDA.
+//   H2H  the stream is synchronized, then a CPU copy through Read/Write.
+// Copies on a capturing stream fail with cudaErrorStreamCaptureUnsupported and one stderr line.
+//
+// Thread safety: every method may be called from any thread concurrently.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/fill_workers.h"
+#include "runtime/cuda/pinned_pool.h"
+#include "runtime/cuda/region_backend.h"
+
+namespace zrtier {
+
+struct ShimConfig {
+  size_t min_alloc = 1 << 20;        // ZRTIER_MIN_ALLOC
+  size_t max_piece_bytes = 4 << 20;  // chunks per issued piece (bounded by the pool too)
+  int workers = 0;                   // fill helper threads (ZRTIER_WORKERS resolved)
+};
+
+class Shim {
+ public:
+  Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend, std::unique_ptr<PinnedPool> pool,
+       const ShimConfig& cfg);
+  // Waits for the device, then drops the pool and the backend (every region is released).
+  ~Shim();
+
+  // cudaHostAlloc/cudaMallocHost: a region when size >= min_alloc and no Mapped/WriteCombined
+  // flag; else (or if the engine cannot allocate) the real call.
+  cudaError_t HostAlloc(void** p, size_t size, unsigned flags);
+  cudaError_t FreeHost(void* p);
+  cudaError_t HostRegister(void* p, size_t size, unsigned flags);
+  cudaError_t HostUnregister(void* p);
+  cudaError_t PointerGetAttributes(cudaPointerAttributes* attr, const void* p);
+  cudaError_t HostGetDevicePointer(void** dev, void* host, unsigned flags);
+  cudaError_t HostGetFlags(unsigned* flags, void* host);
+
+  // True if [p, p+n) touches a region (cheap; used by the hooks to pass other copies through).
+  bool Involves(const void* p, size_t n) const;
+  // A copy with at least one side in a region. `sync`: cudaMemcpy semantics (returns when done).
+  // `stream` is already resolved (cudaStreamPerThread for the _ptsz/_ptds variants).
+  cudaError_t Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t stream,
+                     bool sync);
+  cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                       size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool sync);
+
+  RegionBackend* backend() { return backend_.get(); }
+  PinnedPool* pool() { return pool_.get(); }
+
+ private:
+  struct PublishTask;
+  struct FillTask;
+  static void CUDART_CB PublishFn(void* task);
+  static void CUDART_CB FillFn(void* task);
+
+  cudaError_t CopyFromRegion(void* dst, const RegionInfo& r, const char* src, size_t n,
+                             cudaStream_t stream);
+  cudaError_t CopyToRegion(char* dst, const RegionInfo& r, const void* src, size_t n,
+                           cudaStream_t stream);
+  cudaError_t CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream);
+  bool IsDevicePointer(const void* p) const;
+  // Queued-but-unpublished D2H copies per chunk.
+  void MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta);
+  bool AnyPending(uint64_t region, uint64_t first, uint64_t last);
+
+  const CudaApi* api_;
+  std::unique_ptr<RegionBackend> backend_;
+  std::unique_ptr<PinnedPool> pool_;
+  std::unique_ptr<FillWorkers> workers_;
+  ShimConfig cfg_;
+  size_t chunk_;
+  size_t max_piece_chunks_;
+
+  struct Key {
+    uint64_t region, chunk;
+    bool operator==(const Key& o) const { return region == o.region && chunk == o.chunk; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return k.region * 0x9e3779b97f4a7c15ull ^ k.chunk; }
+  };
+  // Guards pending_; CUDA is never called with it held (host functions take it).
+  std::mutex pending_mu_;
+  std::unordered_map<Key, int, KeyHash> pending_;
+  std::atomic<uint64_t> pending_total_{0};
+};
+
+}  // namespace zrtier

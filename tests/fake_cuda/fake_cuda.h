@@ -1,0 +1,27 @@
+// Test-only extras of the fake CUDA runtime (tests/fake_cuda/fake_cuda.cc): knobs and counters a
+// test program can use to make ordering bugs visible and to check what zrtier handed to the "GPU".
+// These symbols exist only in the fake libcudart; test programs link it by soname.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+extern "C" {
+// Async copies from or to host memory that is neither cudaHostAlloc'd nor registered (pageable).
+// zrtier must never hand region memory to a DMA: tests whose own buffers are all pinned or device
+// memory expect this to stay 0.
+uint64_t fakecudaPageableAsyncCopies(void);
+// Every copy the fake executed (sync or async) and the bytes they moved.
+uint64_t fakecudaCopies(void);
+uint64_t fakecudaCopyBytes(void);
+// Real pinned bytes currently allocated through cudaHostAlloc/cudaMallocHost.
+uint64_t fakecudaPinnedBytes(void);
+// 1 if `p` lies in memory this runtime allocated or registered (device, pinned or registered).
+int fakecudaOwns(const void* p);
+// Makes cudaStreamIsCapturing report `capturing` for `stream` (0 = the legacy stream).
+void fakecudaSetCapturing(cudaStream_t stream, int capturing);
+// Calls of any CUDA function made from inside a host function (must stay 0: host functions never
+// call CUDA, DESIGN.md section 6).
+uint64_t fakecudaCallsFromHostFunctions(void);
+}

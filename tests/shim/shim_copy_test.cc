@@ -1,0 +1,343 @@
+// The shim's copy paths (runtime/cuda/copy_paths.cc) against the fake CUDA runtime and a heap
+// region backend: exact bytes for H2D/D2H with hits, misses, never-written chunks, partial chunks,
+// unaligned offsets, copies larger than the T0 pool, stream and event ordering, and the pointer
+// queries on regions.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "runtime/base/stats.h"
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/shim.h"
+#include "tests/fake_cuda/fake_cuda.h"
+#include "tests/shim/heap_backend.h"
+#include "tests/testutil/skip.h"
+
+namespace zrtier {
+namespace {
+
+constexpr size_t kChunk = 64 << 10;
+
+class ShimCopyTest : public ::testing::Test {
+ protected:
+  void Make(size_t pool_slots) {
+    ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
+    api_ = RealCudaApi();
+    auto backend = std::make_unique<testing::HeapBackend>(kChunk);
+    heap_ = backend.get();
+    std::unique_ptr<PinnedPool> pool;
+    ASSERT_TRUE(PinnedPool::Create(api_, pool_slots * kChunk, kChunk, &pool).ok());
+    ShimConfig cfg;
+    cfg.min_alloc = 1 << 20;
+    cfg.workers = 2;
+    shim_ = std::make_unique<Shim>(api_, std::move(backend), std::move(pool), cfg);
+    pageable0_ = fakecudaPageableAsyncCopies();
+  }
+  void TearDown() override {
+    if (shim_) {
+      EXPECT_EQ(fakecudaPageableAsyncCopies(), pageable0_) << "region memory was handed to a DMA";
+      EXPECT_EQ(fakecudaCallsFromHostFunctions(), 0u);
+    }
+    shim_.reset();
+  }
+  char* Region(size_t size) {
+    void* p = nullptr;
+    EXPECT_EQ(shim_->HostAlloc(&p, size, 0), cudaSuccess);
+    RegionInfo r;
+    EXPECT_TRUE(heap_->Lookup(p, &r)) << "allocation was not managed";
+    return static_cast<char*>(p);
+  }
+  char* Device(size_t size) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, size), cudaSuccess);
+    return static_cast<char*>(p);
+  }
+  // Puts `data` into the region as the CPU would (the heap backend's stand-in for a WP fault).
+  void CpuWrite(char* dst, const std::vector<char>& data) {
+    heap_->PrepareCpuWrite(dst, data.size());
+    memcpy(dst, data.data(), data.size());
+  }
+  static std::vector<char> Random(size_t n, uint64_t seed) {
+    std::vector<char> v(n);
+    std::mt19937_64 rng(seed);
+    for (size_t i = 0; i < n; i += 8) {
+      uint64_t x = rng();
+      memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+    }
+    return v;
+  }
+  std::vector<char> ReadDevice(const char* d, size_t n) {
+    std::vector<char> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+  std::vector<char> ReadRegion(const char* r, size_t n) {
+    std::vector<char> v(n);
+    bool zero = false;
+    EXPECT_TRUE(heap_->Read(r, n, v.data(), &zero).ok());
+    if (zero) std::fill(v.begin(), v.end(), 0);
+    return v;
+  }
+
+  const CudaApi* api_ = nullptr;
+  testing::HeapBackend* heap_ = nullptr;
+  std::unique_ptr<Shim> shim_;
+  uint64_t pageable0_ = 0;
+};
+
+void ClearDevice(char* d, size_t n) {
+  std::vector<char> z(n, 0x5A);
+  ASSERT_EQ(cudaMemcpy(d, z.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+TEST_F(ShimCopyTest, H2DExactBytesThenPureHitFromT0) {
+  Make(64);
+  const size_t n = 1 << 20;
+  char* r = Region(n);
+  char* d = Device(n);
+  auto data = Random(n, 1);
+  CpuWrite(r, data);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+
+  // Unchanged data: the second copy is served from the cached T0 slots (no backend read).
+  ClearDevice(d, n);
+  uint64_t reads = heap_->reads();
+  uint64_t ready = StatGet(Stat::copies_ready);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyDefault, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+  EXPECT_EQ(heap_->reads(), reads);
+  EXPECT_EQ(StatGet(Stat::copies_ready), ready + 1);
+
+  // A CPU store makes the cached copy stale: the next copy must see the new bytes.
+  data[12345] ^= 0x7F;
+  CpuWrite(r + 12345, std::vector<char>(1, data[12345]));
+  ClearDevice(d, n);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+}
+
+TEST_F(ShimCopyTest, CountersFollowTheCopies) {
+  Make(32);
+  EXPECT_GE(StatGet(Stat::pinned_pool_bytes), 32 * kChunk);
+  const size_t n = 16 * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  uint64_t h2d = StatGet(Stat::h2d_copies), h2d_b = StatGet(Stat::h2d_bytes);
+  uint64_t d2h = StatGet(Stat::d2h_copies), d2h_b = StatGet(Stat::d2h_bytes);
+  uint64_t copy_ns = StatGet(Stat::copy_ns), t0 = StatGet(Stat::t0_bytes);
+  ASSERT_EQ(shim_->Memcpy(r, d, n - 10, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::d2h_copies), d2h + 1);
+  EXPECT_EQ(StatGet(Stat::d2h_bytes), d2h_b + n - 10);
+  EXPECT_EQ(StatGet(Stat::h2d_copies), h2d + 1);
+  EXPECT_EQ(StatGet(Stat::h2d_bytes), h2d_b + n);
+  EXPECT_GT(StatGet(Stat::copy_ns), copy_ns);
+  // 15 whole chunks published by the D2H, the 16th (partial) cached by the H2D.
+  EXPECT_EQ(StatGet(Stat::t0_bytes), t0 + n);
+  void* small = nullptr;
+  uint64_t pass = StatGet(Stat::passthrough_allocs);
+  ASSERT_EQ(shim_->HostAlloc(&small, 4096, 0), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::passthrough_allocs), pass + 1);
+  EXPECT_EQ(shim_->FreeHost(small), cudaSuccess);
+}
+
+TEST_F(ShimCopyTest, NeverWrittenChunksBecomeMemset) {
+  Make(64);
+  const size_t n = 16 * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  std::vector<char> want(n, 0);
+  auto part = Random(kChunk + 100, 2);  // chunk 3 entirely, 100 bytes of chunk 4
+  CpuWrite(r + 3 * kChunk, part);
+  memcpy(want.data() + 3 * kChunk, part.data(), part.size());
+  ClearDevice(d, n);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), want);
+}
+
+TEST_F(ShimCopyTest, D2HThenH2DSameStreamWithoutSync) {
+  Make(64);
+  const size_t n = 2 << 20;
+  char* r = Region(n);
+  char* a = Device(n);
+  char* b = Device(n);
+  auto data = Random(n, 3);
+  ASSERT_EQ(cudaMemcpy(a, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ClearDevice(b, n);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(r, a, n, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  // The D2H is still queued: the H2D must read its bytes in stream order.
+  ASSERT_EQ(shim_->Memcpy(b, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(b, n), data);
+  EXPECT_EQ(ReadRegion(r, n), data);
+}
+
+TEST_F(ShimCopyTest, TwoStreamsOrderedByEvent) {
+  Make(64);
+  const size_t n = 1 << 20;
+  char* r = Region(n);
+  char* a = Device(n);
+  char* b = Device(n);
+  auto data = Random(n, 4);
+  ASSERT_EQ(cudaMemcpy(a, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ClearDevice(b, n);
+  cudaStream_t s1, s2;
+  cudaEvent_t e;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&e), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(r, a, n, cudaMemcpyDeviceToHost, s1, false), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(e, s1), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(s2, e, 0), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(b, r, n, cudaMemcpyHostToDevice, s2, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+  EXPECT_EQ(ReadDevice(b, n), data);
+  EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+}
+
+TEST_F(ShimCopyTest, UnalignedPartialCopiesMatchAShadow) {
+  Make(16);
+  const size_t n = 40 * kChunk + 4096;
+  char* r = Region(n);
+  char* d = Device(n);
+  std::vector<char> shadow(n, 0);
+  std::vector<char> dev_shadow(n, 0);
+  ASSERT_EQ(cudaMemcpy(d, dev_shadow.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  uint64_t seed = testing::TestSeed();
+  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  for (int it = 0; it < 60; ++it) {
+    size_t off = rng() % n;
+    size_t len = 1 + rng() % std::min<size_t>(n - off, 20 * kChunk);
+    if (rng() % 2) {
+      // D2H: device[off, off+len) -> region[off, off+len)
+      ASSERT_EQ(shim_->Memcpy(r + off, d + off, len, cudaMemcpyDeviceToHost, s, false),
+                cudaSuccess);
+      memcpy(shadow.data() + off, dev_shadow.data() + off, len);
+    } else {
+      // Fresh device bytes first (a sync copy on the legacy stream orders after s's work).
+      auto fresh = Random(len, rng());
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      size_t doff = rng() % (n - len + 1);
+      ASSERT_EQ(cudaMemcpy(d + doff, fresh.data(), len, cudaMemcpyHostToDevice), cudaSuccess);
+      memcpy(dev_shadow.data() + doff, fresh.data(), len);
+      // H2D: region[off, off+len) -> device[off2, ...)
+      size_t off2 = rng() % (n - len + 1);
+      ASSERT_EQ(shim_->Memcpy(d + off2, r + off, len, cudaMemcpyHostToDevice, s, false),
+                cudaSuccess);
+      memmove(dev_shadow.data() + off2, shadow.data() + off, len);
+    }
+  }
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadRegion(r, n), shadow);
+  EXPECT_EQ(ReadDevice(d, n), dev_shadow);
+}
+
+TEST_F(ShimCopyTest, CopiesLargerThanThePoolCycleSlots) {
+  Make(3);  // 192 KiB of T0 for 4 MiB copies
+  const size_t n = 4 << 20;
+  char* r = Region(n);
+  char* a = Device(n);
+  char* b = Device(n);
+  auto data = Random(n, 5);
+  ASSERT_EQ(cudaMemcpy(a, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ClearDevice(b, n);
+  ASSERT_EQ(shim_->Memcpy(r + 7, a + 7, n - 7, cudaMemcpyDeviceToHost, nullptr, false),
+            cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(b + 7, r + 7, n - 7, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  auto got = ReadDevice(b, n);
+  EXPECT_EQ(memcmp(got.data() + 7, data.data() + 7, n - 7), 0);
+}
+
+TEST_F(ShimCopyTest, HostToHostAndTwoDimensional) {
+  Make(16);
+  const size_t n = 1 << 20;
+  char* r = Region(n);
+  char* r2 = Region(n);
+  auto data = Random(n, 6);
+  // host -> region, region -> region, region -> host, all through cudaMemcpy semantics.
+  ASSERT_EQ(shim_->Memcpy(r, data.data(), n, cudaMemcpyHostToHost, nullptr, true), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(r2, r, n, cudaMemcpyDefault, nullptr, true), cudaSuccess);
+  std::vector<char> out(n);
+  ASSERT_EQ(shim_->Memcpy(out.data(), r2, n, cudaMemcpyDefault, nullptr, true), cudaSuccess);
+  EXPECT_EQ(out, data);
+
+  // 2D: 100 rows of 3000 bytes from pitch 5000 in the region to pitch 4096 on the device.
+  char* d = Device(100 * 4096);
+  ASSERT_EQ(
+      shim_->Memcpy2D(d, 4096, r + 11, 5000, 3000, 100, cudaMemcpyHostToDevice, nullptr, true),
+      cudaSuccess);
+  auto got = ReadDevice(d, 100 * 4096);
+  for (int row = 0; row < 100; ++row)
+    ASSERT_EQ(memcmp(got.data() + row * 4096, data.data() + 11 + row * 5000, 3000), 0) << row;
+}
+
+TEST_F(ShimCopyTest, PointerQueriesOnRegions) {
+  Make(4);
+  char* r = Region(2 << 20);
+  cudaPointerAttributes a;
+  ASSERT_EQ(shim_->PointerGetAttributes(&a, r + 100), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeHost);
+  EXPECT_EQ(a.hostPointer, r + 100);
+  void* dev = nullptr;
+  EXPECT_EQ(shim_->HostGetDevicePointer(&dev, r, 0), cudaErrorNotSupported);
+  unsigned flags = 0;
+  EXPECT_EQ(shim_->HostGetFlags(&flags, r), cudaErrorNotSupported);
+  EXPECT_EQ(shim_->HostRegister(r + 4096, 8192, 0), cudaSuccess);
+  EXPECT_EQ(shim_->HostUnregister(r + 4096), cudaSuccess);
+  EXPECT_EQ(shim_->HostRegister(r, 8192, cudaHostRegisterMapped), cudaErrorNotSupported);
+  EXPECT_EQ(shim_->FreeHost(r + 1), cudaErrorInvalidValue);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+  RegionInfo info;
+  EXPECT_FALSE(heap_->Lookup(r, &info));
+
+  // Small and Mapped/WriteCombined allocations are real pinned memory.
+  void* small = nullptr;
+  void* mapped = nullptr;
+  ASSERT_EQ(shim_->HostAlloc(&small, 4096, 0), cudaSuccess);
+  ASSERT_EQ(shim_->HostAlloc(&mapped, 4 << 20, cudaHostAllocMapped), cudaSuccess);
+  EXPECT_FALSE(heap_->Lookup(small, &info));
+  EXPECT_FALSE(heap_->Lookup(mapped, &info));
+  ASSERT_EQ(shim_->PointerGetAttributes(&a, mapped), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeHost);
+  EXPECT_EQ(shim_->HostGetDevicePointer(&dev, mapped, 0), cudaSuccess);
+  EXPECT_EQ(shim_->FreeHost(small), cudaSuccess);
+  EXPECT_EQ(shim_->FreeHost(mapped), cudaSuccess);
+}
+
+TEST_F(ShimCopyTest, CopyDuringStreamCaptureFailsLoudly) {
+  Make(4);
+  char* r = Region(1 << 20);
+  char* d = Device(1 << 20);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  fakecudaSetCapturing(s, 1);
+  EXPECT_EQ(shim_->Memcpy(d, r, 1 << 20, cudaMemcpyHostToDevice, s, false),
+            cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(shim_->Memcpy(r, d, 1 << 20, cudaMemcpyDeviceToHost, s, false),
+            cudaErrorStreamCaptureUnsupported);
+  fakecudaSetCapturing(s, 0);
+}
+
+TEST_F(ShimCopyTest, CopyCrossingARegionEndIsRejected) {
+  Make(4);
+  char* r = Region(1 << 20);
+  char* d = Device(2 << 20);
+  EXPECT_EQ(shim_->Memcpy(d, r + 4096, 1 << 20, cudaMemcpyHostToDevice, nullptr, true),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace zrtier

@@ -1,0 +1,149 @@
+// The shim over the real Engine (userfaultfd regions, the codec, the RAM store) and the fake CUDA
+// runtime: exact bytes through H2D/D2H with the data in every tier -- T0 hit, T1 resident, T2
+// compressed after eviction, never written -- and CPU access to what a D2H published.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "runtime/base/stats.h"
+#include "runtime/codec/sample_data.h"
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/shim.h"
+#include "runtime/engine.h"
+#include "tests/fake_cuda/fake_cuda.h"
+#include "tests/testutil/skip.h"
+
+namespace zrtier {
+namespace {
+
+class ShimEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ZRTIER_SKIP_UNLESS_UFFD();
+    ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
+    Options opts;
+    ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
+    ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
+    std::unique_ptr<Engine> engine;
+    Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    engine_ = engine.get();
+    chunk_ = engine->chunk_size();
+    std::unique_ptr<PinnedPool> pool;
+    ASSERT_TRUE(PinnedPool::Create(RealCudaApi(), 16 * chunk_, chunk_, &pool).ok());
+    ShimConfig cfg;
+    cfg.workers = 2;
+    shim_ = std::make_unique<Shim>(RealCudaApi(), MakeEngineBackend(std::move(engine)),
+                                   std::move(pool), cfg);
+  }
+  void TearDown() override {
+    if (shim_) {
+      EXPECT_EQ(fakecudaPageableAsyncCopies(), 0u) << "region memory reached a DMA";
+    }
+    shim_.reset();
+  }
+  char* Region(size_t n) {
+    void* p = nullptr;
+    EXPECT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
+    RegionInfo r;
+    EXPECT_TRUE(engine_->Lookup(p, &r));
+    return static_cast<char*>(p);
+  }
+  char* Device(size_t n) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess);
+    return static_cast<char*>(p);
+  }
+  std::vector<char> FromDevice(const char* d, size_t n) {
+    std::vector<char> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+  void Junk(char* d, size_t n) {
+    std::vector<char> j(n, 0x6B);
+    ASSERT_EQ(cudaMemcpy(d, j.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+
+  Engine* engine_ = nullptr;
+  size_t chunk_ = 0;
+  std::unique_ptr<Shim> shim_;
+};
+
+TEST_F(ShimEngineTest, ExactBytesFromEveryTier) {
+  const size_t n = 64 * chunk_ + 777;
+  char* r = Region(n);
+  char* d = Device(n);
+  std::vector<char> data(n);
+  FillSample(SampleKind::kBf16Gaussian, 7, data.data(), n);
+  // Leave chunks 10..13 never written.
+  memcpy(r, data.data(), 10 * chunk_);
+  memcpy(r + 14 * chunk_, data.data() + 14 * chunk_, n - 14 * chunk_);
+  memset(data.data() + 10 * chunk_, 0, 4 * chunk_);
+
+  // T1 resident.
+  Junk(d, n);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(FromDevice(d, n), data);
+
+  // T0: the last 16 chunks (49..64) are still cached in the 16-slot pool.
+  uint64_t ready = StatGet(Stat::copies_ready);
+  Junk(d, n);
+  size_t tail = n - 49 * chunk_;
+  ASSERT_EQ(
+      shim_->Memcpy(d + 49 * chunk_, r + 49 * chunk_, tail, cudaMemcpyHostToDevice, nullptr, true),
+      cudaSuccess);
+  auto got = FromDevice(d, n);
+  EXPECT_EQ(memcmp(got.data() + 49 * chunk_, data.data() + 49 * chunk_, tail), 0);
+  EXPECT_EQ(StatGet(Stat::copies_ready), ready + 1);
+
+  // T2: evict everything to the compressed store; the copy decodes into T0 slots.
+  RegionInfo info;
+  ASSERT_TRUE(engine_->Lookup(r, &info));
+  shim_->pool()->DropRegion(info.id);
+  ASSERT_TRUE(engine_->EvictTo(0).ok());
+  EngineUsage u = engine_->Usage();
+  EXPECT_EQ(u.resident_bytes, 0u);
+  EXPECT_GT(u.stored_raw_bytes, 0u);
+  Junk(d, n);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(FromDevice(d, n), data);
+  EXPECT_EQ(engine_->Usage().resident_bytes, 0u) << "the copy should decode into T0, not install";
+  // And the CPU still sees everything.
+  EXPECT_EQ(memcmp(r, data.data(), n), 0);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
+TEST_F(ShimEngineTest, D2HPublishesForTheCpuAndLaterCopies) {
+  const size_t n = 40 * chunk_;
+  char* r = Region(n);
+  char* a = Device(n);
+  char* b = Device(n);
+  std::vector<char> data(n), want(n, 0);
+  FillSample(SampleKind::kBf16Relu, 8, data.data(), n);
+  ASSERT_EQ(cudaMemcpy(a, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  // Two overlapping partial D2H copies queued back to back, then an H2D, without a sync.
+  ASSERT_EQ(shim_->Memcpy(r + 100, a + 100, 20 * chunk_, cudaMemcpyDeviceToHost, s, false),
+            cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(r + 5 * chunk_ + 3, a, 30 * chunk_, cudaMemcpyDeviceToHost, s, false),
+            cudaSuccess);
+  memcpy(want.data() + 100, data.data() + 100, 20 * chunk_);
+  memcpy(want.data() + 5 * chunk_ + 3, data.data(), 30 * chunk_);
+  Junk(b, n);
+  ASSERT_EQ(shim_->Memcpy(b, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(FromDevice(b, n), want);
+  EXPECT_EQ(memcmp(r, want.data(), n), 0);
+  // Evicted and copied again.
+  ASSERT_TRUE(engine_->EvictTo(0).ok());
+  Junk(b, n);
+  ASSERT_EQ(shim_->Memcpy(b, r, n, cudaMemcpyHostToDevice, s, true), cudaSuccess);
+  EXPECT_EQ(FromDevice(b, n), want);
+  EXPECT_EQ(fakecudaCallsFromHostFunctions(), 0u);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace zrtier
