@@ -65,7 +65,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \
     "1 = publish statistics in /dev/shm/zrtier.<pid> for zrtier stats and zrtier-top")           \
   X(kZramSize, "ZRAM_SIZE", kSize, "25%", "bytes", "", "",                                       \
-    "disksize of the zram device the zram tier configures (its capacity for encoded chunks)")
+    "disksize of the zram device the zram tier configures (its capacity for encoded chunks)")    \
+  X(kLibrary, "LIBRARY", kString, "", "path", "", "",                                            \
+    "libzrtier.so for zrtier run to preload (default: found next to the zrtier binary)")
 
 enum class Opt : int {
 #define ZRTIER_OPTION_ENUM(id, ...) id,

@@ -46,6 +46,13 @@ expect_contains "$(capture)" "select a process" "help screen"
 T send-keys -t top x; sleep 0.5
 [[ "$(capture)" != *"select a process"* ]] || fail "any key should close the help"
 
+T send-keys -t top s; sleep 0.5
+expect_contains "$(capture)" "sort: resident" "s changes the sort key"
+T send-keys -t top p; sleep 0.5
+expect_contains "$(capture)" "[PAUSED]" "p pauses"
+T send-keys -t top p; sleep 0.5
+[[ "$(capture)" != *"[PAUSED]"* ]] || fail "p again resumes"
+
 T resize-window -t top -x 90 -y 30 2>/dev/null || T resize-pane -t top -x 90 -y 30
 sleep 1
 screen=$(capture)

@@ -52,8 +52,9 @@ void PrintMarkdown() {
   for (int i = 0; i < kOptionCount; ++i) {
     const OptionInfo& info = OptionAt(i);
     std::string flag = info.flag[0] ? "`--" + std::string(info.flag) + "`" : "";
-    printf("| `ZRTIER_%s` | %s | `%s` | %s | %s |\n", info.name, flag.c_str(), info.default_text,
-           info.unit, MdEscape(HelpOf(info)).c_str());
+    std::string def = info.default_text[0] ? "`" + std::string(info.default_text) + "`" : "";
+    printf("| `ZRTIER_%s` | %s | %s | %s | %s |\n", info.name, flag.c_str(), def.c_str(), info.unit,
+           MdEscape(HelpOf(info)).c_str());
   }
 }
 

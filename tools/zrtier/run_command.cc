@@ -129,7 +129,14 @@ int RunWithPreload(const std::vector<std::string>& command,
   sa.sa_sigaction = Forward;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
+  // A signal zrtier inherited as ignored (e.g. SIGINT for a background job of a script) stays
+  // ignored, for zrtier and for CMD, as it would without zrtier.
+  bool installed[sizeof(kForwarded) / sizeof(kForwarded[0])] = {};
+  for (size_t i = 0; i < sizeof(kForwarded) / sizeof(kForwarded[0]); ++i) {
+    struct sigaction old;
+    if (sigaction(kForwarded[i], nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    installed[i] = sigaction(kForwarded[i], &sa, nullptr) == 0;
+  }
 
   fflush(nullptr);
   pid_t pid = fork();
@@ -141,9 +148,10 @@ int RunWithPreload(const std::vector<std::string>& command,
     struct sigaction dfl;
     memset(&dfl, 0, sizeof(dfl));
     dfl.sa_handler = SIG_DFL;
-    for (int sig : kForwarded) sigaction(sig, &dfl, nullptr);
+    for (size_t i = 0; i < sizeof(kForwarded) / sizeof(kForwarded[0]); ++i)
+      if (installed[i]) sigaction(kForwarded[i], &dfl, nullptr);
     setenv("LD_PRELOAD", preload.c_str(), 1);
-    unsetenv("ZRTIER_LIBRARY");  // not a runtime option: the shim would warn about it
+    unsetenv("ZRTIER_LIBRARY");  // zrtier run's own setting; CMD has no use for it
     for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     std::vector<char*> argv;
     for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -174,7 +182,8 @@ int RunWithPreload(const std::vector<std::string>& command,
 }
 
 void AddRunCommand(CLI::App* app) {
-  auto* state = new RunState();  // lives as long as the app (the whole process)
+  static RunState storage;  // lives as long as the app (the whole process)
+  RunState* state = &storage;
   CLI::App* run = app->add_subcommand(
       "run", "run a command with libzrtier.so preloaded: zrtier run [OPTIONS] -- CMD [ARGS...]");
   run->prefix_command();
