@@ -230,12 +230,13 @@ Status ReadStatsFile(const std::string& path, StatsSnapshot* out) {
         if (attempt >= 16) sched_yield();
         uint64_t s1 = row.seq.load(std::memory_order_acquire);
         if (s1 & 1) continue;
-        StatsSnapshot::Region r{row.base.load(std::memory_order_relaxed),
-                                row.size.load(std::memory_order_relaxed),
-                                row.resident_bytes.load(std::memory_order_relaxed),
-                                row.stored_raw_bytes.load(std::memory_order_relaxed),
-                                row.stored_bytes.load(std::memory_order_relaxed)};
-        std::atomic_thread_fence(std::memory_order_acquire);
+        // Acquire loads keep the re-check of seq below after every field load (no fence:
+        // TSan cannot model fences).
+        StatsSnapshot::Region r{row.base.load(std::memory_order_acquire),
+                                row.size.load(std::memory_order_acquire),
+                                row.resident_bytes.load(std::memory_order_acquire),
+                                row.stored_raw_bytes.load(std::memory_order_acquire),
+                                row.stored_bytes.load(std::memory_order_acquire)};
         if (row.seq.load(std::memory_order_relaxed) != s1) continue;
         if (r.base != 0 && r.size != 0) out->regions.push_back(r);
         break;
