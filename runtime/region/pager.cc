@@ -1,0 +1,328 @@
+// The pager: the userfaultfd fault-handler thread (one poll loop on the uffd and an eventfd, events
+// read in batches and deduplicated by chunk), the chunk loads it performs (decode a store entry or
+// take zeros, install with UFFDIO_COPY, make the state final, then wake), the parking and retry of
+// faults on busy chunks or over the resident budget, the restore workers that take concurrent
+// restores off the pager thread, and the uffd ioctl helpers (COPY, WRITEPROTECT, WAKE, POISON)
+// the other mechanisms share. See docs/ARCHITECTURE.md ("Pager", "Restore workers").
+
+#include <poll.h>
+
+#include "runtime/base/log.h"
+#include "runtime/os/uffd_compat.h"
+#include "runtime/region/engine_impl.h"
+
+namespace zrtier {
+
+namespace {
+
+constexpr int kBatch = 64;
+constexpr uint64_t kSpinNs = 30'000;  // the pager polls without sleeping this long after events
+
+}  // namespace
+
+// ---- uffd ioctls ---------------------------------------------------------------------------
+
+// Installs [dst, dst+len) from `src` with UFFDIO_COPY (write-protected if `wp`), handling partial
+// progress (EAGAIN), pages already present (EEXIST: skipped, then woken) and exiting processes.
+// With `dontwake`, the faulting threads are left asleep (the caller wakes them once the chunk
+// state is final).
+Status Engine::Impl::Copy(char* dst, const char* src, size_t len, bool wp, bool dontwake) {
+  size_t done = 0;
+  int again = 0;
+  bool skipped = false;
+  while (done < len) {
+    uffdio_copy c{};
+    c.dst = reinterpret_cast<uint64_t>(dst + done);
+    c.src = reinterpret_cast<uint64_t>(src + done);
+    c.len = len - done;
+    c.mode = (wp ? UFFDIO_COPY_MODE_WP : 0) | (dontwake ? UFFDIO_COPY_MODE_DONTWAKE : 0);
+    long r = os_->Ioctl(uffd_, UFFDIO_COPY, &c);
+    if (r == 0) break;
+    if (c.copy > 0) done += static_cast<size_t>(c.copy);
+    if (r == -EAGAIN) {
+      if (++again > 100000) return Status::Error(EAGAIN, "UFFDIO_COPY keeps returning EAGAIN");
+      continue;
+    }
+    if (r == -EEXIST) {  // a page is already there: it counts as installed
+      done += kPage;
+      skipped = true;
+      continue;
+    }
+    return Status::Error(static_cast<int>(-r), "UFFDIO_COPY: " + Err(r));
+  }
+  if (skipped && !dontwake) Wake(dst, len);
+  return Status::Ok();
+}
+
+long Engine::Impl::WriteProtect(char* p, size_t len, bool wp) {
+  for (int again = 0;; ++again) {
+    uffdio_writeprotect w{};
+    w.range.start = reinterpret_cast<uint64_t>(p);
+    w.range.len = len;
+    w.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
+    long r = os_->Ioctl(uffd_, UFFDIO_WRITEPROTECT, &w);
+    if (r != -EAGAIN || again > 100000) return r;
+  }
+}
+
+void Engine::Impl::Wake(char* p, size_t len) {
+  uffdio_range r{reinterpret_cast<uint64_t>(p), len};
+  os_->Ioctl(uffd_, UFFDIO_WAKE, &r);
+}
+
+// A fault outside every live region (a use after free): SIGBUS through UFFDIO_POISON.
+void Engine::Impl::Stray(uint64_t addr) {
+  char* page = reinterpret_cast<char*>(addr & ~(kPage - 1));
+  ZRTIER_LOG_ONCE(LogLevel::kError,
+                  "access to zrtier arena memory outside any live region (%p): use after free?",
+                  reinterpret_cast<void*>(addr));
+  if (arena_->poison_supported()) {
+    uffdio_poison p{};
+    p.range.start = reinterpret_cast<uint64_t>(page);
+    p.range.len = kPage;
+    poisoned_.store(true);
+    long r = os_->Ioctl(uffd_, UFFDIO_POISON, &p);
+    if (r == 0 || r == -EEXIST) return;
+  }
+  Wake(page, kPage);
+}
+
+// ---- the pager -----------------------------------------------------------------------------
+
+// Decodes the store entry of chunk `c` into `dst` (chunk_ bytes).
+Status Engine::Impl::DecodeChunk(Chunk& c, char* dst, const char* what) {
+  uint64_t t0 = MonotonicNs();
+  StoreHandle h = c.handle.load();
+  Status st = store_->Get(
+      h, [&](const void* data, size_t len) { return codec_.Decode(data, len, dst, chunk_); });
+  if (!st.ok()) return Status::Error(st.code(), std::string(what) + ": " + st.message());
+  StatAdd(Stat::decode_ns, MonotonicNs() - t0);
+  StatAdd(Stat::bytes_decoded, chunk_);
+  return Status::Ok();
+}
+
+// Missing fault on a chunk claimed (kBusy) from `from` (kEmpty or kStored). A fault raised by a
+// store installs the chunk writable and dirty right away (the write is about to happen: saves the
+// write-protect fault that would follow); a load installs it write-protected and clean.
+Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
+  const char* src = zero_;
+  if (from == kStored) {
+    char* buf = tl_raw.Get(chunk_);
+    Status st = DecodeChunk(c, buf, "restoring a chunk on a page fault");
+    if (!st.ok()) {
+      c.EndBusy(from);
+      Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
+          static_cast<void*>(p), st.ToString().c_str());
+      Stray(reinterpret_cast<uint64_t>(p));
+      return Outcome::kDone;
+    }
+    src = buf;
+  }
+  // Installed write-protected so that the first write is seen. Never-written chunks get real
+  // zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and a write would go unseen.
+  Status st = Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);
+  if (!st.ok()) {
+    c.EndBusy(from);
+    SignalParked();
+    if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
+    ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
+    return Outcome::kPark;
+  }
+  c.referenced.store(1, std::memory_order_relaxed);
+  AddResident(r, chunk_);
+  if (from == kStored) {
+    r->stored_raw.fetch_sub(chunk_);
+    stored_raw_.fetch_sub(chunk_);
+  }
+  StatAdd(Stat::faults_missing, 1);
+  if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
+  if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  if (write) {
+    c.gen.fetch_add(1);
+    FreeHandle(r, c);  // the stored copy is garbage now
+  }
+  c.EndBusy(write ? kDirty : kClean);
+  Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
+  SignalParked();
+  KickEvictor();
+  return Outcome::kDone;
+}
+
+// `may_defer`: more faults are waiting behind this one, so a restore may go to a worker (a lone
+// fault is restored right here: a hand-off would only add a wake-up to its latency).
+Outcome Engine::Impl::HandleFault(const Fault& f, bool may_defer) {
+  Region* r = f.region.get();
+  if (!r || r->dead.load()) {
+    Stray(f.addr);
+    return Outcome::kDone;
+  }
+  size_t i = r->table.IndexOf(reinterpret_cast<void*>(f.addr));
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  for (;;) {
+    uint32_t w = c.word.load();
+    ChunkState s = StateOf(w);
+    if (s == kBusy) return Outcome::kPark;
+    if (s == kFreed) {
+      Stray(f.addr);
+      return Outcome::kDone;
+    }
+    if (f.wp) {
+      if (s != kClean) {  // already writable, or dropped meanwhile (then it refaults as missing)
+        Wake(p, chunk_);
+        return Outcome::kDone;
+      }
+      if (!c.TryBusy(w)) continue;
+      c.gen.fetch_add(1);
+      FreeHandle(r, c);                          // the stored copy is garbage now
+      long rc = WriteProtect(p, chunk_, false);  // mode 0 also wakes the writers
+      if (rc < 0 && rc != -ENOENT && rc != -ESRCH) {
+        c.EndBusy(kClean);
+        SignalParked();
+        ZRTIER_LOG_ONCE(LogLevel::kError, "UFFDIO_WRITEPROTECT(clear): %s (retrying)",
+                        Err(rc).c_str());
+        return Outcome::kPark;
+      }
+      c.referenced.store(1, std::memory_order_relaxed);
+      StatAdd(Stat::faults_wp, 1);
+      c.EndBusy(kDirty);
+      SignalParked();
+      return Outcome::kDone;
+    }
+    if (IsResident(w)) {  // installed meanwhile
+      Wake(p, chunk_);
+      return Outcome::kDone;
+    }
+    if (OverBudget()) {
+      KickEvictor();
+      return Outcome::kPark;
+    }
+    if (!c.TryBusy(w)) continue;
+    if (may_defer && s == kStored &&
+        restore_queued_.load(std::memory_order_relaxed) < restorers_.size()) {
+      restore_queued_.fetch_add(1);
+      std::lock_guard<std::mutex> lock(restore_mu_);
+      restore_q_.push_back(RestoreJob{f, &c, p, s});
+      restore_cv_.notify_one();
+      return Outcome::kQueued;
+    }
+    return Load(r, c, p, s, f.write, f.t0);
+  }
+}
+
+void Engine::Impl::Finish(const Fault& f) {
+  uint64_t ns = MonotonicNs() - f.t0;
+  StatAdd(Stat::fault_ns, ns);
+  if (!f.wp) HistRecord(Hist::fault_latency, ns);
+}
+
+void Engine::Impl::RestoreLoop() {
+  std::unique_lock<std::mutex> lock(restore_mu_);
+  for (;;) {
+    restore_cv_.wait(lock, [&] { return !restore_q_.empty() || restore_stop_; });
+    if (restore_q_.empty()) return;  // stopping, queue drained
+    RestoreJob j = std::move(restore_q_.front());
+    restore_q_.pop_front();
+    lock.unlock();
+    restore_queued_.fetch_sub(1);
+    Outcome o = Load(j.f.region.get(), *j.c, j.p, j.from, j.f.write, j.f.t0);
+    if (o == Outcome::kPark) {
+      {
+        std::lock_guard<std::mutex> g(requeue_mu_);
+        requeued_.push_back(std::move(j.f));
+      }
+      uint64_t one = 1;
+      os_->Write(efd_, &one, sizeof(one));
+    } else {
+      Finish(j.f);
+    }
+    lock.lock();
+  }
+}
+
+void Engine::Impl::PagerLoop() {
+  std::vector<Fault> parked, retry;
+  uffd_msg msgs[kBatch];
+  std::vector<std::pair<uint64_t, bool>> done_chunks;
+  uint64_t last_event = 0;
+  while (!stop_.load()) {
+    heartbeat_.store(MonotonicNs());
+    pollfd fds[2] = {{uffd_, POLLIN, 0}, {efd_, POLLIN, 0}};
+    // Right after a batch, poll without sleeping for a few µs: a thread touching chunks in a
+    // row faults again within microseconds, and a sleeping handler costs a wake-up each time.
+    bool spin = MonotonicNs() - last_event < kSpinNs;
+    long pr = os_->Poll(fds, 2, spin ? 0 : parked.empty() ? 100 : 2);
+    if (pr < 0 && pr != -EINTR && pr != -EAGAIN) {
+      Log(LogLevel::kError, "fault handler: poll failed (%s); the handler stops", Err(pr).c_str());
+      pager_failed_.store(true);
+      return;
+    }
+    if (fds[1].revents & POLLIN) {
+      uint64_t v;
+      os_->Read(efd_, &v, sizeof(v));
+    }
+    {
+      std::lock_guard<std::mutex> g(requeue_mu_);
+      for (Fault& f : requeued_) parked.push_back(std::move(f));
+      requeued_.clear();
+    }
+    if (!parked.empty()) {
+      retry.swap(parked);
+      parked_count_.store(retry.size());
+      for (size_t k = 0; k < retry.size(); ++k) {
+        Fault& f = retry[k];
+        Outcome o = HandleFault(f, k + 1 < retry.size());
+        if (o == Outcome::kPark) {
+          parked.push_back(std::move(f));
+        } else if (o == Outcome::kDone) {
+          Finish(f);
+        }
+      }
+      retry.clear();
+      parked_count_.store(parked.size());
+    }
+    for (;;) {
+      long n = os_->Read(uffd_, msgs, sizeof(msgs));
+      if (n == -EAGAIN || n == -EINTR) break;
+      if (n < 0) {
+        Log(LogLevel::kError, "fault handler: read(userfaultfd) failed (%s); the handler stops",
+            Err(n).c_str());
+        pager_failed_.store(true);
+        return;
+      }
+      uint64_t t0 = MonotonicNs();
+      last_event = t0;
+      done_chunks.clear();
+      int count = static_cast<int>(n / sizeof(uffd_msg));
+      for (int k = 0; k < count; ++k) {
+        if (msgs[k].event != UFFD_EVENT_PAGEFAULT) continue;
+        Fault f;
+        f.addr = msgs[k].arg.pagefault.address;
+        f.wp = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) != 0;
+        f.write = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0;
+        f.t0 = t0;
+        f.region = Find(reinterpret_cast<void*>(f.addr));
+        uint64_t key = f.region
+                           ? f.region->table.IndexOf(reinterpret_cast<void*>(f.addr)) * chunk_ +
+                                 reinterpret_cast<uint64_t>(f.region->base)
+                           : f.addr;
+        // Dedupe: the install/unprotect of an earlier event of this batch woke this thread too.
+        if (std::find(done_chunks.begin(), done_chunks.end(), std::make_pair(key, f.wp)) !=
+            done_chunks.end())
+          continue;
+        parked_count_.fetch_add(1);  // before looking at the state: a transition ending now signals
+        Outcome o = HandleFault(f, k + 1 < count);
+        if (o == Outcome::kPark) {
+          parked.push_back(std::move(f));
+        } else {
+          parked_count_.fetch_sub(1);
+          done_chunks.emplace_back(key, f.wp);  // a queued restore wakes the whole chunk too
+          if (o == Outcome::kDone) Finish(f);
+        }
+      }
+      if (count < kBatch) break;
+    }
+  }
+}
+
+}  // namespace zrtier

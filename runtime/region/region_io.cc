@@ -1,0 +1,150 @@
+// Region I/O without faults: Engine::Read pins resident chunks or decodes stored ones straight
+// into the destination, Engine::Write claims each chunk, merges partial chunks and installs or
+// overwrites them (new generation, old store copy freed), and Generation reports a chunk's write
+// generation. See docs/ARCHITECTURE.md ("Read / Write").
+
+#include <cstdio>
+
+#include "runtime/region/engine_impl.h"
+
+namespace zrtier {
+
+Status Engine::Impl::Read(const void* src, size_t len, void* dst, bool* zero) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(FindRange(src, len, &r));
+  const char* s0 = static_cast<const char*>(src);
+  if (len == 0) {
+    if (zero) *zero = true;
+    return Status::Ok();
+  }
+  size_t first = r->table.IndexOf(s0), last = r->table.IndexOf(s0 + len - 1);
+  if (zero) {
+    bool all = true;
+    for (size_t i = first; i <= last && all; ++i)
+      all = StateOf(r->table.chunks[i].word.load()) == kEmpty;
+    *zero = all;
+    if (all) return Status::Ok();
+  }
+  char* out = static_cast<char*>(dst);
+  for (size_t i = first; i <= last; ++i) {
+    Chunk& c = r->table.chunks[i];
+    char* p = r->table.AddressOf(i);
+    const char* from = std::max<const char*>(p, s0);
+    const char* to = std::min<const char*>(p + chunk_, s0 + len);
+    size_t off = from - p, n = to - from;
+    char* d = out + (from - s0);
+    int spins = 0;
+    for (;;) {
+      if (c.TryPin()) {  // resident: pinned pages cannot be dropped while we copy
+        CopyFromRegion(d, from, n);
+        c.Unpin();
+        break;
+      }
+      uint32_t w = c.word.load();
+      ChunkState s = StateOf(w);
+      if (s == kEmpty) {
+        memset(d, 0, n);
+        break;
+      }
+      if (s == kFreed) return Status::Error(EINVAL, "Read: region freed");
+      if (s == kStored) {
+        if (!c.TryBusy(w)) continue;
+        char* buf = n == chunk_ ? d : tl_raw.Get(chunk_);
+        uint64_t t0 = MonotonicNs();
+        Status st = DecodeChunk(c, buf, "Read");
+        c.EndBusy(kStored);
+        SignalParked();
+        if (!st.ok()) {
+          char where[64];
+          snprintf(where, sizeof(where), " (chunk at %p)", static_cast<void*>(p));
+          return Status::Error(st.code(), st.message() + where);
+        }
+        HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+        if (buf != d) memcpy(d, buf + off, n);
+        break;
+      }
+      Backoff(&spins);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(FindRange(dst, len, &r));
+  if (len == 0) return Status::Ok();
+  char* d0 = static_cast<char*>(dst);
+  const char* in = static_cast<const char*>(src);
+  size_t first = r->table.IndexOf(d0), last = r->table.IndexOf(d0 + len - 1);
+  for (size_t i = first; i <= last; ++i) {
+    Chunk& c = r->table.chunks[i];
+    char* p = r->table.AddressOf(i);
+    char* from = std::max(p, d0);
+    char* to = std::min(p + chunk_, d0 + len);
+    size_t off = from - p, n = to - from;
+    const char* s = in + (from - d0);
+    if (!IsResident(c.word.load())) WaitForRoom();
+    uint32_t w;
+    int spins = 0;
+    for (;;) {
+      w = c.word.load();
+      ChunkState st = StateOf(w);
+      if (st == kFreed) return Status::Error(EINVAL, "Write: region freed");
+      if (st != kBusy && c.TryBusy(w)) break;
+      Backoff(&spins);
+    }
+    ChunkState was = StateOf(w);
+    if (IsResident(w)) {
+      if (was == kClean) {
+        long rc = WriteProtect(p, chunk_, false);
+        if (rc < 0) {
+          c.EndBusy(was);
+          SignalParked();
+          return Status::Error(static_cast<int>(-rc), "Write: UFFDIO_WRITEPROTECT: " + Err(rc));
+        }
+      }
+      memcpy(from, s, n);
+    } else {
+      char* buf = tl_raw.Get(chunk_);
+      if (n != chunk_) {
+        if (was == kStored) {
+          Status st = DecodeChunk(c, buf, "Write (merging a partial chunk)");
+          if (!st.ok()) {
+            c.EndBusy(was);
+            SignalParked();
+            return st;
+          }
+        } else {
+          memset(buf, 0, chunk_);
+        }
+      }
+      memcpy(buf + off, s, n);
+      Status st = Copy(p, buf, chunk_, /*wp=*/false);
+      if (!st.ok()) {
+        c.EndBusy(was);
+        SignalParked();
+        return Status::Error(st.code(), "Write: " + st.message());
+      }
+      AddResident(r.get(), chunk_);
+      if (was == kStored) {
+        r->stored_raw.fetch_sub(chunk_);
+        stored_raw_.fetch_sub(chunk_);
+      }
+    }
+    FreeHandle(r.get(), c);
+    c.gen.fetch_add(1);
+    c.referenced.store(1, std::memory_order_relaxed);
+    c.EndBusy(kDirty);
+    SignalParked();
+    KickEvictor();
+  }
+  return Status::Ok();
+}
+
+uint64_t Engine::Impl::Generation(const void* p) const {
+  std::shared_ptr<Region> r = Find(p);
+  if (!r) return 0;
+  return r->table.chunks[r->table.IndexOf(p)].gen.load();
+}
+
+}  // namespace zrtier
