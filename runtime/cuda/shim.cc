@@ -46,6 +46,10 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
       StatAdd(Stat::region_bytes, r.size);
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
+      {
+        std::unique_lock<std::shared_mutex> l(regions_mu_);
+        regions_[r.id] = r;
+      }
       *p = r.base;
       return cudaSuccess;
     }
