@@ -60,6 +60,7 @@ namespace {
 
 constexpr size_t kPage = 4096;
 constexpr int kBatch = 64;
+constexpr uint64_t kSpinNs = 30'000;  // the pager polls without sleeping this long after events
 
 // A page-aligned scratch buffer that grows on demand (UFFDIO_COPY sources, codec output).
 struct Scratch {
@@ -130,7 +131,8 @@ struct Fault {
   std::shared_ptr<Region> region;  // null: the address is in no live region
   uint64_t addr = 0;
   bool wp = false;
-  uint64_t t0 = 0;  // when it was read
+  bool write = false;  // a missing fault raised by a store
+  uint64_t t0 = 0;     // when it was read
 };
 
 enum class Outcome { kDone, kPark };
@@ -439,8 +441,10 @@ class Engine::Impl {
     return Status::Ok();
   }
 
-  // Missing fault on a chunk claimed (kBusy) from `from` (kEmpty or kStored).
-  Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, uint64_t t0) {
+  // Missing fault on a chunk claimed (kBusy) from `from` (kEmpty or kStored). A fault raised by a
+  // store installs the chunk writable and dirty right away (the write is about to happen: saves the
+  // write-protect fault that would follow); a load installs it write-protected and clean.
+  Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
     const char* src = zero_;
     if (from == kStored) {
       char* buf = tl_raw.Get(chunk_);
@@ -456,7 +460,7 @@ class Engine::Impl {
     }
     // Installed write-protected so that the first write is seen. Never-written chunks get real
     // zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and a write would go unseen.
-    Status st = Copy(p, src, chunk_, /*wp=*/true, /*dontwake=*/true);
+    Status st = Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);
     if (!st.ok()) {
       c.EndBusy(from);
       SignalParked();
@@ -472,7 +476,11 @@ class Engine::Impl {
     }
     StatAdd(from == kStored ? Stat::faults_missing : Stat::faults_zero, 1);
     if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
-    c.EndBusy(kClean);
+    if (write) {
+      c.gen.fetch_add(1);
+      FreeHandle(r, c);  // the stored copy is garbage now
+    }
+    c.EndBusy(write ? kDirty : kClean);
     Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
     SignalParked();
     KickEvictor();
@@ -527,7 +535,7 @@ class Engine::Impl {
         return Outcome::kPark;
       }
       if (!c.TryBusy(w)) continue;
-      return Load(r, c, p, s, f.t0);
+      return Load(r, c, p, s, f.write, f.t0);
     }
   }
 
@@ -541,10 +549,14 @@ class Engine::Impl {
     std::vector<Fault> parked, retry;
     uffd_msg msgs[kBatch];
     std::vector<std::pair<uint64_t, bool>> done_chunks;
+    uint64_t last_event = 0;
     while (!stop_.load()) {
       heartbeat_.store(MonotonicNs());
       pollfd fds[2] = {{uffd_, POLLIN, 0}, {efd_, POLLIN, 0}};
-      long pr = os_->Poll(fds, 2, parked.empty() ? 100 : 2);
+      // Right after a batch, poll without sleeping for a few µs: a thread touching chunks in a
+      // row faults again within microseconds, and a sleeping handler costs a wake-up each time.
+      bool spin = MonotonicNs() - last_event < kSpinNs;
+      long pr = os_->Poll(fds, 2, spin ? 0 : parked.empty() ? 100 : 2);
       if (pr < 0 && pr != -EINTR && pr != -EAGAIN) {
         Log(LogLevel::kError, "fault handler: poll failed (%s); the handler stops",
             Err(pr).c_str());
@@ -578,6 +590,7 @@ class Engine::Impl {
           return;
         }
         uint64_t t0 = MonotonicNs();
+        last_event = t0;
         done_chunks.clear();
         int count = static_cast<int>(n / sizeof(uffd_msg));
         for (int k = 0; k < count; ++k) {
@@ -585,6 +598,7 @@ class Engine::Impl {
           Fault f;
           f.addr = msgs[k].arg.pagefault.address;
           f.wp = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) != 0;
+          f.write = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0;
           f.t0 = t0;
           f.region = Find(reinterpret_cast<void*>(f.addr));
           uint64_t key = f.region
@@ -965,7 +979,8 @@ class Engine::Impl {
             "the userfaultfd fault handler thread has stopped; threads touching managed "
             "memory will hang (set ZRTIER_DISABLE=1 to run without zrtier)");
       }
-      uint64_t age = MonotonicNs() - heartbeat_.load();
+      uint64_t beat = heartbeat_.load(), now = MonotonicNs();
+      uint64_t age = now > beat ? now - beat : 0;
       if (!pager_failed_.load() && age > 2'000'000'000ull && !said_stall) {
         said_stall = true;
         Log(LogLevel::kError, "the fault handler thread has not run for %.1f s (stalled?)",

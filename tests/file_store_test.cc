@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
 
+#include "runtime/base/stats.h"
 #include "tests/testutil/data.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
@@ -81,6 +83,47 @@ TEST_F(FileStoreTest, RoundTripsExactBytesAndRemovesFiles) {
     EXPECT_GE(FilesIn(dir), 1u);
   }
   EXPECT_EQ(FilesIn(dir), 0u) << "spill files are removed with the store";
+}
+
+TEST_F(FileStoreTest, GaugesAndCountersFollowUsage) {
+  uint64_t raw0 = StatGet(Stat::spill_raw_bytes), bytes0 = StatGet(Stat::spill_bytes);
+  uint64_t w0 = StatGet(Stat::spill_write_bytes), r0 = StatGet(Stat::spill_read_bytes);
+  {
+    std::unique_ptr<FileStore> store;
+    ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+    auto d = Bytes(5000, 11);
+    StoreHandle h1, h2;
+    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h1).ok());
+    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h2).ok());
+    EXPECT_EQ(StatGet(Stat::spill_raw_bytes) - raw0, 2u * 65536);
+    EXPECT_EQ(StatGet(Stat::spill_bytes) - bytes0, 2u * 8192) << "two 4 KiB-rounded extents";
+    EXPECT_EQ(StatGet(Stat::spill_write_bytes) - w0, 2u * 5000);
+    std::vector<unsigned char> got;
+    ASSERT_TRUE(ReadInto(store.get(), h1, &got).ok());
+    EXPECT_EQ(StatGet(Stat::spill_read_bytes) - r0, 5000u);
+    store->Free(h1);
+    EXPECT_EQ(StatGet(Stat::spill_raw_bytes) - raw0, 65536u);
+    EXPECT_EQ(StatGet(Stat::spill_bytes) - bytes0, 8192u);
+  }
+  EXPECT_EQ(StatGet(Stat::spill_raw_bytes), raw0) << "destroying the store drops its gauges";
+  EXPECT_EQ(StatGet(Stat::spill_bytes), bytes0);
+}
+
+TEST_F(FileStoreTest, StaleFilesOfDeadProcessesAreRemoved) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int st;
+  ASSERT_EQ(waitpid(child, &st, 0), child);  // `child` is now a pid with no process
+  std::string dead = dir_ + "/zrtier-" + std::to_string(child) + "-0-0.spill";
+  std::string live = dir_ + "/zrtier-1-0-0.spill";  // pid 1 exists
+  std::string other = dir_ + "/keep.spill";
+  for (const std::string& f : {dead, live, other}) fclose(fopen(f.c_str(), "w"));
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
 }
 
 TEST_F(FileStoreTest, BatchesRoundTrip) {

@@ -1,6 +1,8 @@
 // Stress test of the store stack under concurrency: several threads Put/Get/Prefetch/Free their own
 // entries and read a shared set, with a tiny RAM limit so the mover keeps spilling to files (and
-// zram, where there is one) while readers are on the entries; every read is compared byte for byte.
+// zram, where there is one) while readers are on the entries; and the Engine running over
+// STORE_BACKEND=ram+file with a tiny STORE_LIMIT while threads write and verify chunks. Every read
+// is compared byte for byte.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
+#include "runtime/engine.h"
 #include "runtime/store/tiered_store.h"
 #include "runtime/store/zram_device.h"
 #include "tests/testutil/data.h"
@@ -61,7 +64,7 @@ void RunStress(const char* backend, const std::string& dir) {
   ASSERT_TRUE(s.ok()) << s.ToString();
 
   uint64_t seed = testing::TestSeed();
-  int seconds = std::max(1, testing::StressSeconds(20) / 2);  // two backends share the budget
+  int seconds = std::max(1, testing::StressSeconds(20) / 3);  // three tests share the budget
   printf("backend %s, seed %llu, %d s\n", backend, static_cast<unsigned long long>(seed), seconds);
   fflush(stdout);
 
@@ -172,6 +175,121 @@ TEST_F(TiersStress, RamPlusZramPlusFile) {
   std::string why = ZramDevice::UnavailableReason();
   if (!why.empty()) GTEST_SKIP() << why;
   RunStress("ram+zram+file", dir_);
+}
+
+// The content of chunk `c` at `version`: incompressible noise (so the 256 KiB RAM store overflows
+// after a few chunks), version 0 all zero.
+void FillChunk(uint64_t* p, size_t words, uint64_t c, uint64_t version) {
+  if (version == 0) {
+    memset(p, 0, words * 8);
+    return;
+  }
+  uint64_t x = (c + 1) * 0x9E3779B97F4A7C15ull ^ (version * 0xD1B54A32D192ED03ull);
+  for (size_t i = 0; i < words; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p[i] = x;
+  }
+}
+
+TEST_F(TiersStress, EngineOverRamPlusFile) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  uint64_t seed = testing::TestSeed();
+  int seconds = std::max(1, testing::StressSeconds(20) / 3);
+  printf("engine over ram+file, seed %llu, %d s\n", static_cast<unsigned long long>(seed), seconds);
+  Options o;
+  ASSERT_TRUE(o.Set(Opt::kArena, "64G").ok());
+  ASSERT_TRUE(o.Set(Opt::kStoreBackend, "ram+file").ok());
+  ASSERT_TRUE(o.Set(Opt::kStoreLimit, "256K").ok());
+  ASSERT_TRUE(o.Set(Opt::kSpillDir, dir_).ok());
+  ASSERT_TRUE(o.Set(Opt::kWorkers, "2").ok());
+  ASSERT_TRUE(o.Set(Opt::kResidentLimit, "0").ok());
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(o, Os::Default(), nullptr, &e);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  const size_t cs = e->chunk_size();
+  const size_t words = cs / 8;
+  const int kThreads = 4, kPerThread = 16;
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(kThreads * kPerThread * cs, &r).ok());
+  e->SetResidentLimit(4 * cs);
+  uint64_t spill0 = StatGet(Stat::spill_write_bytes), read0 = StatGet(Stat::spill_read_bytes);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> mismatches{0}, ops{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(seed + t);
+      std::vector<uint64_t> version(kPerThread, 0);
+      std::vector<uint64_t> expect(words), got(words);
+      while (!stop.load(std::memory_order_relaxed)) {
+        int k = static_cast<int>(rng() % kPerThread);
+        uint64_t c = static_cast<uint64_t>(k) * kThreads + t;
+        uint64_t* p = reinterpret_cast<uint64_t*>(static_cast<char*>(r.base) + c * cs);
+        switch (rng() % 5) {
+          case 0:  // CPU store of a new version
+            FillChunk(p, words, c, ++version[k]);
+            break;
+          case 1: {  // publish through Write
+            FillChunk(expect.data(), words, c, ++version[k]);
+            if (!e->Write(p, expect.data(), cs).ok()) mismatches++;
+            break;
+          }
+          case 2: {  // Read decodes from whichever tier holds the chunk
+            FillChunk(expect.data(), words, c, version[k]);
+            bool zero = false;
+            if (!e->Read(p, cs, got.data(), &zero).ok()) {
+              mismatches++;
+              break;
+            }
+            bool bad = zero ? version[k] != 0 : memcmp(got.data(), expect.data(), cs) != 0;
+            if (bad && mismatches.fetch_add(1) < 5) ADD_FAILURE() << "Read mismatch chunk " << c;
+            break;
+          }
+          case 3:  // force chunks out to the store
+            if (!e->EvictRange(p, cs).ok()) mismatches++;
+            break;
+          default: {  // CPU loads
+            FillChunk(expect.data(), words, c, version[k]);
+            if (memcmp(p, expect.data(), cs) != 0 && mismatches.fetch_add(1) < 5)
+              ADD_FAILURE() << "CPU mismatch chunk " << c;
+            break;
+          }
+        }
+        ops++;
+      }
+      for (int k2 = 0; k2 < kPerThread; ++k2) {
+        uint64_t c = static_cast<uint64_t>(k2) * kThreads + t;
+        FillChunk(expect.data(), words, c, version[k2]);
+        if (memcmp(static_cast<char*>(r.base) + c * cs, expect.data(), cs) != 0) mismatches++;
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  stop = true;
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EngineUsage u = e->Usage();
+  printf("ops %llu, spill writes %llu B, spill reads %llu B, store %s: %llu entries\n",
+         static_cast<unsigned long long>(ops.load()),
+         static_cast<unsigned long long>(StatGet(Stat::spill_write_bytes) - spill0),
+         static_cast<unsigned long long>(StatGet(Stat::spill_read_bytes) - read0), "ram+file",
+         static_cast<unsigned long long>(u.store.entries));
+  EXPECT_EQ(mismatches.load(), 0u);
+  EXPECT_GT(StatGet(Stat::spill_write_bytes), spill0) << "chunks spilled past the 256K RAM store";
+  // After a full eviction every chunk is in the store; reading them all back is exact.
+  std::vector<uint64_t> expect(words), got(words);
+  for (uint64_t c = 0; c < static_cast<uint64_t>(kThreads * kPerThread); ++c) {
+    uint64_t* p = reinterpret_cast<uint64_t*>(static_cast<char*>(r.base) + c * cs);
+    memcpy(expect.data(), p, cs);  // faults it back in from whichever tier
+    bool zero = false;
+    ASSERT_TRUE(e->Read(p, cs, got.data(), &zero).ok());
+    if (!zero) {
+      EXPECT_EQ(memcmp(got.data(), expect.data(), cs), 0) << c;
+    }
+  }
+  ASSERT_TRUE(e->Free(r.base).ok());
 }
 
 }  // namespace

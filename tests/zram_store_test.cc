@@ -11,6 +11,7 @@
 #include <fstream>
 #include <vector>
 
+#include "runtime/base/stats.h"
 #include "runtime/store/tiered_store.h"
 #include "tests/testutil/data.h"
 #include "tests/testutil/skip.h"
@@ -57,6 +58,7 @@ Status MakeStore(uint64_t size, std::unique_ptr<ZramStore>* out, std::string* sk
 TEST(ZramStore, RoundTripsOnARealDeviceAndResetsIt) {
   SKIP_UNLESS_ZRAM();
   std::string dev_dir;
+  uint64_t raw0 = StatGet(Stat::zram_raw_bytes), bytes0 = StatGet(Stat::zram_bytes);
   {
     std::unique_ptr<ZramStore> store;
     std::string skip;
@@ -91,11 +93,17 @@ TEST(ZramStore, RoundTripsOnARealDeviceAndResetsIt) {
       ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
       EXPECT_EQ(got, d);
     }
+    uint64_t raw_sum = 0;
+    for (auto& it : items) raw_sum += it.second.size();
+    EXPECT_EQ(StatGet(Stat::zram_raw_bytes) - raw0, raw_sum);
+    EXPECT_EQ(StatGet(Stat::zram_bytes) - bytes0, store->Usage().used_bytes);
     uint64_t orig, compr, mem;
     ASSERT_TRUE(store->device().MmStat(&orig, &compr, &mem).ok());
     EXPECT_GT(orig, 0u) << "the bytes are on the device";
     for (auto& it : items) store->Free(it.first);
     EXPECT_EQ(store->Usage().used_bytes, 0u);
+    EXPECT_EQ(StatGet(Stat::zram_raw_bytes), raw0);
+    EXPECT_EQ(StatGet(Stat::zram_bytes), bytes0);
   }
   // Reset: a hot-added device is gone, an existing one is back to disksize 0.
   if (std::filesystem::exists(dev_dir)) {

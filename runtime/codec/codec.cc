@@ -9,6 +9,7 @@
 #include <zstd_errors.h>
 
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "runtime/base/log.h"
@@ -75,15 +76,24 @@ struct ThreadState {
     if (!(pctx = ZSTD_createCCtx())) return nullptr;
     ZSTD_CCtx_setParameter(pctx, ZSTD_c_compressionLevel, kPlaneLevel);
     // An older libzstd may not know the parameter: planes then go without forced Huffman, which
-    // costs ratio, not correctness.
-    if (ZSTD_isError(ZSTD_CCtx_setParameter(pctx, ZSTD_c_literalCompressionMode, ZSTD_ps_enable)))
-      ZRTIER_LOG_ONCE(LogLevel::kWarn,
-                      "codec: libzstd lacks literalCompressionMode; planes "
-                      "compress less");
+    // costs ratio, not correctness. (ZSTD_ps_enable is 1.5.1's name for 1.4's ZSTD_lcm_huffman.)
+#ifdef ZSTD_c_literalCompressionMode
+    if (ZSTD_isError(ZSTD_CCtx_setParameter(pctx, ZSTD_c_literalCompressionMode, 1)))
+#endif
+      ZRTIER_LOG_ONCE(LogLevel::kInfo,
+                      "codec: libzstd %s cannot force literal compression; planes compress less",
+                      ZSTD_versionString());
     return pctx;
   }
+  // nullptr when memory is short (no exception may leave the runtime).
   uint8_t* Scratch(size_t n) {
-    if (scratch.size() < n) scratch.resize(n);
+    if (scratch.size() < n) {
+      try {
+        scratch.resize(n);
+      } catch (const std::bad_alloc&) {
+        return nullptr;
+      }
+    }
     return scratch.data();
   }
 };
@@ -136,6 +146,8 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
   uint8_t* d = static_cast<uint8_t*>(dst);
   if (IsZero(s, len)) return *out_len = 0, Status::Ok();
   if (cap < MaxEncodedSize(len)) return Status::Error(EINVAL, "codec: output buffer too small");
+  if (len > UINT32_MAX)  // plane lengths are u32 in the format
+    return Status::Error(EINVAL, "codec: inputs over 4 GiB are not supported (ZRTIER_CHUNK)");
 
   EncodePlan plan;
   switch (config_.kind) {
@@ -161,6 +173,7 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
     planes[0] = s;
   } else {
     uint8_t* scratch = ts.Scratch(n * width);
+    if (!scratch) return Status::Error(ENOMEM, "codec: no memory for plane scratch");
     uint8_t* out[kMaxPlanes];
     for (int p = 0; p < width; ++p) planes[p] = out[p] = scratch + p * n;
     SplitPlanes(plan.transform, s, n, out);
@@ -253,7 +266,8 @@ Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len) con
       // kNone decodes straight into dst; split planes go through scratch.
       uint8_t* out = d;
       if (transform != Transform::kNone) {
-        if (!scratch) scratch = ts.Scratch(n * width);
+        if (!scratch && !(scratch = ts.Scratch(n * width)))
+          return Status::Error(ENOMEM, "codec: no memory for plane scratch");
         out = scratch + p * n;
       }
       if (!ts.dctx && !(ts.dctx = ZSTD_createDCtx()))

@@ -39,7 +39,8 @@ class Codec {
 
   // Encodes `len` bytes (len > 0, any size; chunks are the common case) into `dst` (capacity
   // `cap` >= MaxEncodedSize(len)) and sets *out_len. *out_len == 0 means the input is all zero:
-  // nothing needs storing. Fails only on a too-small `cap` or an internal zstd error.
+  // nothing needs storing. Fails only on a too-small `cap` or len >= 4 GiB (EINVAL), an internal
+  // zstd error (EIO) or memory exhaustion (ENOMEM).
   Status Encode(const void* src, size_t len, void* dst, size_t cap, size_t* out_len) const;
 
   // Decodes an encoding made by Encode of exactly `len` original bytes into `dst`. An empty

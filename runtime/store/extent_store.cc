@@ -31,7 +31,7 @@ ExtentStore::~ExtentStore() {
 }
 
 Status ExtentStore::Start() {
-  ZRTIER_RETURN_IF_ERROR(ring_.Init(64, os_));
+  for (Uring& r : rings_) ZRTIER_RETURN_IF_ERROR(r.Init(64, os_));
   size_t total = config_.staging_buffers * config_.staging_bytes;
   int err = 0;
   void* p =
@@ -45,7 +45,9 @@ Status ExtentStore::Start() {
     iov[i].iov_len = config_.staging_bytes;
     free_bufs_.push_back(static_cast<int>(i));
   }
-  if (!ring_.RegisterBuffers(iov.data(), config_.staging_buffers))
+  bool fixed = true;
+  for (Uring& r : rings_) fixed = r.RegisterBuffers(iov.data(), config_.staging_buffers) && fixed;
+  if (!fixed)
     Log(LogLevel::kInfo, "%s store: io_uring refused registered buffers; using plain reads/writes",
         config_.name);
   std::lock_guard<std::mutex> lock(mu_);
@@ -260,7 +262,7 @@ void ExtentStore::PutBatch(PutReq* reqs, size_t n) {
       ops.push_back(op);
       op_req.push_back(i);
     }
-    ring_.Run(ops.data(), ops.size());
+    NextRing().Run(ops.data(), ops.size());
     for (size_t k = 0; k < ops.size(); ++k) {
       size_t i = op_req[k];
       PutReq& r = reqs[start + i];
@@ -338,7 +340,7 @@ void ExtentStore::GetBatch(GetReq* reqs, size_t n) {
       ops.push_back(op);
       op_req.push_back(i);
     }
-    ring_.Run(ops.data(), ops.size());
+    NextRing().Run(ops.data(), ops.size());
     for (size_t k = 0; k < ops.size(); ++k) {
       size_t i = op_req[k];
       GetReq& r = reqs[start + i];
@@ -375,7 +377,7 @@ Status ExtentStore::Get(StoreHandle h, const std::function<Status(const void*, s
   op.len = loc.alen;
   op.off = loc.off;
   op.buf_index = b.index;
-  ring_.Run(&op, 1);
+  NextRing().Run(&op, 1);
   Status s;
   if (op.res < 0) {
     IoError("read", op.res);

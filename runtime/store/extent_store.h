@@ -18,6 +18,7 @@
 // writes in flight count against the limit (reserved_).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -41,7 +42,7 @@ class ExtentStore : public ChunkStore {
     uint64_t limit = 0;                      // 0 = no limit
     std::string limit_option;                // named in the ENOSPC message
     bool allocate_before_write = false;      // fallocate each extent before writing (files)
-    unsigned staging_buffers = 32;
+    unsigned staging_buffers = 64;
     size_t staging_bytes = 256 << 10;  // per buffer; larger entries use a temporary buffer
   };
 
@@ -116,7 +117,12 @@ class ExtentStore : public ChunkStore {
   void GiveBuffer(const Buf& b);
   void IoError(const char* what, long res);
 
-  Uring ring_;
+  // Several rings, so concurrent batches (mover, prefetchers, Gets) do not queue behind one
+  // another.
+  static constexpr int kRings = 4;
+  Uring rings_[kRings];
+  std::atomic<unsigned> next_ring_{0};
+  Uring& NextRing() { return rings_[next_ring_.fetch_add(1, std::memory_order_relaxed) % kRings]; }
   unsigned char* staging_ = nullptr;  // staging_buffers * staging_bytes, registered
 
   std::mutex pool_mu_;

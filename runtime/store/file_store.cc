@@ -1,7 +1,9 @@
 // The spill-file tier (see file_store.h).
 #include "runtime/store/file_store.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +26,29 @@ int MakeDirs(const std::string& dir) {
     if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) return errno;
   }
   return 0;
+}
+
+// Deletes spill files left by processes that died without destroying their store (a crash, kill
+// -9): zrtier-<pid>-*.spill whose pid no longer exists. A live pid (even a reused one) keeps its
+// files. Directory listing is outside Os: a failure here only means nothing is cleaned.
+void RemoveStaleSpillFiles(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  int removed = 0;
+  while (struct dirent* e = readdir(d)) {
+    const char* n = e->d_name;
+    size_t len = strlen(n);
+    if (strncmp(n, "zrtier-", 7) != 0 || len < 7 + 6 || strcmp(n + len - 6, ".spill") != 0)
+      continue;
+    long pid = strtol(n + 7, nullptr, 10);
+    if (pid <= 0 || pid == getpid()) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (unlinkat(dirfd(d), n, 0) == 0) removed++;
+  }
+  closedir(d);
+  if (removed)
+    Log(LogLevel::kInfo, "file store: removed %d stale spill files of dead processes in %s",
+        removed, dir.c_str());
 }
 
 ExtentStore::Config FileConfig(uint64_t limit) {
@@ -56,6 +81,7 @@ Status FileStore::Create(const std::string& dir, uint64_t limit, Os* os,
   if (dir.empty()) return Status::Error(EINVAL, "ZRTIER_SPILL_DIR is empty");
   if (int err = MakeDirs(dir))
     return Status::Error(err, "ZRTIER_SPILL_DIR=" + dir + " cannot be created: " + strerror(err));
+  RemoveStaleSpillFiles(dir);
   std::unique_ptr<FileStore> store(new FileStore(dir, limit, os));
   Status s = store->Start();
   if (!s.ok()) return Status::Error(s.code(), "file store: " + s.message());

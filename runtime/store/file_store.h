@@ -3,7 +3,8 @@
 // registered buffers, O_DIRECT where the file system allows it (otherwise buffered I/O, said once
 // on stderr). Disk blocks are allocated per extent (fallocate) before the write, so a full disk is
 // found before any byte is written; freed extents are punched and reused; empty segment files are
-// deleted, and every file is deleted when the store is destroyed. See extent_store.h.
+// deleted, and every file is deleted when the store is destroyed; files left by a process that died
+// are deleted by the next store created in the directory. See extent_store.h.
 #pragma once
 
 #include <memory>

@@ -12,7 +12,8 @@ namespace {
 
 constexpr uint64_t kCacheBytes = 64ull << 20;  // prefetched copies waiting for their Get
 constexpr size_t kMoveBatch = 256;             // entries per mover scan
-constexpr size_t kPrefetchBatch = 64;          // entries per prefetch submission
+constexpr size_t kPrefetchBatch = 32;          // entries per prefetch submission (one group)
+constexpr size_t kPrefetchMinBatch = 8;        // a prefetcher waits up to 200 us for this many
 constexpr uint64_t kBackoffNs = 200'000'000;   // after a failed move
 
 }  // namespace
@@ -28,7 +29,7 @@ TieredStore::TieredStore(std::unique_ptr<RamStore> ram,
     low_ = limit / 4 * 3;
   }
   mover_ = std::thread([this] { MoverLoop(); });
-  prefetcher_ = std::thread([this] { PrefetchLoop(); });
+  for (int i = 0; i < 2; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
 }
 
 TieredStore::~TieredStore() {
@@ -39,7 +40,7 @@ TieredStore::~TieredStore() {
   mover_cv_.notify_all();
   prefetch_cv_.notify_all();
   mover_.join();
-  prefetcher_.join();
+  for (auto& t : prefetchers_) t.join();
   // Each tier releases its own entries (memory unmapped, spill files deleted, zram reset).
 }
 
@@ -99,11 +100,12 @@ Status TieredStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHan
 
 Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
   std::unique_lock<std::mutex> lock(mu_);
+  bool help = false;
   for (;;) {
     auto pf = prefetch_inflight_.find(h);
     if (pf == prefetch_inflight_.end()) break;
-    if (!pf->second) {  // only queued: read it ourselves, the prefetcher will skip it
-      prefetch_inflight_.erase(pf);
+    if (!pf->second) {  // only queued: read it now, with the queued entries behind it
+      help = true;
       break;
     }
     prefetch_cv_.wait(lock);  // being read right now: its copy is about to land in the cache
@@ -120,9 +122,30 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     lock.unlock();
     return fn(bytes.data(), bytes.size());
   }
-  e.readers++;
-  int tier = e.tier;
-  StoreHandle inner = e.inner;
+  if (help) {
+    // The caller is ahead of the prefetch threads: do their work in this thread (no hand-off),
+    // one submission for this entry and the queued ones after it.
+    prefetch_inflight_[h] = true;
+    e.prefetching = true;
+    std::vector<FetchItem> items;
+    items.push_back(FetchItem{h, e.tier, e.inner, {}, Status()});
+    TakeQueuedLocked(&items);
+    lock.unlock();
+    ReadItems(&items);
+    std::vector<std::pair<int, StoreHandle>> release;
+    lock.lock();
+    prefetch_inflight_.erase(h);
+    entries_[h].prefetching = false;
+    PublishLocked(&items, 1, &release);
+    lock.unlock();
+    for (auto& [tier, inner] : release) ReleaseInner(tier, inner);
+    if (items[0].status.ok()) return fn(items[0].bytes.data(), items[0].bytes.size());
+    lock.lock();  // the batch read failed: read it alone below (reports the tier's error)
+  }
+  Entry& e2 = entries_[h];
+  e2.readers++;
+  int tier = e2.tier;
+  StoreHandle inner = e2.inner;
   lock.unlock();
   Status s = TierStore(tier)->Get(inner, fn);
   lock.lock();
@@ -157,6 +180,7 @@ void TieredStore::Free(StoreHandle h) {
 }
 
 void TieredStore::Prefetch(StoreHandle h) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(h);
@@ -165,8 +189,9 @@ void TieredStore::Prefetch(StoreHandle h) {
     if (cache_bytes_ >= kCacheBytes) return;  // nobody is consuming: drop the hint
     prefetch_inflight_.emplace(h, false);
     prefetch_queue_.push_back(h);
+    wake = prefetch_queue_.size() == 1 || prefetch_queue_.size() == kPrefetchMinBatch;
   }
-  prefetch_cv_.notify_all();
+  if (wake) prefetch_cv_.notify_all();
 }
 
 void TieredStore::SetReuseHint(StoreHandle h, uint64_t distance) {
@@ -175,74 +200,83 @@ void TieredStore::SetReuseHint(StoreHandle h, uint64_t distance) {
   if (it != entries_.end()) it->second.hint = distance;
 }
 
+void TieredStore::TakeQueuedLocked(std::vector<FetchItem>* items) {
+  while (!prefetch_queue_.empty() && items->size() < kPrefetchBatch) {
+    StoreHandle h = prefetch_queue_.front();
+    prefetch_queue_.pop_front();
+    auto pf = prefetch_inflight_.find(h);
+    if (pf == prefetch_inflight_.end() || pf->second) continue;  // taken by a Get, or a dup
+    auto it = entries_.find(h);
+    if (it == entries_.end() || it->second.tier == 0 || it->second.freed) {
+      prefetch_inflight_.erase(pf);
+      continue;
+    }
+    pf->second = true;
+    it->second.prefetching = true;
+    items->push_back(FetchItem{h, it->second.tier, it->second.inner, {}, Status()});
+  }
+}
+
+void TieredStore::ReadItems(std::vector<FetchItem>* items) {
+  for (size_t t = 1; t <= lower_.size(); ++t) {
+    std::vector<ExtentStore::GetReq> reqs;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < items->size(); ++i) {
+      if ((*items)[i].tier != static_cast<int>(t)) continue;
+      ExtentStore::GetReq r;
+      r.h = (*items)[i].inner;
+      r.out = &(*items)[i].bytes;
+      reqs.push_back(r);
+      idx.push_back(i);
+    }
+    if (reqs.empty()) continue;
+    lower_[t - 1]->GetBatch(reqs.data(), reqs.size());
+    for (size_t k = 0; k < reqs.size(); ++k) (*items)[idx[k]].status = reqs[k].status;
+  }
+}
+
+void TieredStore::PublishLocked(std::vector<FetchItem>* items, size_t from,
+                                std::vector<std::pair<int, StoreHandle>>* release) {
+  for (size_t i = from; i < items->size(); ++i) {
+    FetchItem& item = (*items)[i];
+    prefetch_inflight_.erase(item.h);
+    Entry& e = entries_[item.h];
+    e.prefetching = false;
+    if (e.freed) {
+      release->emplace_back(e.tier, e.inner);
+      entries_.erase(item.h);
+    } else if (item.status.ok() && cache_bytes_ + item.bytes.size() <= kCacheBytes) {
+      cache_bytes_ += item.bytes.size();
+      cache_[item.h] = std::move(item.bytes);
+    }
+  }
+  prefetch_cv_.notify_all();
+}
+
 void TieredStore::PrefetchLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     prefetch_cv_.wait(lock, [&] { return stop_ || !prefetch_queue_.empty(); });
+    // Let a batch build up for a moment: one submission of many reads beats many of one.
+    if (!stop_ && prefetch_queue_.size() < kPrefetchMinBatch)
+      prefetch_cv_.wait_for(lock, std::chrono::microseconds(200),
+                            [&] { return stop_ || prefetch_queue_.size() >= kPrefetchMinBatch; });
     if (stop_) return;
-    prefetch_busy_ = true;
-    struct Item {
-      StoreHandle h;
-      int tier;
-      StoreHandle inner;
-      std::vector<unsigned char> bytes;
-    };
-    std::vector<Item> items;
-    while (!prefetch_queue_.empty() && items.size() < kPrefetchBatch) {
-      StoreHandle h = prefetch_queue_.front();
-      prefetch_queue_.pop_front();
-      auto pf = prefetch_inflight_.find(h);
-      if (pf == prefetch_inflight_.end() || pf->second) continue;  // taken by a Get, or a dup
-      auto it = entries_.find(h);
-      if (it == entries_.end() || it->second.tier == 0 || it->second.freed) {
-        prefetch_inflight_.erase(pf);
-        continue;
-      }
-      pf->second = true;
-      it->second.prefetching = true;
-      items.push_back(Item{h, it->second.tier, it->second.inner, {}});
-    }
+    prefetch_busy_++;
+    std::vector<FetchItem> items;
+    TakeQueuedLocked(&items);
     lock.unlock();
-    std::vector<Status> status(items.size());
-    for (size_t t = 1; t <= lower_.size(); ++t) {
-      std::vector<ExtentStore::GetReq> reqs;
-      std::vector<size_t> idx;
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (items[i].tier != static_cast<int>(t)) continue;
-        ExtentStore::GetReq r;
-        r.h = items[i].inner;
-        r.out = &items[i].bytes;
-        reqs.push_back(r);
-        idx.push_back(i);
-      }
-      if (reqs.empty()) continue;
-      lower_[t - 1]->GetBatch(reqs.data(), reqs.size());
-      for (size_t k = 0; k < reqs.size(); ++k) status[idx[k]] = reqs[k].status;
-    }
+    ReadItems(&items);
     std::vector<std::pair<int, StoreHandle>> release;
     lock.lock();
-    for (size_t i = 0; i < items.size(); ++i) {
-      prefetch_inflight_.erase(items[i].h);
-      Entry& e = entries_[items[i].h];
-      e.prefetching = false;
-      if (e.freed) {
-        release.emplace_back(e.tier, e.inner);
-        entries_.erase(items[i].h);
-      } else if (status[i].ok() && cache_bytes_ + items[i].bytes.size() <= kCacheBytes) {
-        cache_bytes_ += items[i].bytes.size();
-        cache_[items[i].h] = std::move(items[i].bytes);
-      }
-    }
-    prefetch_cv_.notify_all();
+    PublishLocked(&items, 0, &release);
     if (!release.empty()) {
       lock.unlock();
       for (auto& [tier, inner] : release) ReleaseInner(tier, inner);
       lock.lock();
     }
-    if (prefetch_queue_.empty()) {
-      prefetch_busy_ = false;
-      idle_cv_.notify_all();
-    }
+    prefetch_busy_--;
+    if (prefetch_queue_.empty() && prefetch_busy_ == 0) idle_cv_.notify_all();
   }
 }
 
@@ -399,7 +433,7 @@ void TieredStore::WaitIdle() {
     bool mover_idle =
         !mover_busy_ && !kicked_ &&
         (MonotonicNs() < backoff_until_ns_ || !high_ || ram_->Usage().used_bytes <= high_);
-    bool prefetch_idle = prefetch_queue_.empty() && !prefetch_busy_;
+    bool prefetch_idle = prefetch_queue_.empty() && prefetch_busy_ == 0;
     if ((mover_idle && prefetch_idle) || stop_) return;
     if (!mover_busy_ && !kicked_ && !mover_idle) {
       kicked_ = true;  // past the mark but not yet noticed: wake the mover now

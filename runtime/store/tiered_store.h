@@ -8,8 +8,11 @@
 //     low-water mark (75%). If RAM is full right now, Put writes straight to the first lower tier
 //     with room, so Put never fails just because RAM is full.
 //   - Get reads from wherever the entry is (a prefetched copy first).
-//   - Prefetch(h) of an entry in a lower tier queues it for the prefetch thread, which reads queued
-//     entries in batches into a bounded cache (64 MiB) that the next Get of the entry consumes.
+//   - Prefetch(h) of an entry in a lower tier queues it for the prefetch threads (two), which read
+//     queued entries in batches (one io_uring submission each) into a bounded cache (64 MiB) that
+//     the next Get of the entry consumes. A Get of an entry that is still only queued does the
+//     prefetchers' work itself: it reads its entry and the queued ones behind it in one submission
+//     (no thread hand-off on the critical path) and caches the others.
 //   - A failed move (I/O error, full device) leaves the entry in RAM; the mover backs off for a
 //     while before trying again. Entries are never promoted back up (the engine frees an entry once
 //     it has decoded it into a higher tier of its own).
@@ -77,6 +80,21 @@ class TieredStore : public ChunkStore {
   // Moves one batch of cold entries down. False if nothing could be moved (idle or failure).
   bool MoveBatch();
   void PrefetchLoop();
+  struct FetchItem {
+    StoreHandle h;
+    int tier;
+    StoreHandle inner;
+    std::vector<unsigned char> bytes;
+    Status status;
+  };
+  // Takes queued prefetches (up to a batch) for reading, marking them in flight. REQUIRES: mu_.
+  void TakeQueuedLocked(std::vector<FetchItem>* items);
+  // Reads the items, one batch per tier. Without mu_.
+  void ReadItems(std::vector<FetchItem>* items);
+  // Puts items[from..] into the cache (or frees those freed meanwhile, into *release) and wakes
+  // waiting Gets. REQUIRES: mu_.
+  void PublishLocked(std::vector<FetchItem>* items, size_t from,
+                     std::vector<std::pair<int, StoreHandle>>* release);
   void ReleaseInner(int tier, StoreHandle inner);
 
   std::unique_ptr<RamStore> ram_;
@@ -101,10 +119,10 @@ class TieredStore : public ChunkStore {
   std::unordered_map<StoreHandle, bool> prefetch_inflight_;
   std::unordered_map<StoreHandle, std::vector<unsigned char>> cache_;  // guarded by mu_
   uint64_t cache_bytes_ = 0;                                           // guarded by mu_
-  bool prefetch_busy_ = false;                                         // guarded by mu_
+  int prefetch_busy_ = 0;  // guarded by mu_: prefetch threads working on a batch
 
   std::thread mover_;
-  std::thread prefetcher_;
+  std::vector<std::thread> prefetchers_;  // two: one gathers the next batch while one waits on I/O
 };
 
 }  // namespace zrtier

@@ -1,0 +1,316 @@
+#include "runtime/base/stats_shm.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include "runtime/base/log.h"
+#include "runtime/os/os.h"
+
+namespace zrtier {
+namespace {
+
+// Publishing state. g_publish_mu serializes PublishStats/UnpublishStats; g_path is written under it
+// and read by UnpublishStats (also under it).
+std::mutex g_publish_mu;
+bool g_published = false;
+char g_path[256];
+
+void HeartbeatLoop() {
+  for (;;) {
+    sleep(1);
+    Stats()->heartbeat_unix_ns.store(RealtimeNs(), std::memory_order_relaxed);
+  }
+}
+
+// In a forked child: stop writing into the parent's block, and never unlink the parent's file.
+void AtForkChild() {
+  g_published = false;
+  g_path[0] = '\0';
+  auto* local = new StatsBlock();
+  InitStatsBlock(local);
+  InstallStatsBlock(local);
+}
+
+void AtExitUnpublish() {
+  UnpublishStats();
+}
+
+// Process start time (CLOCK_REALTIME ns) from /proc/<pid>/stat and /proc/stat btime; 0 if unknown.
+uint64_t ProcessStartUnixNs(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = fopen(path, "re");
+  if (!f) return 0;
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  // Fields after the command name (which may contain spaces) start after the last ')'.
+  char* p = strrchr(buf, ')');
+  if (!p) return 0;
+  p += 2;  // state field
+  unsigned long long starttime = 0;
+  // Field 3 is state; starttime is field 22, i.e. the 20th after the state.
+  for (int field = 3; field < 22 && *p; ++field) {
+    p = strchr(p, ' ');
+    if (!p) return 0;
+    ++p;
+  }
+  starttime = strtoull(p, nullptr, 10);
+  FILE* s = fopen("/proc/stat", "re");
+  if (!s) return 0;
+  unsigned long long btime = 0;
+  char line[256];
+  while (fgets(line, sizeof(line), s))
+    if (sscanf(line, "btime %llu", &btime) == 1) break;
+  fclose(s);
+  if (btime == 0) return 0;
+  long hz = sysconf(_SC_CLK_TCK);
+  if (hz <= 0) hz = 100;
+  return btime * 1000000000ull + starttime * (1000000000ull / static_cast<uint64_t>(hz));
+}
+
+}  // namespace
+
+uint64_t RealtimeNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string StatsDir() {
+  const char* d = getenv("ZRTIER_TEST_STATS_DIR");
+  return d && *d ? d : "/dev/shm";
+}
+
+std::string StatsPath(const std::string& dir, pid_t pid) {
+  return dir + "/zrtier." + std::to_string(pid);
+}
+
+Status PublishStats(Os* os) {
+  if (os == nullptr) os = Os::Default();
+  std::lock_guard<std::mutex> lock(g_publish_mu);
+  if (g_published) return Status::Ok();
+  std::string path = StatsPath(StatsDir(), getpid());
+  if (path.size() >= sizeof(g_path))
+    return Status::Error(ENAMETOOLONG, "stats path too long: " + path);
+  long fd = os->Open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return Status::Error(static_cast<int>(-fd),
+                         "cannot create " + path + " (is /dev/shm mounted and writable?)");
+  long r = os->Ftruncate(static_cast<int>(fd), sizeof(StatsBlock));
+  if (r < 0) {
+    os->Close(static_cast<int>(fd));
+    os->Unlink(path.c_str());
+    return Status::Error(static_cast<int>(-r), "cannot size " + path);
+  }
+  int err = 0;
+  void* mem = os->Mmap(nullptr, sizeof(StatsBlock), PROT_READ | PROT_WRITE, MAP_SHARED,
+                       static_cast<int>(fd), 0, &err);
+  os->Close(static_cast<int>(fd));
+  if (mem == MAP_FAILED) {
+    os->Unlink(path.c_str());
+    return Status::Error(err, "cannot map " + path);
+  }
+  // The file is zero-filled by ftruncate: a zero block is what InitStatsBlock expects. The magic is
+  // written last so a reader never accepts a half-initialized header.
+  auto* block = static_cast<StatsBlock*>(mem);
+  InitStatsBlock(block);
+  uint64_t magic = block->magic;
+  __atomic_store_n(&block->magic, 0, __ATOMIC_RELAXED);
+  // Region rows claimed before publishing move along with the counters.
+  StatsBlock* old = Stats();
+  for (int i = 0; i < kStatsMaxRegions; ++i) {
+    StatsRegionRow& from = old->regions[i];
+    StatsRegionRow& to = block->regions[i];
+    to.base.store(from.base.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    to.resident_bytes.store(from.resident_bytes.load(std::memory_order_relaxed),
+                            std::memory_order_relaxed);
+    to.stored_raw_bytes.store(from.stored_raw_bytes.load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+    to.stored_bytes.store(from.stored_bytes.load(std::memory_order_relaxed),
+                          std::memory_order_relaxed);
+    to.size.store(from.size.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  InstallStatsBlock(block);
+  __atomic_store_n(&block->magic, magic, __ATOMIC_RELEASE);
+  memcpy(g_path, path.c_str(), path.size() + 1);
+  g_published = true;
+
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork(nullptr, nullptr, AtForkChild);
+    atexit(AtExitUnpublish);
+    std::thread(HeartbeatLoop).detach();
+  });
+  Log(LogLevel::kInfo, "statistics published in %s", g_path);
+  return Status::Ok();
+}
+
+void UnpublishStats() {
+  std::lock_guard<std::mutex> lock(g_publish_mu);
+  if (!g_published) return;
+  Os::Default()->Unlink(g_path);
+  g_published = false;
+}
+
+std::string PublishedStatsPath() {
+  std::lock_guard<std::mutex> lock(g_publish_mu);
+  return g_published ? std::string(g_path) : std::string();
+}
+
+Status ReadStatsFile(const std::string& path, StatsSnapshot* out) {
+  Os* os = Os::Default();
+  long fd = os->Open(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return Status::Error(static_cast<int>(-fd), "cannot open " + path);
+  struct stat st;
+  if (fstat(static_cast<int>(fd), &st) != 0) {
+    int e = errno;
+    os->Close(static_cast<int>(fd));
+    return Status::Error(e, "cannot stat " + path);
+  }
+  // Check the header before mapping the whole block: a short file would SIGBUS the reader.
+  constexpr size_t kHeader = offsetof(StatsBlock, heartbeat_unix_ns);
+  if (static_cast<size_t>(st.st_size) < kHeader) {
+    os->Close(static_cast<int>(fd));
+    return Status::Error(EINVAL, path + ": not a zrtier statistics block (too short)");
+  }
+  int err = 0;
+  void* mem = os->Mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED,
+                       static_cast<int>(fd), 0, &err);
+  os->Close(static_cast<int>(fd));
+  if (mem == MAP_FAILED) return Status::Error(err, "cannot map " + path);
+  const auto* b = static_cast<const StatsBlock*>(mem);
+  Status result;
+  uint64_t magic = __atomic_load_n(&b->magic, __ATOMIC_ACQUIRE);
+  if (magic != kStatsMagic) {
+    result = Status::Error(EINVAL, path + ": not a zrtier statistics block (bad magic)");
+  } else if (b->version != kStatsVersion) {
+    result = Status::Error(EPROTO, path + ": written by zrtier stats version " +
+                                       std::to_string(b->version) + ", this reader knows " +
+                                       std::to_string(kStatsVersion));
+  } else if (b->size != sizeof(StatsBlock) ||
+             static_cast<size_t>(st.st_size) < sizeof(StatsBlock)) {
+    result = Status::Error(EPROTO, path + ": block size " + std::to_string(b->size) + " (file " +
+                                       std::to_string(st.st_size) + "), expected " +
+                                       std::to_string(sizeof(StatsBlock)));
+  } else {
+    out->pid = b->pid;
+    out->version = b->version;
+    out->start_unix_ns = b->start_unix_ns;
+    out->heartbeat_unix_ns = b->heartbeat_unix_ns.load(std::memory_order_relaxed);
+    out->taken_unix_ns = RealtimeNs();
+    out->cmdline.assign(b->cmdline, strnlen(b->cmdline, sizeof(b->cmdline)));
+    for (int i = 0; i < kStatCount; ++i)
+      out->values[i] = b->values[i].load(std::memory_order_relaxed);
+    for (int h = 0; h < kHistCount; ++h)
+      for (int k = 0; k < kHistBuckets; ++k)
+        out->hist[h][k] = b->hist[h].buckets[k].load(std::memory_order_relaxed);
+    out->regions.clear();
+    for (int i = 0; i < kStatsMaxRegions; ++i) {
+      const StatsRegionRow& row = b->regions[i];
+      // A row being rewritten is retried; a row that never holds still is left out of this copy.
+      for (int attempt = 0; attempt < 1000; ++attempt) {
+        if (attempt >= 16) sched_yield();
+        uint64_t s1 = row.seq.load(std::memory_order_acquire);
+        if (s1 & 1) continue;
+        StatsSnapshot::Region r{row.base.load(std::memory_order_relaxed),
+                                row.size.load(std::memory_order_relaxed),
+                                row.resident_bytes.load(std::memory_order_relaxed),
+                                row.stored_raw_bytes.load(std::memory_order_relaxed),
+                                row.stored_bytes.load(std::memory_order_relaxed)};
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (row.seq.load(std::memory_order_relaxed) != s1) continue;
+        if (r.base != 0 && r.size != 0) out->regions.push_back(r);
+        break;
+      }
+    }
+  }
+  os->Munmap(mem, static_cast<size_t>(st.st_size));
+  return result;
+}
+
+Status ReadStats(pid_t pid, StatsSnapshot* out, const std::string& dir) {
+  return ReadStatsFile(StatsPath(dir, pid), out);
+}
+
+std::vector<pid_t> ListStatsPids(const std::string& dir) {
+  std::vector<pid_t> pids;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return pids;
+  while (dirent* e = readdir(d)) {
+    const char* name = e->d_name;
+    if (strncmp(name, "zrtier.", 7) != 0) continue;
+    char* end = nullptr;
+    long pid = strtol(name + 7, &end, 10);
+    if (end == name + 7 || *end != '\0' || pid <= 0) continue;
+    pids.push_back(static_cast<pid_t>(pid));
+  }
+  closedir(d);
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
+bool StatsProcessGone(pid_t pid, uint64_t start_unix_ns) {
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  uint64_t proc_start = ProcessStartUnixNs(pid);
+  // btime has one-second resolution: allow 2 s of slack. A block is created after its process
+  // started, so a process that started clearly later than the block is a reused pid.
+  return proc_start != 0 && start_unix_ns != 0 && proc_start > start_unix_ns + 2000000000ull;
+}
+
+std::vector<StatsSnapshot> ReadAllStats(bool clean_stale, std::vector<std::string>* errors,
+                                        const std::string& dir) {
+  std::vector<StatsSnapshot> result;
+  for (pid_t pid : ListStatsPids(dir)) {
+    std::string path = StatsPath(dir, pid);
+    StatsSnapshot snap;
+    Status s = ReadStatsFile(path, &snap);
+    if (!s.ok()) {
+      // A half-written file of a process that is gone is garbage too.
+      if (s.code() != ENOENT && StatsProcessGone(pid, 0) && clean_stale)
+        unlink(path.c_str());
+      else if (errors && s.code() != ENOENT)
+        errors->push_back(s.ToString());
+      continue;
+    }
+    if (snap.pid != pid || StatsProcessGone(pid, snap.start_unix_ns)) {
+      if (clean_stale) Os::Default()->Unlink(path.c_str());
+      continue;
+    }
+    result.push_back(std::move(snap));
+  }
+  return result;
+}
+
+int CleanStaleStats(const std::string& dir) {
+  int removed = 0;
+  for (pid_t pid : ListStatsPids(dir)) {
+    std::string path = StatsPath(dir, pid);
+    StatsSnapshot snap;
+    Status s = ReadStatsFile(path, &snap);
+    bool gone = s.ok() ? (snap.pid != pid || StatsProcessGone(pid, snap.start_unix_ns))
+                       : (s.code() != ENOENT && StatsProcessGone(pid, 0));
+    if (gone && Os::Default()->Unlink(path.c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace zrtier

@@ -1,0 +1,163 @@
+// AccessPredictor: learns the order in which chunk ranges are accessed (copy calls, CPU faults) and
+// predicts the coming accesses (DESIGN.md section 5).
+//
+// Model. Every distinct access target -- (region, first chunk, direction) -- is a node; its chunk
+// count is the latest one seen (a KV cache that grows keeps its node). Per stream the predictor
+// remembers the last two nodes and learns, for every context, which node came next:
+//   - second order: (node before, node) -> successors; this separates "layer k going forward" from
+//     "layer k going backward" in training (k-1,k -> k+1 and k+1,k -> k-1);
+//   - first order: node -> successors, used when the second-order context was never seen.
+// Each context keeps up to kMaxSuccessors successors with weights: the observed one gains 1 (capped
+// at kMaxWeight), every other one is halved and forgotten below kForgetWeight. A stable order thus
+// has confidence ~1; a single noisy access costs one halving and is forgotten after two passes; a
+// changed order takes over after two observations (stale successors decay away). The first pass is
+// the profile: nothing is predicted before a context has been seen once.
+//
+// Plan. Per stream the predictor keeps the plan: the predicted sequence of next accesses, walked
+// from the current context by always taking the top successor, up to one period (as many
+// accesses as lay between the last two occurrences of the current context; before that is known,
+// as many as contexts are known; capped). Every planned access has an absolute position (the number
+// of chunks the stream will have accessed before it) and a confidence (the lowest step confidence
+// from the current position to it). When the demand access is the plan's head, the head is consumed
+// and the walk is extended at the tail (O(1) amortized); when it is a planned access a few entries
+// further on (skipped layers) the skipped entries are dropped; an unexpected access is first taken
+// for an inserted one (noise) and the plan is kept; a second unexpected access in a row rebuilds
+// the plan from the new context. When learning changes the predicted successor of a context (an
+// order change has taken over), the plan is cut where it was walked from that context and walked
+// again. A second-order context cannot tell "A B A B C" apart (a repeated pair); such orders are
+// predicted right only in part.
+//
+// Thread safety: none. The owner serializes all calls (Prefetcher holds its mutex around them).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/policy/access.h"
+
+namespace zrtier::policy {
+
+struct PredictorConfig {
+  uint32_t resync_window = 8;           // plan entries searched for a demand that skipped ahead
+  uint32_t max_plan_nodes = 1u << 16;   // cap on the plan's length in accesses
+  uint64_t max_plan_chunks = 1u << 22;  // cap on the plan's length in chunks
+  uint32_t max_streams = 16;            // streams tracked; the least recently used one is forgotten
+};
+
+struct PlannedAccess {
+  Access access;         // region, first_chunk, chunk_count (the node's latest), dir, stream
+  uint64_t pos = 0;      // chunks the stream will have accessed before this access
+  float confidence = 0;  // lowest step confidence on the way to it (0..1)
+};
+
+class AccessPredictor : public NextUseOracle {
+ public:
+  static constexpr int kMaxSuccessors = 4;
+  static constexpr float kMaxWeight = 4.0f;
+  static constexpr float kForgetWeight = 0.2f;
+
+  explicit AccessPredictor(PredictorConfig config = {});
+
+  // Learns from one demand access and advances `a.stream`'s plan. REQUIRES: a.chunk_count >= 1.
+  void Observe(const Access& a);
+
+  // The predicted next access of `stream` (the plan's head). False when nothing is predicted.
+  bool PredictNext(uint64_t stream, PlannedAccess* out) const;
+
+  // Appends to `out` the planned accesses of `stream` that overlap positions [from_pos, until_pos),
+  // in order, stopping at the first one whose confidence is below `min_confidence`.
+  void Plan(uint64_t stream, uint64_t from_pos, uint64_t until_pos, float min_confidence,
+            std::vector<PlannedAccess>* out) const;
+
+  // Chunks `stream` has accessed so far (its demand position); 0 for an unknown stream.
+  uint64_t Position(uint64_t stream) const;
+  // Bumped whenever `stream`'s plan is discarded and rebuilt (positions of earlier plans no longer
+  // describe the same accesses).
+  uint64_t PlanEpoch(uint64_t stream) const;
+
+  // Chunk accesses from now until `key` is next used according to the plans of all streams (the
+  // smallest), or kNeverUsed when no plan contains it.
+  uint64_t NextUseDistance(const ChunkKey& key) const override;
+
+  size_t node_count() const { return nodes_.size(); }
+  size_t context_count() const { return order2_.size(); }
+
+ private:
+  struct Succ {
+    uint32_t node;
+    float weight;
+  };
+  struct SuccList {
+    Succ s[kMaxSuccessors];
+    uint8_t n = 0;
+    uint64_t last_seen = 0;  // the stream's access count when this context last occurred
+    void Observe(uint32_t node);
+    // The heaviest successor and its share of the total weight. False when empty.
+    bool Top(uint32_t* node, float* confidence) const;
+  };
+  struct Node {
+    uint64_t region;
+    uint64_t first_chunk;
+    uint32_t chunk_count;
+    Direction dir;
+  };
+  struct NodeKey {
+    uint64_t region, first_chunk;
+    Direction dir;
+    bool operator==(const NodeKey&) const = default;
+  };
+  struct NodeKeyHash {
+    size_t operator()(const NodeKey& k) const {
+      return ChunkKeyHash()(ChunkKey{k.region ^ (uint64_t(k.dir) << 61), k.first_chunk});
+    }
+  };
+  struct Entry {
+    uint32_t node;
+    uint32_t chunk_count;  // as planned
+    uint64_t raw_pos;      // predicted position = raw_pos + StreamState::shift
+    float confidence;
+  };
+  static constexpr uint32_t kNone = UINT32_MAX;
+  struct StreamState {
+    uint64_t id = 0;
+    uint64_t last_use = 0;  // observe tick, for forgetting the least recently used stream
+    uint32_t prev2 = kNone, prev1 = kNone;  // the last two nodes accessed
+    uint32_t tail2 = kNone, tail1 = kNone;  // the last two nodes of the walk (plan tail)
+    uint64_t pos = 0;                       // chunks accessed
+    uint64_t accesses = 0;                  // accesses observed
+    uint64_t period = 0;  // accesses between the last two occurrences of the current context
+    int64_t shift = 0;    // correction of raw plan positions after inserted/skipped accesses
+    uint64_t epoch = 0;
+    uint32_t misses = 0;  // unexpected accesses in a row
+    uint64_t plan_chunks = 0;
+    bool walk_ended = false;  // the tail reached an unknown context; retried after learning
+    std::deque<Entry> plan;
+    // Raw positions at which each chunk is planned, ascending.
+    std::unordered_map<ChunkKey, std::vector<uint64_t>, ChunkKeyHash> uses;
+  };
+
+  uint32_t Intern(const Access& a);
+  StreamState& StreamFor(uint64_t stream);
+  const StreamState* FindStream(uint64_t stream) const;
+  // The predicted successor of context (a, b); false if neither order knows one.
+  bool Predict(uint32_t a, uint32_t b, uint32_t* next, float* confidence) const;
+  void PopFront(StreamState& s);
+  void ClearPlan(StreamState& s);
+  // Drops the planned entries walked from context (a, b) onwards (their successor changed); the
+  // next Extend walks them again with the current tables.
+  void TruncateAfter(StreamState& s, uint32_t a, uint32_t b);
+  void Extend(StreamState& s);
+  PlannedAccess ToPlanned(const StreamState& s, const Entry& e) const;
+
+  PredictorConfig config_;
+  std::vector<Node> nodes_;
+  std::unordered_map<NodeKey, uint32_t, NodeKeyHash> node_ids_;
+  std::vector<SuccList> order1_;                   // indexed by node
+  std::unordered_map<uint64_t, SuccList> order2_;  // key: prev2 << 32 | prev1
+  std::vector<StreamState> streams_;
+  uint64_t tick_ = 0;
+};
+
+}  // namespace zrtier::policy

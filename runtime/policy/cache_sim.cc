@@ -1,0 +1,180 @@
+#include "runtime/policy/cache_sim.h"
+
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/policy/access_predictor.h"
+#include "runtime/policy/belady.h"
+#include "runtime/policy/lru.h"
+#include "runtime/policy/placement.h"
+
+namespace zrtier::policy {
+namespace {
+
+// The cached chunks as a dense vector (candidates for ChooseVictim) plus an index.
+class ChunkSet {
+ public:
+  bool Contains(const ChunkKey& k) const { return index_.count(k) != 0; }
+  size_t size() const { return keys_.size(); }
+  const std::vector<ChunkKey>& keys() const { return keys_; }
+  void Insert(const ChunkKey& k) {
+    index_.emplace(k, keys_.size());
+    keys_.push_back(k);
+  }
+  void Erase(const ChunkKey& k) {
+    auto it = index_.find(k);
+    if (it == index_.end()) return;
+    const size_t i = it->second;
+    index_.erase(it);
+    if (i + 1 != keys_.size()) {
+      keys_[i] = keys_.back();
+      index_[keys_[i]] = i;
+    }
+    keys_.pop_back();
+  }
+
+ private:
+  std::vector<ChunkKey> keys_;
+  std::unordered_map<ChunkKey, size_t, ChunkKeyHash> index_;
+};
+
+std::vector<ChunkKey> ExpandChunks(std::span<const Access> trace) {
+  std::vector<ChunkKey> chunks;
+  for (const Access& a : trace)
+    for (uint32_t c = 0; c < a.chunk_count; ++c) chunks.push_back({a.region, a.first_chunk + c});
+  return chunks;
+}
+
+SimResult SimulateLru(std::span<const Access> trace, const SimConfig& config) {
+  SimResult r;
+  LruOrder lru;
+  for (const ChunkKey& k : ExpandChunks(trace)) {
+    ++r.chunk_accesses;
+    if (lru.Contains(k)) {
+      ++r.hits;
+    } else if (lru.size() >= config.capacity_chunks) {
+      lru.Erase(lru.Oldest());
+    }
+    lru.Touch(k);
+  }
+  return r;
+}
+
+SimResult SimulateBelady(std::span<const Access> trace, const SimConfig& config) {
+  SimResult r;
+  std::vector<ChunkKey> chunks = ExpandChunks(trace);
+  BeladyOracle oracle(chunks);
+  ChunkSet cache;
+  std::vector<uint64_t> dist;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    oracle.Advance(i);
+    ++r.chunk_accesses;
+    if (cache.Contains(chunks[i])) {
+      ++r.hits;
+      continue;
+    }
+    if (cache.size() >= config.capacity_chunks) {
+      const auto& keys = cache.keys();
+      dist.resize(keys.size());
+      oracle.NextUseDistances(keys, dist);
+      size_t victim = 0;
+      for (size_t j = 1; j < keys.size(); ++j)
+        if (dist[j] > dist[victim]) victim = j;
+      cache.Erase(keys[victim]);
+    }
+    cache.Insert(chunks[i]);
+  }
+  return r;
+}
+
+SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, bool prefetch) {
+  SimResult r;
+  AccessPredictor predictor;
+  ReusePlacement placement(&predictor);
+  ChunkSet cache;
+  std::unordered_set<ChunkKey, ChunkKeyHash> prefetched;  // in cache, not yet used
+  std::vector<ChunkKey> candidates;
+  std::vector<PlannedAccess> plan;
+
+  // Chunks in [protect_first, protect_first + protect_count) of `protect_region` are not victims.
+  auto choose_victim = [&](uint64_t region, uint64_t first, uint64_t count) -> ChunkKey {
+    candidates.clear();
+    for (const ChunkKey& k : cache.keys())
+      if (!(k.region == region && k.chunk >= first && k.chunk < first + count))
+        candidates.push_back(k);
+    if (candidates.empty()) return cache.keys()[0];
+    return candidates[placement.ChooseVictim(candidates)];
+  };
+  auto evict = [&](const ChunkKey& k) {
+    if (prefetched.erase(k)) ++r.prefetch_unused;
+    cache.Erase(k);
+  };
+
+  for (const Access& a : trace) {
+    predictor.Observe(a);
+    for (uint32_t c = 0; c < a.chunk_count; ++c) {
+      const ChunkKey k{a.region, a.first_chunk + c};
+      ++r.chunk_accesses;
+      placement.Touch(k);
+      if (cache.Contains(k)) {
+        ++r.hits;
+        prefetched.erase(k);
+        continue;
+      }
+      if (cache.size() >= config.capacity_chunks)
+        evict(choose_victim(a.region, a.first_chunk + c + 1, a.chunk_count - c - 1));
+      cache.Insert(k);
+    }
+    if (!prefetch || config.prefetch_ahead_chunks == 0) continue;
+
+    const uint64_t pos = predictor.Position(a.stream);
+    plan.clear();
+    predictor.Plan(a.stream, pos, pos + config.prefetch_ahead_chunks, config.min_confidence, &plan);
+    bool stop = false;
+    for (const PlannedAccess& p : plan) {
+      for (uint32_t c = 0; c < p.access.chunk_count && !stop; ++c) {
+        const uint64_t at = p.pos + c;
+        if (at >= pos + config.prefetch_ahead_chunks) {
+          stop = true;
+          break;
+        }
+        const ChunkKey k{p.access.region, p.access.first_chunk + c};
+        if (cache.Contains(k)) continue;
+        if (cache.size() >= config.capacity_chunks) {
+          // Never evict the chunks of this planned access (or the one just served).
+          ChunkKey victim = choose_victim(p.access.region, p.access.first_chunk, c);
+          const uint64_t dv = predictor.NextUseDistance(victim);
+          if (dv != kNeverUsed && dv <= at - pos) {
+            stop = true;
+            break;
+          }
+          evict(victim);
+        }
+        cache.Insert(k);
+        prefetched.insert(k);
+        ++r.prefetches;
+      }
+      if (stop) break;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+SimResult SimulateCache(std::span<const Access> trace, SimPolicy policy, const SimConfig& config) {
+  switch (policy) {
+    case SimPolicy::kLru:
+      return SimulateLru(trace, config);
+    case SimPolicy::kBelady:
+      return SimulateBelady(trace, config);
+    case SimPolicy::kReuse:
+      return SimulateReuse(trace, config, false);
+    case SimPolicy::kReusePrefetch:
+      return SimulateReuse(trace, config, true);
+  }
+  return {};
+}
+
+}  // namespace zrtier::policy

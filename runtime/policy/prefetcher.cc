@@ -1,0 +1,216 @@
+#include "runtime/policy/prefetcher.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/base/stats.h"
+
+namespace zrtier::policy {
+
+PrefetcherConfig PrefetcherConfig::FromOptions(const Options& options) {
+  PrefetcherConfig c;
+  c.chunk_size = options.Size(Opt::kChunk);
+  c.ahead_bytes = options.Size(Opt::kPrefetchAhead);
+  c.workers = static_cast<int>(options.Int(Opt::kWorkers));
+  return c;
+}
+
+namespace {
+int ResolveWorkers(int requested) {
+  if (requested > 0) return requested;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(2, cores / 2);
+}
+}  // namespace
+
+Prefetcher::Prefetcher(const PrefetcherConfig& config, PrefetchSink* sink)
+    : config_(config),
+      ahead_chunks_(config.chunk_size ? config.ahead_bytes / config.chunk_size : 0),
+      sink_(sink),
+      predictor_(config.predictor) {
+  const int n = ResolveWorkers(config.workers);
+  threads_.reserve(n);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+}
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    queue_.clear();
+    pending_.clear();
+  }
+  work_cv_.notify_all();
+  space_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+bool Prefetcher::Stale(const Job& job) const {
+  if (predictor_.PlanEpoch(job.stream) != job.epoch) return true;
+  return job.pos < predictor_.Position(job.stream);
+}
+
+void Prefetcher::NoteIdle() {
+  if (pending_.empty() && inflight_.empty()) idle_cv_.notify_all();
+}
+
+void Prefetcher::ExpireReady() {
+  while (!ready_order_.empty()) {
+    const Job& j = ready_order_.front();
+    if (j.pos + ahead_chunks_ >= predictor_.Position(j.stream)) break;
+    auto it = ready_.find(j.key);
+    if (it != ready_.end() && it->second == j.pos) {
+      ready_.erase(it);
+      ++counters_.unused;
+      StatAdd(Stat::prefetch_unused_bytes, config_.chunk_size);
+    }
+    ready_order_.pop_front();
+  }
+}
+
+void Prefetcher::OnAccess(const Access& a) {
+  size_t added = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    predictor_.Observe(a);
+    for (uint32_t c = 0; c < a.chunk_count; ++c) {
+      const ChunkKey key{a.region, a.first_chunk + c};
+      if (pending_.erase(key)) ++counters_.canceled;
+      if (auto it = inflight_.find(key); it != inflight_.end()) it->second = true;
+      if (ready_.erase(key)) ++counters_.used;
+    }
+    NoteIdle();
+    ExpireReady();
+    if (ahead_chunks_ == 0) return;
+
+    if (cursors_.size() > 4 * config_.predictor.max_streams && !cursors_.count(a.stream))
+      cursors_.clear();  // streams come and go; a forgotten cursor only re-plans its window
+    StreamCursor& cur = cursors_[a.stream];
+    const uint64_t pos = predictor_.Position(a.stream);
+    const uint64_t epoch = predictor_.PlanEpoch(a.stream);
+    if (cur.epoch != epoch) {
+      cur.epoch = epoch;
+      cur.enqueued_until = pos;
+    }
+    const uint64_t from = std::max(cur.enqueued_until, pos);
+    const uint64_t until = pos + ahead_chunks_;
+    plan_scratch_.clear();
+    predictor_.Plan(a.stream, from, until, config_.min_confidence, &plan_scratch_);
+    for (const PlannedAccess& p : plan_scratch_) {
+      uint32_t c = 0;
+      for (; c < p.access.chunk_count && p.pos + c < until; ++c) {
+        const uint64_t at = p.pos + c;
+        if (at < from || p.access.dir == Direction::kD2H) continue;  // a D2H target needs no decode
+        const ChunkKey key{p.access.region, p.access.first_chunk + c};
+        if (pending_.count(key) || inflight_.count(key) || ready_.count(key)) continue;
+        const uint64_t seq = ++next_job_seq_;
+        pending_.emplace(key, seq);
+        queue_.push_back(Job{key, a.stream, at, epoch, seq});
+        ++added;
+      }
+      cur.enqueued_until = std::max(cur.enqueued_until, p.pos + c);
+    }
+  }
+  if (added == 1)
+    work_cv_.notify_one();
+  else if (added > 1)
+    work_cv_.notify_all();
+}
+
+void Prefetcher::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Job job = queue_.front();
+    queue_.pop_front();
+    auto live = pending_.find(job.key);
+    if (live == pending_.end() || live->second != job.seq) continue;  // canceled or superseded
+    if (Stale(job)) {
+      pending_.erase(job.key);
+      ++counters_.stale;
+      NoteIdle();
+      continue;
+    }
+    pending_.erase(job.key);
+    inflight_[job.key] = false;
+    ++counters_.issued;
+    lock.unlock();
+    const bool ok = sink_->Prefetch(job.key.region, job.key.chunk);
+    lock.lock();
+    auto it = inflight_.find(job.key);
+    const bool demanded = it != inflight_.end() && it->second;
+    if (it != inflight_.end()) inflight_.erase(it);
+    if (ok) {
+      ++counters_.prefetched;
+      StatAdd(Stat::prefetch_bytes, config_.chunk_size);
+      if (demanded) {
+        ++counters_.used;
+      } else {
+        ready_[job.key] = job.pos;
+        ready_order_.push_back(job);
+      }
+      NoteIdle();
+      continue;
+    }
+    ++counters_.refused;
+    if (stop_) return;
+    // No room now: wait for a freed slot (or 1 ms), then retry unless the demand got there. The
+    // chunk stays in inflight_ meanwhile (so WaitIdle waits and a demand access marks it).
+    inflight_[job.key] = demanded;
+    const uint64_t seen = space_seq_;
+    space_cv_.wait_for(lock, std::chrono::milliseconds(1),
+                       [&] { return stop_ || space_seq_ != seen; });
+    if (stop_) return;
+    auto again = inflight_.find(job.key);
+    const bool demanded_now = again == inflight_.end() || again->second;
+    if (again != inflight_.end()) inflight_.erase(again);
+    if (demanded_now || Stale(job) || pending_.count(job.key) || ready_.count(job.key)) {
+      if (!demanded_now) ++counters_.stale;
+      NoteIdle();
+      continue;
+    }
+    job.seq = ++next_job_seq_;
+    pending_.emplace(job.key, job.seq);
+    queue_.push_front(job);
+  }
+}
+
+uint64_t Prefetcher::NextUseDistance(const ChunkKey& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return predictor_.NextUseDistance(key);
+}
+
+void Prefetcher::NextUseDistances(std::span<const ChunkKey> keys, std::span<uint64_t> out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < keys.size(); ++i) out[i] = predictor_.NextUseDistance(keys[i]);
+}
+
+void Prefetcher::OnDropped(uint64_t region, uint64_t chunk) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ready_.erase(ChunkKey{region, chunk})) {
+    ++counters_.unused;
+    StatAdd(Stat::prefetch_unused_bytes, config_.chunk_size);
+  }
+}
+
+void Prefetcher::NotifySpace() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++space_seq_;
+  }
+  space_cv_.notify_all();
+}
+
+bool Prefetcher::WaitIdle(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                           [this] { return pending_.empty() && inflight_.empty(); });
+}
+
+Prefetcher::Counters Prefetcher::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+}  // namespace zrtier::policy

@@ -1,0 +1,145 @@
+// Prefetcher: the component the shim's copy path calls. It feeds every access to an
+// AccessPredictor and keeps ZRTIER_WORKERS threads making the predicted next chunks ready in T0
+// (through PrefetchSink), up to ZRTIER_PREFETCH_AHEAD bytes ahead of each stream's demand position,
+// in predicted order, while the plan's confidence is at least `min_confidence`.
+//
+// Demand is never starved:
+//   - OnAccess only learns and enqueues (a mutex held for microseconds, never across a sink call);
+//     it never waits for a prefetch;
+//   - a demand access that reaches chunks still queued for prefetch cancels them (the demand path
+//     makes them ready itself); a chunk a worker is already preparing is counted as used;
+//   - queued work whose planned position the demand has passed, or that belongs to a discarded
+//     plan, is dropped when a worker reaches it;
+//   - a sink that cannot take a chunk now (returns false: no free slot) is retried after
+//     NotifySpace() or 1 ms, unless the demand has passed it by then.
+//
+// Accounting (runtime/base/stats.h): prefetch_bytes grows by the chunk size for every chunk the
+// sink made ready; prefetch_unused_bytes for every prefetched chunk that no access used before
+// either the sink's owner dropped it (OnDropped) or the demand position passed its planned position
+// by more than the prefetch window.
+//
+// Thread safety: every method may be called from any thread. The Prefetcher never holds its lock
+// while calling the sink, so the sink may call any Prefetcher method (and placement, which asks
+// NextUseDistance, may be called from the sink).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/base/options.h"
+#include "runtime/policy/access.h"
+#include "runtime/policy/access_predictor.h"
+
+namespace zrtier::policy {
+
+class PrefetchSink {
+ public:
+  virtual ~PrefetchSink() = default;
+  // Makes `chunk` of `region` ready in T0 (decode into a pinned slot) unless it already is.
+  // Returns false when it cannot now (no free slot); the prefetcher retries later.
+  // Called from prefetch worker threads, never with the Prefetcher's lock held.
+  virtual bool Prefetch(uint64_t region, uint64_t chunk) = 0;
+};
+
+struct PrefetcherConfig {
+  uint64_t chunk_size = 64 << 10;
+  uint64_t ahead_bytes = 256ull << 20;  // 0 = learn only, prefetch nothing
+  int workers = 0;                      // 0 = half the cores, at least 2
+  float min_confidence = 0.5f;
+  PredictorConfig predictor;
+
+  // ZRTIER_CHUNK, ZRTIER_PREFETCH_AHEAD, ZRTIER_WORKERS.
+  static PrefetcherConfig FromOptions(const Options& options);
+};
+
+class Prefetcher : public NextUseOracle {
+ public:
+  struct Counters {
+    uint64_t issued = 0;      // sink calls
+    uint64_t prefetched = 0;  // sink calls that returned true
+    uint64_t refused = 0;     // sink calls that returned false (retried unless stale)
+    uint64_t canceled = 0;    // queued chunks a demand access reached first
+    uint64_t stale = 0;   // queued chunks dropped: demand passed them, or their plan was replaced
+    uint64_t used = 0;    // prefetched chunks a demand access then used
+    uint64_t unused = 0;  // prefetched chunks dropped or passed without use
+  };
+
+  // Starts the workers. `sink` is not owned and must outlive the Prefetcher.
+  Prefetcher(const PrefetcherConfig& config, PrefetchSink* sink);
+  // Stops the workers (waiting for sink calls in progress); queued work is dropped.
+  ~Prefetcher() override;
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // Called by every copy (and CPU fault) before its chunks are served. Cheap; never blocks on a
+  // prefetch.
+  void OnAccess(const Access& a);
+
+  // Chunk accesses until `key` is next used by the learned plans, or kNeverUsed (placement).
+  uint64_t NextUseDistance(const ChunkKey& key) const override;
+  void NextUseDistances(std::span<const ChunkKey> keys, std::span<uint64_t> out) const override;
+
+  // The sink's owner dropped the T0 copy of a chunk. If it was prefetched and never used, it is
+  // counted in prefetch_unused_bytes.
+  void OnDropped(uint64_t region, uint64_t chunk);
+  // The sink's owner freed a slot: workers waiting to retry a refused chunk try again now.
+  void NotifySpace();
+
+  // Waits until nothing is queued or being prefetched, at most `timeout_ms`. True if idle.
+  bool WaitIdle(int timeout_ms);
+
+  Counters counters() const;
+  int workers() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  struct Job {
+    ChunkKey key;
+    uint64_t stream;
+    uint64_t pos;    // planned position of the chunk on its stream
+    uint64_t epoch;  // the plan it came from
+    uint64_t seq;    // matches pending_[key] while the job is live
+  };
+  struct StreamCursor {
+    uint64_t epoch = 0;
+    uint64_t enqueued_until = 0;  // positions below this were already considered
+  };
+
+  void WorkerLoop();
+  bool Stale(const Job& job) const;  // REQUIRES: mu_ held
+  void ExpireReady();                // REQUIRES: mu_ held
+  void NoteIdle();                   // REQUIRES: mu_ held
+
+  const PrefetcherConfig config_;
+  const uint64_t ahead_chunks_;
+  PrefetchSink* const sink_;
+
+  // Locking: mu_ guards everything below. Invariants: a key is in at most one of pending_,
+  // inflight_ and ready_; every key in pending_ has a Job in queue_ (queue_ may also hold jobs
+  // whose key was canceled; workers skip those).
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // queue_ non-empty, or stop_
+  std::condition_variable space_cv_;  // NotifySpace, or stop_
+  std::condition_variable idle_cv_;   // pending_ and inflight_ both empty
+  AccessPredictor predictor_;
+  std::deque<Job> queue_;
+  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> pending_;  // -> live job's seq
+  std::unordered_map<ChunkKey, bool, ChunkKeyHash> inflight_;     // -> a demand access reached it
+  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> ready_;    // prefetched, unused -> pos
+  std::deque<Job> ready_order_;  // prefetched jobs in completion order (for expiry)
+  std::unordered_map<uint64_t, StreamCursor> cursors_;
+  std::vector<PlannedAccess> plan_scratch_;
+  uint64_t space_seq_ = 0;
+  uint64_t next_job_seq_ = 0;
+  bool stop_ = false;
+  Counters counters_;
+
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace zrtier::policy

@@ -1,0 +1,157 @@
+// Placement: ReusePlacement's victim choice (farthest predicted next use, hot/cold fallback), the
+// LRU baseline, Belady's oracle, and hit ratios on cyclic and forward/backward traces against
+// Belady's optimum at the same capacity.
+#include "runtime/policy/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/policy/belady.h"
+#include "runtime/policy/cache_sim.h"
+#include "runtime/policy/lru.h"
+#include "runtime/policy/synthetic_trace.h"
+
+namespace zrtier::policy {
+namespace {
+
+class MapOracle : public NextUseOracle {
+ public:
+  uint64_t NextUseDistance(const ChunkKey& key) const override {
+    auto it = d.find(key);
+    return it == d.end() ? kNeverUsed : it->second;
+  }
+  std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> d;
+};
+
+TEST(PlacementTest, FarthestPredictedUseLeavesFirst) {
+  MapOracle oracle;
+  oracle.d[{1, 0}] = 5;
+  oracle.d[{1, 1}] = 500;
+  oracle.d[{1, 2}] = 50;
+  ReusePlacement placement(&oracle);
+  std::vector<ChunkKey> c = {{1, 0}, {1, 1}, {1, 2}};
+  EXPECT_EQ(placement.ChooseVictim(c), 1u);
+  // A chunk with no predicted use at all leaves before any predicted one.
+  c.push_back({1, 3});
+  EXPECT_EQ(placement.ChooseVictim(c), 3u);
+}
+
+TEST(PlacementTest, HotColdFallbackWithoutPredictions) {
+  ReusePlacement placement(nullptr);
+  const ChunkKey hot{1, 0}, warm{1, 1}, cold_old{1, 2}, cold_new{1, 3};
+  for (int i = 0; i < 5; ++i) placement.Touch(hot);
+  for (int i = 0; i < 3; ++i) placement.Touch(warm);
+  placement.Touch(cold_old);
+  placement.Touch(cold_new);
+  std::vector<ChunkKey> c = {hot, warm, cold_new, cold_old};
+  EXPECT_EQ(placement.ChooseVictim(c), 3u) << "lowest count, then least recently touched";
+  c = {hot, warm, cold_new};
+  EXPECT_EQ(placement.ChooseVictim(c), 2u);
+  c = {hot, warm};
+  EXPECT_EQ(placement.ChooseVictim(c), 1u);
+  placement.Forget(hot);
+  EXPECT_EQ(placement.ChooseVictim(c), 0u) << "a forgotten chunk has no heat";
+}
+
+TEST(PlacementTest, LruOrderEvictsLeastRecent) {
+  LruOrder lru;
+  lru.Touch({1, 0});
+  lru.Touch({1, 1});
+  lru.Touch({1, 2});
+  lru.Touch({1, 0});
+  EXPECT_EQ(lru.Oldest(), (ChunkKey{1, 1}));
+  lru.Erase({1, 1});
+  EXPECT_EQ(lru.Oldest(), (ChunkKey{1, 2}));
+  EXPECT_EQ(lru.size(), 2u);
+}
+
+TEST(PlacementTest, BeladyOracleKnowsExactDistances) {
+  std::vector<ChunkKey> trace = {{1, 0}, {1, 1}, {1, 2}, {1, 0}, {1, 2}, {1, 0}};
+  BeladyOracle oracle(trace);
+  oracle.Advance(0);
+  EXPECT_EQ(oracle.NextUseDistance({1, 0}), 2u);  // index 3 is 2 accesses after the next one
+  EXPECT_EQ(oracle.NextUseDistance({1, 1}), 0u);
+  EXPECT_EQ(oracle.NextUseDistance({1, 9}), kNeverUsed);
+  oracle.Advance(1);
+  EXPECT_EQ(oracle.NextUseDistance({1, 1}), kNeverUsed);
+  EXPECT_EQ(oracle.NextUseDistance({1, 2}), 0u);
+}
+
+struct Ratios {
+  double reuse, lru, belady;
+};
+
+Ratios Replay(const TraceSpec& spec, double fraction) {
+  const auto trace = MakeTrace(spec);
+  SimConfig config;
+  config.capacity_chunks = static_cast<uint64_t>(fraction * WorkingSetChunks(spec));
+  Ratios r;
+  r.reuse = SimulateCache(trace, SimPolicy::kReuse, config).hit_ratio();
+  r.lru = SimulateCache(trace, SimPolicy::kLru, config).hit_ratio();
+  r.belady = SimulateCache(trace, SimPolicy::kBelady, config).hit_ratio();
+  printf("fraction %.2f: reuse %.4f lru %.4f belady %.4f\n", fraction, r.reuse, r.lru, r.belady);
+  return r;
+}
+
+TEST(PlacementTest, MatchesBeladyOnCyclicScanWhereLruHitsNothing) {
+  TraceSpec spec;
+  spec.shape = TraceShape::kCyclic;
+  spec.layers = 32;
+  spec.passes = 10;
+  for (double f : {0.25, 0.5, 0.75}) {
+    const Ratios r = Replay(spec, f);
+    EXPECT_GT(r.belady, 0.9 * f * 0.9) << "Belady keeps about a cache's worth hot";
+    EXPECT_GE(r.reuse, 0.95 * r.belady);
+    EXPECT_LE(r.reuse, r.belady + 1e-9) << "nothing beats the optimum";
+    EXPECT_LT(r.lru, 0.01) << "LRU on a cyclic scan larger than the cache";
+  }
+}
+
+TEST(PlacementTest, MatchesBeladyOnForwardBackward) {
+  TraceSpec spec;
+  spec.shape = TraceShape::kForwardBackward;
+  spec.layers = 32;
+  spec.passes = 6;
+  for (double f : {0.25, 0.5}) {
+    const Ratios r = Replay(spec, f);
+    EXPECT_GE(r.reuse, 0.95 * r.belady);
+    EXPECT_LE(r.reuse, r.belady + 1e-9);
+    EXPECT_LE(r.lru, r.belady + 1e-9);
+  }
+}
+
+TEST(PlacementTest, NoisyCyclicStaysCloseToBelady) {
+  TraceSpec spec;
+  spec.shape = TraceShape::kCyclic;
+  spec.layers = 32;
+  spec.passes = 10;
+  spec.noise = 0.05;
+  spec.skip = 0.02;
+  spec.seed = 5;
+  const Ratios r = Replay(spec, 0.5);
+  EXPECT_GE(r.reuse, 0.93 * r.belady);
+  EXPECT_GT(r.reuse, 20 * (r.lru + 0.001));
+}
+
+TEST(PlacementTest, PrefetchIntoTheSameCapacityRaisesHits) {
+  TraceSpec spec;
+  spec.layers = 32;
+  spec.passes = 8;
+  const auto trace = MakeTrace(spec);
+  SimConfig config;
+  config.capacity_chunks = WorkingSetChunks(spec) / 4;
+  config.prefetch_ahead_chunks = 32;
+  const SimResult demand = SimulateCache(trace, SimPolicy::kReuse, config);
+  const SimResult ahead = SimulateCache(trace, SimPolicy::kReusePrefetch, config);
+  printf("demand %.4f with prefetch %.4f (%llu prefetches, %llu unused)\n", demand.hit_ratio(),
+         ahead.hit_ratio(), static_cast<unsigned long long>(ahead.prefetches),
+         static_cast<unsigned long long>(ahead.prefetch_unused));
+  EXPECT_GT(ahead.hit_ratio(), demand.hit_ratio() + 0.3);
+  EXPECT_EQ(ahead.prefetch_unused, 0u) << "a clean cyclic scan uses every prefetched chunk";
+}
+
+}  // namespace
+}  // namespace zrtier::policy

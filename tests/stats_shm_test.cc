@@ -1,0 +1,192 @@
+// Covers the shared-memory statistics block: one process publishes, another reads the values,
+// histograms and region rows; header validation; and detection/cleanup of blocks whose process died
+// or whose pid was reused.
+#include "runtime/base/stats_shm.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+namespace zrtier {
+namespace {
+
+// A fresh directory used as the stats directory for one test (ZRTIER_TEST_STATS_DIR).
+class StatsShmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/zrtier_stats_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    setenv("ZRTIER_TEST_STATS_DIR", dir_.c_str(), 1);
+  }
+  void TearDown() override {
+    unsetenv("ZRTIER_TEST_STATS_DIR");
+    std::string cmd = "rm -rf '" + dir_ + "'";
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+  // Writes `block` as the file of `pid`.
+  void WriteBlock(pid_t pid, const void* data, size_t len) {
+    std::string path = StatsPath(dir_, pid);
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, data, len), static_cast<ssize_t>(len));
+    close(fd);
+  }
+  bool Exists(pid_t pid) { return access(StatsPath(dir_, pid).c_str(), F_OK) == 0; }
+  std::string dir_;
+};
+
+// Forks a child that publishes, records known values, tells the parent (pipe) and waits for the
+// parent to say go; then exits through exit() (unlinking) or _exit() (leaving a stale file).
+pid_t SpawnPublisher(int* ready_fd, int* go_fd, bool clean_exit) {
+  int ready[2], go[2];
+  if (pipe(ready) != 0 || pipe(go) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    close(go[1]);
+    Status s = PublishStats();
+    if (!s.ok()) _exit(10);
+    StatAdd(Stat::faults_missing, 42);
+    StatSet(Stat::resident_bytes, 123456789);
+    for (int i = 0; i < 100; ++i) HistRecord(Hist::fault_latency, 20000);  // ~20 us
+    int row = StatsRegionAcquire(0x7f0000000000ull, 1 << 30);
+    if (row < 0) _exit(11);
+    Stats()->regions[row].resident_bytes.store(65536);
+    char c = 'r';
+    if (write(ready[1], &c, 1) != 1) _exit(12);
+    if (read(go[0], &c, 1) != 1) _exit(13);
+    if (clean_exit) exit(0);
+    _exit(0);
+  }
+  close(ready[1]);
+  close(go[0]);
+  *ready_fd = ready[0];
+  *go_fd = go[1];
+  return pid;
+}
+
+TEST_F(StatsShmTest, OneProcessPublishesAnotherReads) {
+  int ready, go;
+  pid_t pid = SpawnPublisher(&ready, &go, /*clean_exit=*/true);
+  ASSERT_GT(pid, 0);
+  char c;
+  ASSERT_EQ(read(ready, &c, 1), 1) << "publisher failed";
+
+  std::vector<pid_t> pids = ListStatsPids(dir_);
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_EQ(pids[0], pid);
+  StatsSnapshot snap;
+  Status s = ReadStats(pid, &snap, dir_);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(snap.pid, pid);
+  EXPECT_EQ(snap.version, kStatsVersion);
+  EXPECT_EQ(snap.Value(Stat::faults_missing), 42u);
+  EXPECT_EQ(snap.Value(Stat::resident_bytes), 123456789u);
+  uint64_t count = 0;
+  for (int b = 0; b < kHistBuckets; ++b)
+    count += snap.hist[static_cast<int>(Hist::fault_latency)][b];
+  EXPECT_EQ(count, 100u);
+  double p50 = Histogram::Quantile(snap.hist[static_cast<int>(Hist::fault_latency)], 0.5);
+  EXPECT_GE(p50, 16384.0);
+  EXPECT_LE(p50, 32768.0);
+  ASSERT_EQ(snap.regions.size(), 1u);
+  EXPECT_EQ(snap.regions[0].base, 0x7f0000000000ull);
+  EXPECT_EQ(snap.regions[0].size, 1ull << 30);
+  EXPECT_EQ(snap.regions[0].resident_bytes, 65536u);
+  EXPECT_FALSE(snap.cmdline.empty());
+  EXPECT_FALSE(StatsProcessGone(pid, snap.start_unix_ns));
+  std::vector<StatsSnapshot> all = ReadAllStats(false, nullptr, dir_);
+  ASSERT_EQ(all.size(), 1u);
+
+  ASSERT_EQ(write(go, "g", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(Exists(pid)) << "exit() should unlink the block";
+  close(ready);
+  close(go);
+}
+
+TEST_F(StatsShmTest, BlockOfDeadProcessIsCleanedUp) {
+  int ready, go;
+  pid_t pid = SpawnPublisher(&ready, &go, /*clean_exit=*/false);
+  ASSERT_GT(pid, 0);
+  char c;
+  ASSERT_EQ(read(ready, &c, 1), 1) << "publisher failed";
+  ASSERT_EQ(write(go, "g", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(Exists(pid)) << "_exit() leaves the block behind, as a crash would";
+
+  StatsSnapshot snap;
+  ASSERT_TRUE(ReadStats(pid, &snap, dir_).ok());
+  EXPECT_TRUE(StatsProcessGone(pid, snap.start_unix_ns));
+  EXPECT_TRUE(ReadAllStats(false, nullptr, dir_).empty()) << "stale blocks are not listed";
+  EXPECT_TRUE(Exists(pid)) << "clean_stale=false must not unlink";
+  EXPECT_EQ(CleanStaleStats(dir_), 1);
+  EXPECT_FALSE(Exists(pid));
+  close(ready);
+  close(go);
+}
+
+TEST_F(StatsShmTest, ReusedPidIsStale) {
+  // A block that claims our pid but was created an hour before this process started.
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  block->start_unix_ns -= 3600ull * 1000000000ull;
+  WriteBlock(getpid(), block, sizeof(StatsBlock));
+  EXPECT_TRUE(StatsProcessGone(getpid(), block->start_unix_ns));
+  EXPECT_TRUE(ReadAllStats(true, nullptr, dir_).empty());
+  EXPECT_FALSE(Exists(getpid())) << "clean_stale=true unlinks the reused pid's block";
+
+  // The same block with a current start time is live.
+  InitStatsBlock(block);
+  WriteBlock(getpid(), block, sizeof(StatsBlock));
+  EXPECT_FALSE(StatsProcessGone(getpid(), block->start_unix_ns));
+  EXPECT_EQ(ReadAllStats(true, nullptr, dir_).size(), 1u);
+  EXPECT_EQ(CleanStaleStats(dir_), 0);
+  delete block;
+}
+
+TEST_F(StatsShmTest, HeaderIsValidated) {
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  StatsSnapshot snap;
+
+  block->magic = 0x1234;
+  WriteBlock(1, block, sizeof(StatsBlock));
+  Status s = ReadStats(1, &snap, dir_);
+  EXPECT_EQ(s.code(), EINVAL) << s.ToString();
+
+  block->magic = kStatsMagic;
+  block->version = kStatsVersion + 1;
+  WriteBlock(1, block, sizeof(StatsBlock));
+  s = ReadStats(1, &snap, dir_);
+  EXPECT_EQ(s.code(), EPROTO) << s.ToString();
+  EXPECT_NE(s.message().find("version"), std::string::npos);
+
+  block->version = kStatsVersion;
+  WriteBlock(1, block, 8);  // truncated
+  EXPECT_EQ(ReadStats(1, &snap, dir_).code(), EINVAL);
+
+  block->size = sizeof(StatsBlock) - 8;
+  WriteBlock(1, block, sizeof(StatsBlock));
+  EXPECT_EQ(ReadStats(1, &snap, dir_).code(), EPROTO);
+
+  EXPECT_EQ(ReadStats(999999999, &snap, dir_).code(), ENOENT);
+  std::vector<std::string> errors;
+  EXPECT_TRUE(ReadAllStats(false, &errors, dir_).empty());
+  EXPECT_EQ(errors.size(), 1u) << "the bad block of pid 1 is reported";
+  delete block;
+}
+
+}  // namespace
+}  // namespace zrtier

@@ -1,0 +1,42 @@
+// Test helper: a process that publishes a statistics block (as the shim does), sets known values,
+// prints "ready <pid>" and then, until killed, keeps counting (so monitors see numbers change):
+// every 50 ms it adds 1 MiB of H2D bytes, 10 faults with ~20 us latency and one eviction.
+//   stats_publisher [seconds]   (default 60; exits 0 afterwards, unlinking its block)
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/base/stats.h"
+#include "runtime/base/stats_shm.h"
+
+using namespace zrtier;
+
+int main(int argc, char** argv) {
+  double seconds = argc > 1 ? atof(argv[1]) : 60;
+  Status s = PublishStats();
+  if (!s.ok()) {
+    fprintf(stderr, "stats_publisher: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  StatSet(Stat::regions, 1);
+  StatSet(Stat::region_bytes, 4ull << 30);
+  StatSet(Stat::resident_bytes, 1ull << 30);
+  StatSet(Stat::resident_limit_bytes, 2ull << 30);
+  StatSet(Stat::store_raw_bytes, 3ull << 30);
+  StatSet(Stat::store_bytes, 2ull << 30);
+  StatsRegionAcquire(0x7f0000000000ull, 4ull << 30);
+  StatAdd(Stat::faults_missing, 4242);
+  printf("ready %d\n", static_cast<int>(getpid()));
+  fflush(stdout);
+  for (double t = 0; t < seconds; t += 0.05) {
+    usleep(50000);
+    StatAdd(Stat::h2d_bytes, 1 << 20);
+    StatAdd(Stat::h2d_copies, 1);
+    StatAdd(Stat::copies_ready, 1);
+    StatAdd(Stat::faults_missing, 10);
+    for (int i = 0; i < 10; ++i) HistRecord(Hist::fault_latency, 20000);
+    StatAdd(Stat::evictions, 1);
+  }
+  return 0;
+}

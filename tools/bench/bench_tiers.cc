@@ -1,0 +1,350 @@
+// `zrtier bench tiers`: read-back speed of each store tier (ram, zram, file, and zram/file with
+// Prefetch issued ahead of Get) for 64 KiB bf16 chunks encoded with zrtier's codec, and the
+// compression ratio of the kernel's zram codecs on the same raw bf16 data against zrtier's codec.
+//
+// read_mbps counts the encoded bytes delivered to the caller (copied into its buffer) per second of
+// the read loop; p50/p99 are per-Get latencies. The file tier reads with O_DIRECT (no page cache)
+// unless the file system refuses it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "runtime/codec/codec.h"
+#include "runtime/codec/sample_data.h"
+#include "runtime/store/file_store.h"
+#include "runtime/store/ram_store.h"
+#include "runtime/store/tiered_store.h"
+#include "runtime/store/zram_device.h"
+#include "runtime/store/zram_store.h"
+#include "tools/bench/bench.h"
+
+namespace zrtier::tools {
+namespace {
+
+constexpr size_t kChunk = 64 << 10;
+
+struct Args {
+  uint64_t mb = 128;
+  uint64_t codec_mb = 64;
+  std::string dir = "/var/tmp/zrtier-bench";
+  int ahead = 256;
+  bool json = false;
+};
+
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct ReadResult {
+  double mbps = 0, p50 = 0, p99 = 0;
+};
+
+// Reads every handle (in a shuffled order) into a caller buffer; with `ahead` > 0 issues Prefetch
+// that many entries ahead of each Get.
+ReadResult ReadBack(ChunkStore* store, const std::vector<StoreHandle>& hs, int ahead, uint64_t seed,
+                    bool* ok) {
+  std::vector<size_t> order(hs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  std::vector<unsigned char> dst(Codec::MaxEncodedSize(kChunk));
+  std::vector<double> lat;
+  lat.reserve(hs.size());
+  uint64_t bytes = 0;
+  for (int i = 0; i < ahead && i < static_cast<int>(order.size()); ++i)
+    store->Prefetch(hs[order[i]]);
+  double start = NowUs();
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (ahead > 0 && i + ahead < order.size()) store->Prefetch(hs[order[i + ahead]]);
+    double t0 = NowUs();
+    Status s = store->Get(hs[order[i]], [&](const void* p, size_t n) {
+      memcpy(dst.data(), p, n);
+      bytes += n;
+      return Status::Ok();
+    });
+    lat.push_back(NowUs() - t0);
+    if (!s.ok()) {
+      fprintf(stderr, "bench tiers: %s Get: %s\n", store->name(), s.ToString().c_str());
+      *ok = false;
+      return {};
+    }
+  }
+  double secs = (NowUs() - start) / 1e6;
+  std::sort(lat.begin(), lat.end());
+  ReadResult r;
+  r.mbps = bytes / 1e6 / secs;
+  r.p50 = lat[lat.size() / 2];
+  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  return r;
+}
+
+// Reads every handle (shuffled) with GetBatch, 32 entries per submission; the latency of each
+// entry is its batch's time.
+ReadResult BatchReadBack(ExtentStore* store, const std::vector<StoreHandle>& hs, uint64_t seed,
+                         bool* ok) {
+  std::vector<size_t> order(hs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  std::vector<std::vector<unsigned char>> out(32);
+  std::vector<double> lat;
+  uint64_t bytes = 0;
+  double start = NowUs();
+  for (size_t i = 0; i < order.size(); i += 32) {
+    std::vector<ExtentStore::GetReq> reqs;
+    for (size_t k = i; k < std::min(order.size(), i + 32); ++k) {
+      ExtentStore::GetReq r;
+      r.h = hs[order[k]];
+      r.out = &out[k - i];
+      reqs.push_back(r);
+    }
+    double t0 = NowUs();
+    store->GetBatch(reqs.data(), reqs.size());
+    double dt = NowUs() - t0;
+    for (auto& r : reqs) {
+      if (!r.status.ok()) {
+        fprintf(stderr, "bench tiers: %s GetBatch: %s\n", store->name(),
+                r.status.ToString().c_str());
+        *ok = false;
+        return {};
+      }
+      bytes += r.out->size();
+      lat.push_back(dt);
+    }
+  }
+  double secs = (NowUs() - start) / 1e6;
+  std::sort(lat.begin(), lat.end());
+  ReadResult r;
+  r.mbps = bytes / 1e6 / secs;
+  r.p50 = lat[lat.size() / 2];
+  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  return r;
+}
+
+// Puts every encoded chunk into `store`; returns the handles.
+bool Fill(ChunkStore* store, const std::vector<std::vector<unsigned char>>& enc,
+          std::vector<StoreHandle>* hs) {
+  if (auto* ext = dynamic_cast<ExtentStore*>(store)) {  // one batch per 64 chunks
+    for (size_t i = 0; i < enc.size(); i += 64) {
+      std::vector<ExtentStore::PutReq> reqs;
+      for (size_t k = i; k < std::min(enc.size(), i + 64); ++k) {
+        ExtentStore::PutReq r;
+        r.data = enc[k].data();
+        r.len = enc[k].size();
+        r.raw_len = kChunk;
+        reqs.push_back(r);
+      }
+      ext->PutBatch(reqs.data(), reqs.size());
+      for (auto& r : reqs) {
+        if (!r.status.ok()) {
+          fprintf(stderr, "bench tiers: %s Put: %s\n", store->name(), r.status.ToString().c_str());
+          return false;
+        }
+        hs->push_back(r.out);
+      }
+    }
+    return true;
+  }
+  for (auto& e : enc) {
+    StoreHandle h;
+    Status s = store->Put(e.data(), e.size(), kChunk, &h);
+    if (!s.ok()) {
+      fprintf(stderr, "bench tiers: %s Put: %s\n", store->name(), s.ToString().c_str());
+      return false;
+    }
+    hs->push_back(h);
+  }
+  return true;
+}
+
+// The ratio a kernel zram codec reaches on `raw_chunks` chunks of bf16 (orig / compr_data_size).
+bool ZramRatio(const std::string& alg, size_t raw_chunks, double* ratio, std::string* why) {
+  ZramDevice dev(Os::Default());
+  Status s = dev.Claim("auto");
+  if (s.ok()) s = dev.SetAlgorithm(alg);
+  if (s.ok()) s = dev.SetDiskSize(raw_chunks * kChunk + (1 << 20));
+  if (!s.ok()) {
+    *why = s.ToString();
+    return false;
+  }
+  int fd = open(dev.path().c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    *why = dev.path() + ": " + strerror(errno);
+    return false;
+  }
+  std::vector<unsigned char> raw(kChunk);
+  for (size_t i = 0; i < raw_chunks; ++i) {
+    FillSample(SampleKind::kBf16Gaussian, i, raw.data(), kChunk);
+    if (pwrite(fd, raw.data(), kChunk, static_cast<off_t>(i * kChunk)) !=
+        static_cast<ssize_t>(kChunk)) {
+      *why = std::string("write: ") + strerror(errno);
+      close(fd);
+      return false;
+    }
+  }
+  fsync(fd);
+  uint64_t orig = 0, compr = 0, mem = 0;
+  s = dev.MmStat(&orig, &compr, &mem);
+  close(fd);
+  if (!s.ok() || compr == 0) {
+    *why = s.ok() ? "mm_stat shows nothing stored" : s.ToString();
+    return false;
+  }
+  *ratio = static_cast<double>(orig) / compr;
+  return true;
+}
+
+int Run(const Args& a) {
+  size_t n = a.mb * (1 << 20) / kChunk;
+  CodecConfig cc;
+  cc.kind = CodecKind::kAuto;
+  Codec codec(cc);
+  std::vector<std::vector<unsigned char>> enc(n);
+  std::vector<unsigned char> raw(kChunk);
+  uint64_t enc_bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    FillSample(SampleKind::kBf16Gaussian, i, raw.data(), kChunk);
+    enc[i].resize(Codec::MaxEncodedSize(kChunk));
+    size_t len = 0;
+    if (!codec.Encode(raw.data(), kChunk, enc[i].data(), enc[i].size(), &len).ok() || len == 0) {
+      fprintf(stderr, "bench tiers: encode failed\n");
+      return 1;
+    }
+    enc[i].resize(len);
+    enc_bytes += len;
+  }
+  if (!a.json)
+    printf("%zu chunks of 64 KiB bf16, encoded to %.1f MB (zrtier codec auto, %.3fx)\n", n,
+           enc_bytes / 1e6, static_cast<double>(n * kChunk) / enc_bytes);
+
+  Report tiers({"tier", "read_mbps", "p50_us", "p99_us"});
+  auto add = [&](const std::string& name, const ReadResult& r) {
+    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1)});
+  };
+  bool ok = true;
+  {
+    RamStore ram(0, -1, Os::Default());
+    std::vector<StoreHandle> hs;
+    if (!Fill(&ram, enc, &hs)) return 1;
+    add("ram", ReadBack(&ram, hs, 0, 1, &ok));
+  }
+  // Lower tiers alone, then behind a TieredStore whose RAM tier is (nearly) full, with Prefetch.
+  auto run_lower = [&](const char* name, std::unique_ptr<ExtentStore> store) {
+    std::vector<StoreHandle> hs;
+    if (!Fill(store.get(), enc, &hs)) {
+      ok = false;
+      return;
+    }
+    add(name, ReadBack(store.get(), hs, 0, 2, &ok));
+    add(std::string(name) + "+batch", BatchReadBack(store.get(), hs, 4, &ok));
+    for (StoreHandle h : hs) store->Free(h);
+  };
+  auto run_prefetched = [&](const std::string& name, std::unique_ptr<ExtentStore> store) {
+    std::vector<std::unique_ptr<ExtentStore>> lower_tiers;
+    lower_tiers.push_back(std::move(store));
+    // A RAM tier of 64 KiB: every chunk falls through to the lower tier.
+    TieredStore stack(std::make_unique<RamStore>(64 << 10, -1, Os::Default()),
+                      std::move(lower_tiers));
+    std::vector<StoreHandle> hs;
+    if (!Fill(&stack, enc, &hs)) {
+      ok = false;
+      return;
+    }
+    stack.WaitIdle();
+    add(name + "+prefetch", ReadBack(&stack, hs, a.ahead, 3, &ok));
+  };
+  std::string zram_why = ZramDevice::UnavailableReason();
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!zram_why.empty()) {
+      if (pass == 0) fprintf(stderr, "bench tiers: zram tier skipped: %s\n", zram_why.c_str());
+      break;
+    }
+    std::unique_ptr<ZramStore> z;
+    Status s = ZramStore::Create("auto", enc_bytes * 5 / 4 + (8 << 20), Os::Default(), &z);
+    if (!s.ok()) {
+      fprintf(stderr, "bench tiers: zram tier skipped: %s\n", s.ToString().c_str());
+      break;
+    }
+    if (pass == 0)
+      run_lower("zram", std::move(z));
+    else
+      run_prefetched("zram", std::move(z));
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    std::unique_ptr<FileStore> f;
+    Status s = FileStore::Create(a.dir, 0, Os::Default(), &f);
+    if (!s.ok()) {
+      fprintf(stderr, "bench tiers: file tier skipped: %s\n", s.ToString().c_str());
+      break;
+    }
+    if (pass == 0 && !f->direct_io())
+      fprintf(stderr, "bench tiers: %s: buffered I/O\n", a.dir.c_str());
+    if (pass == 0)
+      run_lower("file", std::move(f));
+    else
+      run_prefetched("file", std::move(f));
+  }
+
+  // Compression ratios on the same raw bf16 data.
+  size_t cn = std::min<size_t>(n, a.codec_mb * (1 << 20) / kChunk);
+  Report codecs({"codec", "ratio"});
+  uint64_t auto_out = 0, zstd_out = 0;
+  CodecConfig zc;
+  zc.kind = CodecKind::kZstd;
+  Codec zstd(zc);
+  std::vector<unsigned char> out(Codec::MaxEncodedSize(kChunk));
+  for (size_t i = 0; i < cn; ++i) {
+    FillSample(SampleKind::kBf16Gaussian, i, raw.data(), kChunk);
+    size_t len = 0;
+    if (codec.Encode(raw.data(), kChunk, out.data(), out.size(), &len).ok()) auto_out += len;
+    if (zstd.Encode(raw.data(), kChunk, out.data(), out.size(), &len).ok()) zstd_out += len;
+  }
+  codecs.AddRow({"zrtier-auto", Fixed(static_cast<double>(cn * kChunk) / auto_out, 3)});
+  codecs.AddRow({"zrtier-zstd-plain", Fixed(static_cast<double>(cn * kChunk) / zstd_out, 3)});
+  if (zram_why.empty()) {
+    ZramDevice probe(Os::Default());
+    std::vector<std::string> algs;
+    if (probe.Claim("auto").ok()) algs = probe.Algorithms();
+    probe.Release();
+    for (const std::string& alg : algs) {
+      double ratio = 0;
+      std::string why;
+      if (ZramRatio(alg, cn, &ratio, &why))
+        codecs.AddRow({"zram-" + alg, Fixed(ratio, 3)});
+      else
+        fprintf(stderr, "bench tiers: zram %s: %s\n", alg.c_str(), why.c_str());
+    }
+  }
+  tiers.Print(a.json);
+  if (!a.json) printf("\n");
+  codecs.Print(a.json);
+  std::filesystem::remove(a.dir);  // empty again (the stores deleted their files)
+  return ok ? 0 : 1;
+}
+
+void Add(CLI::App* bench) {
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = bench->add_subcommand(
+      "tiers", "read-back MB/s and latency per store tier; zram codec ratios vs zrtier's codec");
+  cmd->add_option("--mb", args->mb, "MiB of 64 KiB bf16 chunks per tier")->capture_default_str();
+  cmd->add_option("--codec-mb", args->codec_mb, "MiB of raw chunks for the codec ratios")
+      ->capture_default_str();
+  cmd->add_option("--dir", args->dir, "directory for the file tier")->capture_default_str();
+  cmd->add_option("--ahead", args->ahead, "entries prefetched ahead of each Get")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json, "one JSON object per row");
+  cmd->callback([args] { std::exit(Run(*args)); });
+}
+
+}  // namespace
+
+ZRTIER_BENCH(tiers, Add);
+
+}  // namespace zrtier::tools

@@ -1,0 +1,59 @@
+// What zrtier-top draws: the model of the monitored processes (snapshots, rates, history) and the
+// rendering of one frame as text lines. Pure: no terminal I/O here (terminal.h does that), so the
+// same frame is printed by --once and tested without a terminal.
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "runtime/base/stats_shm.h"
+#include "tools/top/metrics.h"
+
+namespace zrtier::tools {
+
+inline constexpr size_t kHistoryLength = 120;
+
+struct ProcessView {
+  StatsSnapshot snap;
+  Rates rates;              // since the previous sample (or since start for the first one)
+  double fault_p50_ns = 0;  // fault latency of the last interval (lifetime if none in it)
+  double fault_p99_ns = 0;
+  double restore_p99_ns = 0;
+  bool interval_latency = false;
+  std::deque<double> h2d, d2h, faults, evictions;  // per-sample history, oldest first
+};
+
+enum class SortKey { kPid, kResident, kH2d, kFaults, kCount };
+const char* SortKeyName(SortKey k);
+
+struct ViewState {
+  int selected_pid = 0;  // 0 = the first row
+  SortKey sort = SortKey::kPid;
+  bool paused = false;
+  bool help = false;
+  bool utf8 = false;     // block-element bars and sparklines; else ASCII
+  bool terminal = true;  // escapes (reverse video, clear-to-end) and padding; false = plain text
+  int width = 80;
+  int height = 24;  // lines available; <= 0 = unlimited (plain text)
+  double interval_s = 1;
+  std::string clock;  // "12:34:56", shown in the header
+};
+
+// Orders `procs` by the state's sort key (descending numbers, ascending pid).
+void SortProcesses(std::vector<ProcessView>* procs, SortKey key);
+
+// The frame as lines (each at most `width` columns). For a terminal, the caller joins them with
+// clear-to-end-of-line escapes; for plain text, with newlines.
+std::vector<std::string> RenderLines(const std::vector<ProcessView>& procs, const ViewState& st);
+
+// A whole terminal frame: cursor home, every line cleared to its end, the rest of the screen
+// cleared. Written with one write(2).
+std::string ComposeFrame(const std::vector<std::string>& lines, int height);
+
+// Display columns of `s`, skipping ANSI escapes; every UTF-8 code point counts as one column.
+int DisplayWidth(const std::string& s);
+// Cuts `s` to at most `width` columns; pads with spaces to exactly `width` when `pad`.
+std::string Fit(const std::string& s, int width, bool pad);
+
+}  // namespace zrtier::tools

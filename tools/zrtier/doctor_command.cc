@@ -1,0 +1,398 @@
+// `zrtier doctor`: checks what zrtier needs from this machine and says, one line each, OK / WARN /
+// FAIL and what to do about a WARN or FAIL. Exit status 1 only if zrtier cannot work at all
+// (no usable userfaultfd with write-protect); every other problem only disables one tier or
+// feature.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <numa.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/base/options.h"
+#include "runtime/base/stats_shm.h"
+#include "runtime/os/uffd_compat.h"
+#include "tools/top/format.h"
+#include "tools/zrtier/commands.h"
+
+#ifndef USERFAULTFD_IOC
+#define USERFAULTFD_IOC 0xAA
+#endif
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(USERFAULTFD_IOC, 0x00)
+#endif
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+
+namespace zrtier::tools {
+namespace {
+
+enum class Level { kOk, kWarn, kFail };
+
+struct Doctor {
+  int fails = 0;
+  int warns = 0;
+  bool fatal = false;
+
+  void Line(Level level, const std::string& what, const std::string& detail,
+            const std::string& fix = "") {
+    const char* tag = level == Level::kOk ? "OK  " : level == Level::kWarn ? "WARN" : "FAIL";
+    printf("%s  %-18s %s\n", tag, what.c_str(), detail.c_str());
+    if (level != Level::kOk && !fix.empty()) printf("      %-18s -> %s\n", "", fix.c_str());
+    if (level == Level::kWarn) ++warns;
+    if (level == Level::kFail) ++fails;
+  }
+};
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  if (!f || !std::getline(f, line)) return "";
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\n')) line.pop_back();
+  return line;
+}
+
+void CheckKernel(Doctor* d) {
+  utsname u;
+  uname(&u);
+  int major = 0, minor = 0;
+  sscanf(u.release, "%d.%d", &major, &minor);
+  int v = major * 100 + minor;
+  std::string rel = std::string(u.sysname) + " " + u.release;
+  if (v >= 608)
+    d->Line(Level::kOk, "kernel", rel + " (>= 6.8: userfaultfd MOVE available)");
+  else if (v >= 507)
+    d->Line(Level::kWarn, "kernel", rel + " (>= 5.7 works; no UFFDIO_MOVE before 6.8)",
+            "upgrade to Linux >= 6.8 for faster fault resolution and eviction (UFFDIO_MOVE)");
+  else
+    d->Line(Level::kFail, "kernel", rel + " (userfaultfd write-protect needs >= 5.7)",
+            "upgrade to Linux >= 5.7 (6.8 or newer recommended)");
+}
+
+// Returns the fd of a userfaultfd obtained by the syscall or /dev/userfaultfd, or -1.
+int CheckUserfaultfdAccess(Doctor* d) {
+  std::string sysctl = ReadFirstLine("/proc/sys/vm/unprivileged_userfaultfd");
+  bool root = geteuid() == 0;
+  long fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+  int sys_err = fd < 0 ? errno : 0;
+  if (fd < 0) {
+    fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    if (fd >= 0) sys_err = 0;
+  }
+  std::string detail = "vm.unprivileged_userfaultfd=" + (sysctl.empty() ? "?" : sysctl) +
+                       (root ? ", running as root" : ", not root");
+  if (fd >= 0) {
+    d->Line(Level::kOk, "userfaultfd", "syscall works (" + detail + ")");
+  } else {
+    d->Line(Level::kWarn, "userfaultfd",
+            std::string("syscall refused: ") + strerror(sys_err) + " (" + detail + ")",
+            "sysctl -w vm.unprivileged_userfaultfd=1, or give the user access to /dev/userfaultfd");
+  }
+  int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (dev >= 0) {
+    long dfd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+    int e = errno;
+    close(dev);
+    if (dfd >= 0) {
+      d->Line(Level::kOk, "/dev/userfaultfd", "opens and hands out userfaultfds");
+      if (fd < 0)
+        fd = dfd;
+      else
+        close(static_cast<int>(dfd));
+    } else {
+      d->Line(Level::kWarn, "/dev/userfaultfd", std::string("USERFAULTFD_IOC_NEW: ") + strerror(e),
+              "needs Linux >= 6.1");
+    }
+  } else {
+    int e = errno;
+    Level lvl = fd >= 0 ? Level::kOk : Level::kFail;
+    d->Line(lvl, "/dev/userfaultfd",
+            std::string("cannot open: ") + strerror(e) +
+                (fd >= 0 ? " (not needed: the syscall works)" : ""),
+            "chmod/chgrp /dev/userfaultfd for this user (Linux >= 6.1), or allow the syscall");
+  }
+  if (fd < 0) {
+    d->Line(Level::kFail, "zrtier", "no userfaultfd: zrtier cannot manage memory here",
+            "fix one of the two lines above; until then the shim passes every call through");
+    d->fatal = true;
+  }
+  return static_cast<int>(fd);
+}
+
+void CheckUserfaultfdFeatures(Doctor* d, int fd) {
+  uffdio_api api;
+  memset(&api, 0, sizeof(api));
+  api.api = UFFD_API;
+  api.features = 0;  // ask for nothing: the kernel answers with everything it supports
+  if (ioctl(fd, UFFDIO_API, &api) != 0) {
+    d->Line(Level::kFail, "uffd features", std::string("UFFDIO_API: ") + strerror(errno),
+            "upgrade the kernel");
+    d->fatal = true;
+    return;
+  }
+  struct Feature {
+    const char* name;
+    uint64_t bit;
+    Level missing;
+    const char* why;
+  };
+  const Feature kFeatures[] = {
+      {"WP", UFFD_FEATURE_PAGEFAULT_FLAG_WP, Level::kFail,
+       "write-protect: sees the first write to a clean chunk (Linux >= 5.7)"},
+      {"WP_ASYNC", UFFD_FEATURE_WP_ASYNC, Level::kWarn,
+       "asynchronous dirty tracking (Linux >= 6.7)"},
+      {"MOVE", UFFD_FEATURE_MOVE, Level::kWarn,
+       "UFFDIO_MOVE: 3.5 us instead of 18 us per 64K fault (Linux >= 6.8)"},
+      {"POISON", UFFD_FEATURE_POISON, Level::kWarn,
+       "UFFDIO_POISON: a lost chunk raises SIGBUS instead of hanging (Linux >= 6.6)"},
+  };
+  std::string have, missing;
+  Level worst = Level::kOk;
+  std::string fix;
+  for (const Feature& f : kFeatures) {
+    bool ok = (api.features & f.bit) != 0;
+    (ok ? have : missing) += std::string(f.name) + " ";
+    if (!ok) {
+      worst = std::max(worst, f.missing);
+      fix += std::string(f.name) + ": " + f.why + "; ";
+    }
+  }
+  auto trim = [](std::string t) {
+    while (!t.empty() && t.back() == ' ') t.pop_back();
+    return t;
+  };
+  d->Line(worst, "uffd features",
+          "have " + (have.empty() ? std::string("none") : trim(have)) +
+              (missing.empty() ? "" : "; missing " + trim(missing)),
+          "upgrade the kernel. " + fix);
+  if (worst == Level::kFail) d->fatal = true;
+}
+
+void CheckIoUring(Doctor* d) {
+  std::string disabled = ReadFirstLine("/proc/sys/kernel/io_uring_disabled");
+  io_uring ring;
+  int r = io_uring_queue_init(8, &ring, 0);
+  if (r < 0) {
+    d->Line(Level::kWarn, "io_uring",
+            std::string("io_uring_queue_init: ") + strerror(-r) +
+                (disabled.empty() ? "" : " (kernel.io_uring_disabled=" + disabled + ")"),
+            "the file spill tier (T3) is unavailable; sysctl -w kernel.io_uring_disabled=0");
+    return;
+  }
+  io_uring_probe* probe = io_uring_get_probe_ring(&ring);
+  std::string ops;
+  bool ok = probe != nullptr;
+  if (probe) {
+    struct {
+      const char* name;
+      int op;
+    } kOps[] = {{"READ", IORING_OP_READ}, {"WRITE", IORING_OP_WRITE}, {"FSYNC", IORING_OP_FSYNC}};
+    for (auto& o : kOps) {
+      bool has = io_uring_opcode_supported(probe, o.op);
+      ops += std::string(" ") + o.name + (has ? "" : "(missing)");
+      ok = ok && has;
+    }
+    io_uring_free_probe(probe);
+  }
+  io_uring_queue_exit(&ring);
+  if (ok)
+    d->Line(Level::kOk, "io_uring", "ring set up; probe:" + ops);
+  else
+    d->Line(Level::kWarn, "io_uring", probe ? "probe:" + ops : "probe unsupported",
+            "the spill tier needs READ and WRITE (Linux >= 5.6)");
+}
+
+void CheckZram(Doctor* d) {
+  std::vector<std::string> devs;
+  if (DIR* dir = opendir("/sys/block")) {
+    while (dirent* e = readdir(dir))
+      if (strncmp(e->d_name, "zram", 4) == 0) devs.push_back(e->d_name);
+    closedir(dir);
+  }
+  std::sort(devs.begin(), devs.end());
+  bool hot_add = access("/sys/class/zram-control/hot_add", F_OK) == 0;
+  if (devs.empty()) {
+    d->Line(Level::kWarn, "zram", "no zram device",
+            "modprobe zram (the zram tier is optional; the RAM store works without it)");
+    return;
+  }
+  for (const auto& dev : devs) {
+    std::string base = "/sys/block/" + dev + "/";
+    std::string algos = ReadFirstLine(base + "comp_algorithm");
+    uint64_t disksize = strtoull(ReadFirstLine(base + "disksize").c_str(), nullptr, 10);
+    bool writable = access(("/dev/" + dev).c_str(), R_OK | W_OK) == 0;
+    std::string detail = "/dev/" + dev + ": algorithms " + algos + "; " +
+                         (disksize ? "in use, disksize " + HumanBytes(static_cast<double>(disksize))
+                                   : std::string("free (disksize 0)")) +
+                         (writable ? "" : "; not writable by this user");
+    bool zstd = algos.find("zstd") != std::string::npos;
+    if (!writable)
+      d->Line(Level::kWarn, "zram", detail, "run as root or give the user access to /dev/" + dev);
+    else if (!zstd)
+      d->Line(Level::kOk, "zram", detail + " (no kernel zstd: zrtier compresses before writing)");
+    else
+      d->Line(Level::kOk, "zram", detail);
+  }
+  if (hot_add)
+    d->Line(Level::kOk, "zram-control",
+            "hot_add present: ZRTIER_ZRAM_DEVICE=auto can add a device");
+}
+
+void CheckMemlock(Doctor* d) {
+  rlimit rl;
+  getrlimit(RLIMIT_MEMLOCK, &rl);
+  auto text = [](rlim_t v) {
+    return v == RLIM_INFINITY ? std::string("unlimited") : HumanBytes(static_cast<double>(v));
+  };
+  std::string detail = "RLIMIT_MEMLOCK soft " + text(rl.rlim_cur) + ", hard " + text(rl.rlim_max);
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (64ull << 20))
+    d->Line(Level::kOk, "locked memory", detail);
+  else
+    d->Line(Level::kWarn, "locked memory",
+            detail + " (CUDA pins through its driver and ignores it; mlock-based paths need more)",
+            "ulimit -l unlimited, or memlock in /etc/security/limits.conf, if pinning fails");
+}
+
+void CheckNuma(Doctor* d) {
+  if (numa_available() < 0) {
+    d->Line(Level::kOk, "NUMA", "libnuma: NUMA not available (one node assumed)");
+    return;
+  }
+  int nodes = numa_num_configured_nodes();
+  std::string detail = std::to_string(nodes) + " node" + (nodes == 1 ? "" : "s") + ":";
+  for (int n = 0; n <= numa_max_node(); ++n) {
+    long long free_b = 0;
+    long long size = numa_node_size64(n, &free_b);
+    if (size < 0) continue;
+    detail += " node" + std::to_string(n) + " " + HumanBytes(static_cast<double>(size)) + " (" +
+              HumanBytes(static_cast<double>(free_b)) + " free)";
+  }
+  d->Line(Level::kOk, "NUMA", detail);
+}
+
+void CheckCuda(Doctor* d) {
+  const char* kNames[] = {"libcudart.so.13", "libcudart.so",
+                          "/usr/local/cuda/lib64/libcudart.so.13",
+                          "/usr/local/cuda/lib64/libcudart.so"};
+  void* h = nullptr;
+  std::string found, last_error;
+  for (const char* name : kNames) {
+    h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      found = name;
+      break;
+    }
+    const char* e = dlerror();
+    last_error = e ? e : "";
+  }
+  if (!h) {
+    d->Line(Level::kWarn, "libcudart", "not found by dlopen (" + last_error + ")",
+            "fine if the program brings its own (PyTorch wheels do); else add CUDA's lib64 to "
+            "LD_LIBRARY_PATH");
+    return;
+  }
+  using GetCount = int (*)(int*);
+  using GetVersion = int (*)(int*);
+  using ErrStr = const char* (*)(int);
+  auto get_version = reinterpret_cast<GetVersion>(dlsym(h, "cudaRuntimeGetVersion"));
+  int version = 0;
+  if (get_version) get_version(&version);
+  char vbuf[32];
+  snprintf(vbuf, sizeof(vbuf), "%d.%d", version / 1000, (version % 1000) / 10);
+  d->Line(Level::kOk, "libcudart", "dlopen(" + found + ") ok, runtime " + vbuf);
+  auto get_count = reinterpret_cast<GetCount>(dlsym(h, "cudaGetDeviceCount"));
+  auto err_str = reinterpret_cast<ErrStr>(dlsym(h, "cudaGetErrorString"));
+  if (!get_count) {
+    d->Line(Level::kWarn, "GPU", "cudaGetDeviceCount not exported by " + found);
+    return;
+  }
+  int count = 0;
+  int err = get_count(&count);
+  if (err != 0 || count == 0) {
+    std::string why = err ? std::string("cudaGetDeviceCount: ") + (err_str ? err_str(err) : "?") +
+                                " (error " + std::to_string(err) + ")"
+                          : "no device";
+    d->Line(Level::kWarn, "GPU", "no GPU visible: " + why,
+            "zrtier still works on host memory (zrtier demo); CUDA programs need a GPU and driver");
+  } else {
+    d->Line(Level::kOk, "GPU",
+            std::to_string(count) + " device" + (count == 1 ? "" : "s") + " visible");
+  }
+}
+
+void CheckShm(Doctor* d) {
+  std::string dir = StatsDir();
+  if (access(dir.c_str(), W_OK) == 0)
+    d->Line(Level::kOk, "statistics", dir + " writable (zrtier stats, zrtier-top)");
+  else
+    d->Line(Level::kWarn, "statistics", dir + " not writable: " + strerror(errno),
+            "mount a tmpfs at /dev/shm, or ZRTIER_STATS=0");
+}
+
+void CheckSpillDir(Doctor* d) {
+  Options opts = Options::FromEnvironment([](const std::string&) {});
+  const std::string& dir = opts.String(Opt::kSpillDir);
+  std::string probe = dir;
+  while (access(probe.c_str(), F_OK) != 0 && probe.find('/') != std::string::npos) {
+    probe = probe.substr(0, probe.rfind('/'));
+    if (probe.empty()) probe = "/";
+  }
+  if (access(probe.c_str(), W_OK) == 0)
+    d->Line(Level::kOk, "spill directory",
+            dir + (probe == dir ? " writable" : " (created on first spill under " + probe + ")"));
+  else
+    d->Line(Level::kWarn, "spill directory", dir + ": " + probe + " not writable",
+            "set ZRTIER_SPILL_DIR (zrtier run --spill DIR) to a writable NVMe directory");
+}
+
+int RunDoctor() {
+  Doctor d;
+  CheckKernel(&d);
+  int fd = CheckUserfaultfdAccess(&d);
+  if (fd >= 0) {
+    CheckUserfaultfdFeatures(&d, fd);
+    close(fd);
+  }
+  CheckIoUring(&d);
+  CheckZram(&d);
+  CheckMemlock(&d);
+  CheckNuma(&d);
+  CheckCuda(&d);
+  CheckShm(&d);
+  CheckSpillDir(&d);
+  printf("libraries: zstd %s (linked)\n", ZSTD_versionString());
+  if (d.fatal)
+    printf("verdict: zrtier cannot work here (see FAIL above)\n");
+  else if (d.fails + d.warns)
+    printf("verdict: zrtier works here; %d warning%s, %d failure%s limit some tiers or features\n",
+           d.warns, d.warns == 1 ? "" : "s", d.fails, d.fails == 1 ? "" : "s");
+  else
+    printf("verdict: everything zrtier can use is here\n");
+  return d.fatal ? 1 : 0;
+}
+
+}  // namespace
+
+void AddDoctorCommand(CLI::App* app) {
+  CLI::App* cmd = app->add_subcommand(
+      "doctor",
+      "check this machine for what zrtier needs (kernel, userfaultfd, io_uring, zram, CUDA)");
+  cmd->footer("Exit status 1 only if zrtier cannot work at all here.");
+  cmd->callback([] { SetExitStatus(RunDoctor()); });
+}
+
+}  // namespace zrtier::tools
