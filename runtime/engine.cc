@@ -29,6 +29,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -135,7 +136,8 @@ struct Fault {
   uint64_t t0 = 0;     // when it was read
 };
 
-enum class Outcome { kDone, kPark };
+// kQueued: handed to a restore worker, which finishes (or re-parks) the fault.
+enum class Outcome { kDone, kPark, kQueued };
 
 }  // namespace
 
@@ -166,8 +168,9 @@ class Engine::Impl {
       workers = std::max(2, static_cast<int>(n / 2));
     }
     heartbeat_.store(MonotonicNs());
-    pager_ = std::thread([this] { PagerLoop(); });
+    for (int i = 0; i < workers; ++i) restorers_.emplace_back([this] { RestoreLoop(); });
     for (int i = 0; i < workers; ++i) evictors_.emplace_back([this] { EvictorLoop(); });
+    pager_ = std::thread([this] { PagerLoop(); });  // last: it reads restorers_.size()
     watchdog_ = std::thread([this] { WatchdogLoop(); });
   }
 
@@ -181,6 +184,12 @@ class Engine::Impl {
       room_cv_.notify_all();
     }
     if (pager_.joinable()) pager_.join();
+    {
+      std::lock_guard<std::mutex> lock(restore_mu_);
+      restore_stop_ = true;
+      restore_cv_.notify_all();
+    }
+    for (auto& t : restorers_) t.join();  // they finish the queued restores first
     for (auto& t : evictors_) t.join();
     if (watchdog_.joinable()) watchdog_.join();
     std::map<uintptr_t, std::shared_ptr<Region>> regions;
@@ -229,8 +238,18 @@ class Engine::Impl {
     snapshot_ = std::move(s);
   }
 
-  std::shared_ptr<Snapshot> GetSnapshot() const {
-    std::shared_lock<std::shared_mutex> lock(regions_mu_);
+  // The evictors' view, rebuilt lazily after Allocate/Free (a program with thousands of regions
+  // pays O(regions) once per change seen by an evictor, not per allocation).
+  std::shared_ptr<Snapshot> GetSnapshot() {
+    {
+      std::shared_lock<std::shared_mutex> lock(regions_mu_);
+      if (!snapshot_stale_) return snapshot_;
+    }
+    std::unique_lock<std::shared_mutex> lock(regions_mu_);
+    if (snapshot_stale_) {
+      RebuildSnapshotLocked();
+      snapshot_stale_ = false;
+    }
     return snapshot_;
   }
 
@@ -248,7 +267,7 @@ class Engine::Impl {
     {
       std::unique_lock<std::shared_mutex> lock(regions_mu_);
       regions_[reinterpret_cast<uintptr_t>(base)] = r;
-      RebuildSnapshotLocked();
+      snapshot_stale_ = true;
     }
     region_bytes_.fetch_add(len);
     regions_count_.fetch_add(1);
@@ -267,7 +286,7 @@ class Engine::Impl {
         return Status::Error(EINVAL, "zrtier Free: not the base of a live region");
       r = std::move(it->second);
       regions_.erase(it);
-      RebuildSnapshotLocked();
+      snapshot_stale_ = true;
     }
     Release(r.get());
     return Status::Ok();
@@ -474,7 +493,8 @@ class Engine::Impl {
       r->stored_raw.fetch_sub(chunk_);
       stored_raw_.fetch_sub(chunk_);
     }
-    StatAdd(from == kStored ? Stat::faults_missing : Stat::faults_zero, 1);
+    StatAdd(Stat::faults_missing, 1);
+    if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
     if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
     if (write) {
       c.gen.fetch_add(1);
@@ -487,7 +507,9 @@ class Engine::Impl {
     return Outcome::kDone;
   }
 
-  Outcome HandleFault(const Fault& f) {
+  // `may_defer`: more faults are waiting behind this one, so a restore may go to a worker (a lone
+  // fault is restored right here: a hand-off would only add a wake-up to its latency).
+  Outcome HandleFault(const Fault& f, bool may_defer) {
     Region* r = f.region.get();
     if (!r || r->dead.load()) {
       Stray(f.addr);
@@ -535,6 +557,14 @@ class Engine::Impl {
         return Outcome::kPark;
       }
       if (!c.TryBusy(w)) continue;
+      if (may_defer && s == kStored &&
+          restore_queued_.load(std::memory_order_relaxed) < restorers_.size()) {
+        restore_queued_.fetch_add(1);
+        std::lock_guard<std::mutex> lock(restore_mu_);
+        restore_q_.push_back(RestoreJob{f, &c, p, s});
+        restore_cv_.notify_one();
+        return Outcome::kQueued;
+      }
       return Load(r, c, p, s, f.write, f.t0);
     }
   }
@@ -543,6 +573,39 @@ class Engine::Impl {
     uint64_t ns = MonotonicNs() - f.t0;
     StatAdd(Stat::fault_ns, ns);
     if (!f.wp) HistRecord(Hist::fault_latency, ns);
+  }
+
+  // Restore workers: decode + install of stored chunks claimed by the pager while other faults
+  // were waiting behind them, so several chunks are restored at once.
+  struct RestoreJob {
+    Fault f;
+    Chunk* c;
+    char* p;
+    ChunkState from;
+  };
+
+  void RestoreLoop() {
+    std::unique_lock<std::mutex> lock(restore_mu_);
+    for (;;) {
+      restore_cv_.wait(lock, [&] { return !restore_q_.empty() || restore_stop_; });
+      if (restore_q_.empty()) return;  // stopping, queue drained
+      RestoreJob j = std::move(restore_q_.front());
+      restore_q_.pop_front();
+      lock.unlock();
+      restore_queued_.fetch_sub(1);
+      Outcome o = Load(j.f.region.get(), *j.c, j.p, j.from, j.f.write, j.f.t0);
+      if (o == Outcome::kPark) {
+        {
+          std::lock_guard<std::mutex> g(requeue_mu_);
+          requeued_.push_back(std::move(j.f));
+        }
+        uint64_t one = 1;
+        os_->Write(efd_, &one, sizeof(one));
+      } else {
+        Finish(j.f);
+      }
+      lock.lock();
+    }
   }
 
   void PagerLoop() {
@@ -567,13 +630,20 @@ class Engine::Impl {
         uint64_t v;
         os_->Read(efd_, &v, sizeof(v));
       }
+      {
+        std::lock_guard<std::mutex> g(requeue_mu_);
+        for (Fault& f : requeued_) parked.push_back(std::move(f));
+        requeued_.clear();
+      }
       if (!parked.empty()) {
         retry.swap(parked);
         parked_count_.store(retry.size());
-        for (Fault& f : retry) {
-          if (HandleFault(f) == Outcome::kPark) {
+        for (size_t k = 0; k < retry.size(); ++k) {
+          Fault& f = retry[k];
+          Outcome o = HandleFault(f, k + 1 < retry.size());
+          if (o == Outcome::kPark) {
             parked.push_back(std::move(f));
-          } else {
+          } else if (o == Outcome::kDone) {
             Finish(f);
           }
         }
@@ -611,13 +681,13 @@ class Engine::Impl {
             continue;
           parked_count_.fetch_add(
               1);  // before looking at the state: a transition ending now signals
-          Outcome o = HandleFault(f);
+          Outcome o = HandleFault(f, k + 1 < count);
           if (o == Outcome::kPark) {
             parked.push_back(std::move(f));
           } else {
             parked_count_.fetch_sub(1);
-            done_chunks.emplace_back(key, f.wp);
-            Finish(f);
+            done_chunks.emplace_back(key, f.wp);  // a queued restore wakes the whole chunk too
+            if (o == Outcome::kDone) Finish(f);
           }
         }
         if (count < kBatch) break;
@@ -680,11 +750,8 @@ class Engine::Impl {
     }
     long rc = os_->Madvise(p, chunk_, MADV_DONTNEED);
     if (rc < 0) {
-      if (to == kEmpty) {
-        c.EndBusy(kClean);
-      } else {
-        c.EndBusy(kClean);  // the pages are still there and the store copy matches them
-      }
+      // The pages are still there, write-protected, and any store copy made matches them.
+      c.EndBusy(kClean);
       SignalParked();
       return Status::Error(static_cast<int>(-rc), "madvise(MADV_DONTNEED): " + Err(rc));
     }
@@ -1005,6 +1072,7 @@ class Engine::Impl {
   mutable std::shared_mutex regions_mu_;
   std::map<uintptr_t, std::shared_ptr<Region>> regions_;  // by base; guarded by regions_mu_
   std::shared_ptr<Snapshot> snapshot_;                    // guarded by regions_mu_
+  bool snapshot_stale_ = false;                           // guarded by regions_mu_
   std::atomic<uint64_t> next_id_{0};
   std::atomic<uint64_t> regions_count_{0};
   std::atomic<uint64_t> region_bytes_{0};
@@ -1025,6 +1093,14 @@ class Engine::Impl {
   std::thread pager_;
   std::vector<std::thread> evictors_;
   std::thread watchdog_;
+  std::vector<std::thread> restorers_;
+  std::mutex restore_mu_;
+  std::condition_variable restore_cv_;
+  std::deque<RestoreJob> restore_q_;  // guarded by restore_mu_
+  bool restore_stop_ = false;         // guarded by restore_mu_
+  std::atomic<size_t> restore_queued_{0};
+  std::mutex requeue_mu_;
+  std::vector<Fault> requeued_;  // restores that must be retried; guarded by requeue_mu_
 };
 
 // ---- Engine ----------------------------------------------------------------------------------

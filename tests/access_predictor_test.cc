@@ -184,6 +184,20 @@ TEST(AccessPredictorTest, GrowingAccessKeepsItsNode) {
   EXPECT_EQ(next.access.chunk_count, 6u);
 }
 
+TEST(AccessPredictorTest, MemoryIsBoundedAndLearningResumes) {
+  PredictorConfig config;
+  config.max_nodes = 40;
+  AccessPredictor p(config);
+  for (int i = 0; i < 3; ++i) FeedAndScore(p, Cyclic(32));
+  EXPECT_EQ(p.resets(), 0u);
+  // 16 one-off targets push the node count past 40: everything is forgotten once.
+  for (uint32_t i = 0; i < 16; ++i) p.Observe(Access{kRegion + 1, i, 1, Direction::kH2D, kStream});
+  EXPECT_EQ(p.resets(), 1u);
+  EXPECT_LE(p.node_count(), 40u);
+  FeedAndScore(p, Cyclic(32));  // profile again
+  EXPECT_GE(FeedAndScore(p, Cyclic(32)), 0.95);
+}
+
 TEST(AccessPredictorTest, StreamsAreLearnedSeparately) {
   AccessPredictor p;
   for (int pass = 0; pass < 3; ++pass) {

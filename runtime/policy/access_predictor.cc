@@ -49,6 +49,21 @@ AccessPredictor::AccessPredictor(PredictorConfig config) : config_(config) {
 
 uint32_t AccessPredictor::Intern(const Access& a) {
   NodeKey key{a.region, a.first_chunk, a.dir};
+  if (nodes_.size() >= config_.max_nodes && !node_ids_.count(key)) {
+    // Bounded memory (regions come and go; random faults create one-off targets): forget
+    // everything and learn again. Streams keep their positions (the prefetcher's cursors stay
+    // valid) and get a new plan epoch.
+    nodes_.clear();
+    node_ids_.clear();
+    order1_.clear();
+    order2_.clear();
+    for (auto& s : streams_) {
+      ClearPlan(s);
+      s.prev2 = s.prev1 = s.tail2 = s.tail1 = kNone;
+      s.period = 0;
+    }
+    ++resets_;
+  }
   auto [it, inserted] = node_ids_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
   if (inserted) {
     nodes_.push_back(Node{a.region, a.first_chunk, a.chunk_count, a.dir});
@@ -188,8 +203,11 @@ void AccessPredictor::Observe(const Access& a) {
       ctx.Top(&after, &conf);
       // The context now predicts another successor: the plan was walked with the old one.
       if (known && before != after) TruncateAfter(s, s.prev2, s.prev1);
-      // The distance since this context last occurred is the period of the order.
-      if (ctx.last_seen) s.period = s.accesses - ctx.last_seen;
+      // The distance since this context last occurred is the period of the order. Kept as a
+      // slowly decaying maximum: a layer read twice in a row ("A B A B") measures 2 for its
+      // context, which must not shrink the plan to three accesses.
+      if (ctx.last_seen)
+        s.period = std::max<uint64_t>(s.accesses - ctx.last_seen, s.period - s.period / 8);
       ctx.last_seen = s.accesses;
     }
   }

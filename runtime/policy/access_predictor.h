@@ -44,6 +44,7 @@ struct PredictorConfig {
   uint32_t max_plan_nodes = 1u << 16;   // cap on the plan's length in accesses
   uint64_t max_plan_chunks = 1u << 22;  // cap on the plan's length in chunks
   uint32_t max_streams = 16;            // streams tracked; the least recently used one is forgotten
+  uint32_t max_nodes = 1u << 20;        // distinct access targets; past it everything is forgotten
 };
 
 struct PlannedAccess {
@@ -83,6 +84,8 @@ class AccessPredictor : public NextUseOracle {
 
   size_t node_count() const { return nodes_.size(); }
   size_t context_count() const { return order2_.size(); }
+  // Times everything learned was forgotten because max_nodes was reached.
+  uint64_t resets() const { return resets_; }
 
  private:
   struct Succ {
@@ -127,7 +130,7 @@ class AccessPredictor : public NextUseOracle {
     uint32_t tail2 = kNone, tail1 = kNone;  // the last two nodes of the walk (plan tail)
     uint64_t pos = 0;                       // chunks accessed
     uint64_t accesses = 0;                  // accesses observed
-    uint64_t period = 0;  // accesses between the last two occurrences of the current context
+    uint64_t period = 0;  // accesses between two occurrences of a context (decaying max)
     int64_t shift = 0;    // correction of raw plan positions after inserted/skipped accesses
     uint64_t epoch = 0;
     uint32_t misses = 0;  // unexpected accesses in a row
@@ -158,6 +161,7 @@ class AccessPredictor : public NextUseOracle {
   std::unordered_map<uint64_t, SuccList> order2_;  // key: prev2 << 32 | prev1
   std::vector<StreamState> streams_;
   uint64_t tick_ = 0;
+  uint64_t resets_ = 0;
 };
 
 }  // namespace zrtier::policy

@@ -55,11 +55,16 @@ void Prefetcher::NoteIdle() {
 }
 
 void Prefetcher::ExpireReady() {
+  // Bound: a stream that stopped must not pin the expiry order forever.
+  const size_t max_order = 4 * std::max<uint64_t>(ahead_chunks_, 1024);
   while (!ready_order_.empty()) {
     const Job& j = ready_order_.front();
-    if (j.pos + ahead_chunks_ >= predictor_.Position(j.stream)) break;
     auto it = ready_.find(j.key);
-    if (it != ready_.end() && it->second == j.pos) {
+    const bool live = it != ready_.end() && it->second == j.pos;
+    if (live && ready_order_.size() <= max_order &&
+        j.pos + ahead_chunks_ >= predictor_.Position(j.stream))
+      break;
+    if (live) {
       ready_.erase(it);
       ++counters_.unused;
       StatAdd(Stat::prefetch_unused_bytes, config_.chunk_size);
