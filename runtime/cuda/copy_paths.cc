@@ -111,6 +111,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   const uint64_t first = (src - base) / chunk_, last = (end - 1 - base) / chunk_;
   // A D2H into one of these chunks is still queued: its bytes exist only in stream order.
   const bool ordered = AnyPending(r.id, first, last);
+  if (prefetch_) prefetch_->OnAccess(r.id, first, last - first + 1, false, stream);
   bool all_ready = !ordered;
   uint64_t stall = 0;
   const char* cur = src;
@@ -238,6 +239,10 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   char* base = static_cast<char*>(r.base);
   char* end = dst + n;
   char* cur = dst;
+  if (prefetch_) {
+    uint64_t first = (dst - base) / chunk_, last = (end - 1 - base) / chunk_;
+    prefetch_->OnAccess(r.id, first, last - first + 1, true, stream);
+  }
   uint64_t stall = 0;
   std::vector<PieceChunk> piece;
   while (cur < end) {
@@ -314,6 +319,28 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     HistRecord(Hist::copy_stall_latency, stall);
   }
   return cudaSuccess;
+}
+
+bool Shim::PrefetchChunk(uint64_t region, uint64_t chunk) {
+  std::shared_lock<std::shared_mutex> l(regions_mu_);
+  auto it = regions_.find(region);
+  if (it == regions_.end() || (chunk + 1) * chunk_ > it->second.size) return true;  // gone
+  if (AnyPending(region, chunk, chunk)) return true;  // a queued D2H will publish newer bytes
+  char* addr = static_cast<char*>(it->second.base) + chunk * chunk_;
+  uint64_t gen = backend_->Generation(addr);
+  int slot = pool_->PinCached(region, chunk, gen);
+  if (slot < 0) {
+    slot = pool_->Acquire(-1);
+    if (slot < 0) {
+      pool_->Reap();
+      return false;
+    }
+    bool zero = false;
+    Status st = backend_->Read(addr, chunk_, pool_->SlotPtr(slot), &zero);
+    if (st.ok() && !zero) pool_->Publish(slot, region, chunk, gen);
+  }
+  pool_->Unpin(slot);
+  return true;
 }
 
 cudaError_t Shim::CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream) {

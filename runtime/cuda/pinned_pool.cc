@@ -71,8 +71,14 @@ int PinnedPool::PinCached(uint64_t region, uint64_t chunk, uint64_t gen) {
 int PinnedPool::Acquire(int after) {
   std::lock_guard<std::mutex> l(mu_);
   int slot = -1;
-  if (after >= 0 && after + 1 < static_cast<int>(slots_.size()) && SlotIsFree(slots_[after + 1]))
-    slot = after + 1;
+  // The next slot keeps the run contiguous (one DMA), but only if it holds nothing worth keeping:
+  // uncached, or not used during the last half-pool of acquisitions (a recently used or freshly
+  // prefetched copy is left to the victim policy).
+  if (after >= 0 && after + 1 < static_cast<int>(slots_.size())) {
+    const SlotMeta& next = slots_[after + 1];
+    if (SlotIsFree(next) && (!next.cached || next.last_use + slots_.size() / 2 < tick_))
+      slot = after + 1;
+  }
   if (slot < 0) slot = PickVictim(slots_);
   if (slot < 0) return -1;
   DropCachedLocked(slot);

@@ -95,6 +95,7 @@ void BuildShimLocked() {
   int workers = static_cast<int>(opts.Int(Opt::kWorkers));
   if (workers <= 0) workers = std::max(2L, sysconf(_SC_NPROCESSORS_ONLN) / 2);
   cfg.workers = workers - 1;  // the copying thread is one of them
+  cfg.prefetch_options = g_opts;
   Shim* shim = new Shim(api, MakeEngineBackend(std::move(engine)), std::move(pool), cfg);
   Log(LogLevel::kInfo, "active: chunk %zu, T0 pool %s, min alloc %s", shim->pool()->slot_size(),
       FormatSize(shim->pool()->bytes()).c_str(), FormatSize(cfg.min_alloc).c_str());

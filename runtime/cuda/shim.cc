@@ -20,9 +20,12 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   size_t quarter = pool_->slots() / 4;
   if (max_piece_chunks_ > quarter) max_piece_chunks_ = quarter;
   if (max_piece_chunks_ == 0) max_piece_chunks_ = 1;
+  if (cfg_.prefetch_options)
+    prefetch_ = ShimPrefetch::Create(this, *cfg_.prefetch_options, pool_->bytes() / 2);
 }
 
 Shim::~Shim() {
+  prefetch_.reset();
   api_->cudaDeviceSynchronize();
   workers_.reset();
   pool_.reset();
@@ -43,6 +46,10 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
       StatAdd(Stat::region_bytes, r.size);
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
+      {
+        std::unique_lock<std::shared_mutex> l(regions_mu_);
+        regions_[r.id] = r;
+      }
       *p = r.base;
       return cudaSuccess;
     }
@@ -62,6 +69,10 @@ cudaError_t Shim::FreeHost(void* p) {
     // Like the real cudaFreeHost: nothing queued may still use the memory. This also runs every
     // pending publish host function of the region.
     api_->cudaDeviceSynchronize();
+    {
+      std::unique_lock<std::shared_mutex> l(regions_mu_);  // waits for prefetches reading it
+      regions_.erase(r.id);
+    }
     pool_->DropRegion(r.id);
     Status st = backend_->Free(p);
     if (!st.ok()) {

@@ -26,12 +26,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/fill_workers.h"
 #include "runtime/cuda/pinned_pool.h"
 #include "runtime/cuda/region_backend.h"
+#include "runtime/cuda/shim_prefetch.h"
 
 namespace zrtier {
 
@@ -39,6 +41,8 @@ struct ShimConfig {
   size_t min_alloc = 1 << 20;        // ZRTIER_MIN_ALLOC
   size_t max_piece_bytes = 4 << 20;  // chunks per issued piece (bounded by the pool too)
   int workers = 0;                   // fill helper threads (ZRTIER_WORKERS resolved)
+  // Options for the prefetcher (ZRTIER_PREFETCH_AHEAD, ZRTIER_WORKERS); null = no prefetching.
+  const Options* prefetch_options = nullptr;
 };
 
 class Shim {
@@ -67,6 +71,11 @@ class Shim {
   cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                        size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool sync);
 
+  // Prefetch sink: makes chunk `chunk` of region `region` ready in T0 unless it already is, or is
+  // about to be overwritten by a queued D2H, or the region is gone. False when no slot is free
+  // now. Called from prefetch worker threads.
+  bool PrefetchChunk(uint64_t region, uint64_t chunk);
+
   RegionBackend* backend() { return backend_.get(); }
   PinnedPool* pool() { return pool_.get(); }
 
@@ -91,6 +100,12 @@ class Shim {
   std::unique_ptr<PinnedPool> pool_;
   std::unique_ptr<FillWorkers> workers_;
   ShimConfig cfg_;
+  // Live regions by id, for the prefetcher (which names chunks by region id). A prefetch reads a
+  // region under a shared lock; FreeHost erases it under the exclusive lock before freeing, so no
+  // prefetch reads a freed region.
+  std::shared_mutex regions_mu_;
+  std::unordered_map<uint64_t, RegionInfo> regions_;
+  std::unique_ptr<ShimPrefetch> prefetch_;  // null = no prefetching; destroyed first
   size_t chunk_;
   size_t max_piece_chunks_;
 

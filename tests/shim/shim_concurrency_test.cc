@@ -38,6 +38,11 @@ void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend) {
   ASSERT_TRUE(PinnedPool::Create(api, 12 * kChunk, kChunk, &pool).ok());
   ShimConfig cfg;
   cfg.workers = 2;
+  // The prefetcher (when the policy layer is built in) races the copies and the frees too.
+  Options opts;
+  opts.Set(Opt::kPrefetchAhead, "256K");
+  opts.Set(Opt::kWorkers, "2");
+  cfg.prefetch_options = &opts;
   Shim shim(api, std::move(backend), std::move(pool), cfg);
   uint64_t pageable0 = fakecudaPageableAsyncCopies();
 

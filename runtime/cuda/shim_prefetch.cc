@@ -1,0 +1,57 @@
+#include "runtime/cuda/shim_prefetch.h"
+
+#include <algorithm>
+
+#include "runtime/cuda/shim.h"
+
+#if __has_include("runtime/policy/prefetcher.h")
+#include "runtime/policy/prefetcher.h"
+
+namespace zrtier {
+namespace {
+
+class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink {
+ public:
+  PolicyPrefetch(Shim* shim, const policy::PrefetcherConfig& cfg) : shim_(shim), pf_(cfg, this) {}
+  void OnAccess(uint64_t region, uint64_t first, uint64_t count, bool d2h,
+                cudaStream_t stream) override {
+    policy::Access a;
+    a.region = region;
+    a.first_chunk = first;
+    a.chunk_count = static_cast<uint32_t>(std::min<uint64_t>(count, UINT32_MAX));
+    a.dir = d2h ? policy::Direction::kD2H : policy::Direction::kH2D;
+    a.stream = reinterpret_cast<uintptr_t>(stream);
+    pf_.OnAccess(a);
+  }
+  bool Prefetch(uint64_t region, uint64_t chunk) override {
+    return shim_->PrefetchChunk(region, chunk);
+  }
+
+ private:
+  Shim* shim_;
+  policy::Prefetcher pf_;  // last: its workers stop (and stop calling Prefetch) first
+};
+
+}  // namespace
+
+std::unique_ptr<ShimPrefetch> ShimPrefetch::Create(Shim* shim, const Options& opts,
+                                                   uint64_t ahead_cap) {
+  policy::PrefetcherConfig cfg = policy::PrefetcherConfig::FromOptions(opts);
+  cfg.ahead_bytes = std::min<uint64_t>(cfg.ahead_bytes, ahead_cap);
+  if (cfg.ahead_bytes < cfg.chunk_size) return nullptr;
+  return std::make_unique<PolicyPrefetch>(shim, cfg);
+}
+
+}  // namespace zrtier
+
+#else
+
+namespace zrtier {
+
+std::unique_ptr<ShimPrefetch> ShimPrefetch::Create(Shim*, const Options&, uint64_t) {
+  return nullptr;  // the policy layer is not part of this build
+}
+
+}  // namespace zrtier
+
+#endif
