@@ -58,8 +58,6 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "decode/prefetch worker threads. 0 = half the cores, at least 2")                             \
   X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "256M", "bytes", "", "prefetch",                    \
     "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = no prefetch")             \
-  X(kPolicy, "POLICY", kString, "reuse", "", "reuse|lru", "policy",                              \
-    "what leaves T0/T1 first: reuse (farthest predicted next use) or lru")                        \
   X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
     "NUMA node for the pinned pool and RAM store. -1 = the GPU's node")                           \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \

@@ -26,6 +26,11 @@ class RegionBackend {
   virtual Status Read(const void* src, size_t len, void* dst, bool* zero) = 0;
   virtual Status Write(void* dst, const void* src, size_t len) = 0;
   virtual uint64_t Generation(const void* p) const = 0;
+  // Compresses the chunks of [p, p+len) out of T1 now (Engine::EvictRange). Backends without
+  // tiers return ENOTSUP.
+  virtual Status EvictRange(const void* p, size_t len) {
+    return Status::Error(ENOTSUP, "this region backend has no tiers to evict to");
+  }
 };
 
 // Wraps an engine. Never null.

@@ -1,4 +1,4 @@
-// LruOrder: least-recently-used order of chunks, the baseline placement policy (ZRTIER_POLICY=lru)
+// LruOrder: least-recently-used order of chunks, the baseline placement policy
 // and the reference that benchmarks compare ReusePlacement against. O(1) per operation.
 //
 // Thread safety: none; the owner serializes calls.
