@@ -30,7 +30,7 @@ for stage in "${stages[@]}"; do
       total=$(to_bytes "$STREAM_TOTAL")
       for pct in 100 50 10; do
         pool=$((total * pct / 100 + (64 << 20)))
-        ZRTIER_PINNED_POOL=$pool ZRTIER_PINNED_POOL_BYTES=$pool ZRTIER_RESIDENT_LIMIT=1G \
+        ZRTIER_PREFETCH_AHEAD=${PREFETCH:-0} ZRTIER_PINNED_POOL=$pool BENCH_POOL_BYTES=$pool ZRTIER_RESIDENT_LIMIT=1G \
           LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py stream --total "$STREAM_TOTAL" \
           --layer "$STREAM_LAYER" --passes 3 | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool$pct\"/" \
           | tee -a "$OUTF"

@@ -56,8 +56,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "1 = checksum every compressed chunk and check it on decode")                                 \
   X(kWorkers, "WORKERS", kInt, "0", "threads", "", "workers",                                    \
     "decode/prefetch worker threads. 0 = half the cores, at least 2")                             \
-  X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "256M", "bytes", "", "prefetch",                    \
-    "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = no prefetch")             \
+  X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "0", "bytes", "", "prefetch",                       \
+    "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = off (the default until "  \
+    "it wins on the GPU: docs/PERFORMANCE.md)")                                                   \
   X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
     "NUMA node for the pinned pool and RAM store. -1 = the GPU's node")                           \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \

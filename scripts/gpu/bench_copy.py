@@ -161,7 +161,7 @@ def stream_mode(total, layer, passes):
         emit(mode="stream", case=case, dir="h2d", bytes=total, layer_bytes=layer, passes=passes,
              gbps=total / steady / 1e9, first_pass_gbps=total / times[0] / 1e9,
              prefetch_hit_ratio=(ready / copies) if copies else None,
-             pool_bytes=int(os.environ.get("ZRTIER_PINNED_POOL_BYTES", "0")))
+             pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")))
         checks.clear()
 
     raw = [raw_pinned(n) for _ in range(nl)]
