@@ -39,11 +39,11 @@ struct RegionInfo {
 struct EngineUsage {
   uint64_t regions = 0;
   uint64_t region_bytes = 0;
-  uint64_t resident_bytes = 0;      // T1: chunks installed in region pages
-  uint64_t resident_limit = 0;      // 0 = none
-  uint64_t stored_raw_bytes = 0;    // original bytes of chunks whose newest copy is in the store
-  uint64_t empty_bytes = 0;         // bytes of chunks never written (or evicted as all-zero)
-  StoreUsage store;                 // the store stack's own accounting
+  uint64_t resident_bytes = 0;    // T1: chunks installed in region pages
+  uint64_t resident_limit = 0;    // 0 = none
+  uint64_t stored_raw_bytes = 0;  // original bytes of chunks whose newest copy is in the store
+  uint64_t empty_bytes = 0;       // bytes of chunks never written (or evicted as all-zero)
+  StoreUsage store;               // the store stack's own accounting
 };
 
 class Engine {
@@ -51,8 +51,9 @@ class Engine {
   // Creates the engine from `opts` (ZRTIER_CHUNK, ZRTIER_ARENA, ZRTIER_RESIDENT_LIMIT, the codec
   // and store options). `store` may be null: then CreateStore(opts) builds the stack.
   // Fails, never aborts, with a Status naming the cause and what to do, e.g.
-  //   ENOSYS/EPERM "userfaultfd unavailable: ... (sysctl vm.unprivileged_userfaultfd=1 or run as root)",
-  //   ENOTSUP "kernel lacks UFFD_FEATURE_... (needs Linux >= 5.7)", ENOMEM "ZRTIER_ARENA=1T: mmap ...".
+  //   ENOSYS/EPERM "userfaultfd unavailable: ... (sysctl vm.unprivileged_userfaultfd=1 or run as
+  //   root)", ENOTSUP "kernel lacks UFFD_FEATURE_... (needs Linux >= 5.7)", ENOMEM
+  //   "ZRTIER_ARENA=1T: mmap ...".
   static Status Create(const Options& opts, Os* os, std::unique_ptr<ChunkStore> store,
                        std::unique_ptr<Engine>* out);
   // Stops the handler and evictor threads, frees every region and store entry, unmaps the arena.

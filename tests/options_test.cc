@@ -56,14 +56,14 @@ TEST(Options, BadValueNamesVariableAndKeepsValue) {
 }
 
 TEST(Options, FromEnvironmentWarnsAndKeepsDefault) {
-  std::map<std::string, std::string> env = {{"ZRTIER_CHUNK", "128K"}, {"ZRTIER_PINNED_POOL", "12Q"}};
+  std::map<std::string, std::string> env = {{"ZRTIER_CHUNK", "128K"},
+                                            {"ZRTIER_PINNED_POOL", "12Q"}};
   std::vector<std::string> warnings;
-  Options opts = Options::FromEnvironment(
-      [&](const std::string& w) { warnings.push_back(w); },
-      [&](const char* name) -> const char* {
-        auto it = env.find(name);
-        return it == env.end() ? nullptr : it->second.c_str();
-      });
+  Options opts = Options::FromEnvironment([&](const std::string& w) { warnings.push_back(w); },
+                                          [&](const char* name) -> const char* {
+                                            auto it = env.find(name);
+                                            return it == env.end() ? nullptr : it->second.c_str();
+                                          });
   EXPECT_EQ(opts.Size(Opt::kChunk), 128u << 10);
   EXPECT_EQ(opts.Size(Opt::kPinnedPool), 1ull << 30);
   ASSERT_EQ(warnings.size(), 1u);

@@ -17,9 +17,9 @@ int LogVerbosity();
 void Log(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // Prints the message only the first time this call site runs ("say so once").
-#define ZRTIER_LOG_ONCE(level, ...)                                      \
-  do {                                                                   \
-    static std::atomic<bool> _zr_said{false};                            \
+#define ZRTIER_LOG_ONCE(level, ...)                                                             \
+  do {                                                                                          \
+    static std::atomic<bool> _zr_said{false};                                                   \
     if (!_zr_said.exchange(true, std::memory_order_relaxed)) ::zrtier::Log(level, __VA_ARGS__); \
   } while (0)
 

@@ -64,8 +64,8 @@ Status Validate(Opt id, int64_t num, const std::string& str) {
   switch (id) {
     case Opt::kChunk:
       if (num < page || (num & (num - 1)) != 0)
-        return Status::Error(EINVAL, "expected a power of two >= the page size (" +
-                                         std::to_string(page) + ")");
+        return Status::Error(
+            EINVAL, "expected a power of two >= the page size (" + std::to_string(page) + ")");
       if (num > (64 << 20)) return Status::Error(EINVAL, "expected at most 64M");
       break;
     case Opt::kArena:
@@ -81,7 +81,8 @@ Status Validate(Opt id, int64_t num, const std::string& str) {
       if (num < 0 || num > 3) return Status::Error(EINVAL, "expected 0 to 3");
       break;
     case Opt::kNumaNode:
-      if (num < -1 || num > 1023) return Status::Error(EINVAL, "expected -1 (auto) or a node number");
+      if (num < -1 || num > 1023)
+        return Status::Error(EINVAL, "expected -1 (auto) or a node number");
       break;
     case Opt::kStoreBackend: {
       if (str.empty()) return Status::Error(EINVAL, "expected tiers like ram, ram+zram, ram+file");
@@ -91,7 +92,8 @@ Status Validate(Opt id, int64_t num, const std::string& str) {
         if (plus == std::string::npos) plus = str.size();
         std::string tier = str.substr(pos, plus - pos);
         if (tier != "ram" && tier != "zram" && tier != "file")
-          return Status::Error(EINVAL, "unknown tier '" + tier + "' (expected ram, zram, file joined by '+')");
+          return Status::Error(
+              EINVAL, "unknown tier '" + tier + "' (expected ram, zram, file joined by '+')");
         pos = plus + 1;
       }
       break;
@@ -104,8 +106,12 @@ Status Validate(Opt id, int64_t num, const std::string& str) {
 
 }  // namespace
 
-const OptionInfo& OptionAt(int i) { return kTable[i]; }
-const OptionInfo& InfoOf(Opt id) { return kTable[static_cast<int>(id)]; }
+const OptionInfo& OptionAt(int i) {
+  return kTable[i];
+}
+const OptionInfo& InfoOf(Opt id) {
+  return kTable[static_cast<int>(id)];
+}
 
 std::optional<Opt> FindOption(std::string_view name) {
   if (name.rfind("ZRTIER_", 0) == 0) name.remove_prefix(7);
@@ -137,14 +143,22 @@ Status ParseSize(std::string_view text, uint64_t* out) {
     *out = static_cast<uint64_t>(v / 100.0 * static_cast<double>(PhysicalMemoryBytes()));
     return Status::Ok();
   }
-  if (suffix.size() >= 2 && suffix.substr(suffix.size() - 2) == "ib") suffix.resize(suffix.size() - 2);
-  else if (suffix.size() >= 1 && suffix.back() == 'b') suffix.pop_back();
-  if (suffix.empty()) mult = 1;
-  else if (suffix == "k") mult = 1024.0;
-  else if (suffix == "m") mult = 1024.0 * 1024;
-  else if (suffix == "g") mult = 1024.0 * 1024 * 1024;
-  else if (suffix == "t") mult = 1024.0 * 1024 * 1024 * 1024;
-  else return bad;
+  if (suffix.size() >= 2 && suffix.substr(suffix.size() - 2) == "ib")
+    suffix.resize(suffix.size() - 2);
+  else if (suffix.size() >= 1 && suffix.back() == 'b')
+    suffix.pop_back();
+  if (suffix.empty())
+    mult = 1;
+  else if (suffix == "k")
+    mult = 1024.0;
+  else if (suffix == "m")
+    mult = 1024.0 * 1024;
+  else if (suffix == "g")
+    mult = 1024.0 * 1024 * 1024;
+  else if (suffix == "t")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return bad;
   double bytes = v * mult;
   if (bytes > 1.8e19) return Status::Error(ERANGE, "size too large");
   if (mult == 1 && v != std::floor(v)) return bad;
@@ -158,9 +172,12 @@ std::string FormatSize(uint64_t bytes) {
   double v = static_cast<double>(bytes);
   while (v >= 1024 && u < 4) v /= 1024, ++u;
   char buf[32];
-  if (u == 0) snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(bytes));
-  else if (v == std::floor(v)) snprintf(buf, sizeof(buf), "%.0f%s", v, kUnits[u]);
-  else snprintf(buf, sizeof(buf), "%.1f%s", v, kUnits[u]);
+  if (u == 0)
+    snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(bytes));
+  else if (v == std::floor(v))
+    snprintf(buf, sizeof(buf), "%.0f%s", v, kUnits[u]);
+  else
+    snprintf(buf, sizeof(buf), "%.1f%s", v, kUnits[u]);
   return buf;
 }
 
@@ -206,10 +223,18 @@ Status Options::Set(Opt id, std::string_view text) {
   return Status::Ok();
 }
 
-bool Options::Bool(Opt id) const { return num_[static_cast<int>(id)] != 0; }
-int64_t Options::Int(Opt id) const { return num_[static_cast<int>(id)]; }
-uint64_t Options::Size(Opt id) const { return static_cast<uint64_t>(num_[static_cast<int>(id)]); }
-const std::string& Options::String(Opt id) const { return str_[static_cast<int>(id)]; }
+bool Options::Bool(Opt id) const {
+  return num_[static_cast<int>(id)] != 0;
+}
+int64_t Options::Int(Opt id) const {
+  return num_[static_cast<int>(id)];
+}
+uint64_t Options::Size(Opt id) const {
+  return static_cast<uint64_t>(num_[static_cast<int>(id)]);
+}
+const std::string& Options::String(Opt id) const {
+  return str_[static_cast<int>(id)];
+}
 
 std::string Options::Text(Opt id) const {
   switch (InfoOf(id).type) {
@@ -228,8 +253,10 @@ std::string Options::Text(Opt id) const {
 Options Options::FromEnvironment(const std::function<void(const std::string&)>& warn,
                                  const std::function<const char*(const char*)>& getenv_fn) {
   auto report = [&](const std::string& msg) {
-    if (warn) warn(msg);
-    else Log(LogLevel::kWarn, "%s", msg.c_str());
+    if (warn)
+      warn(msg);
+    else
+      Log(LogLevel::kWarn, "%s", msg.c_str());
   };
   Options opts;
   for (const OptionInfo& info : kTable) {

@@ -24,6 +24,7 @@ namespace zrtier {
 enum class OptionType { kBool, kInt, kSize, kString };
 
 // X(Id, NAME, type, "default", "unit", "choices|or empty", "run-flag or empty", "help")
+// clang-format off
 #define ZRTIER_OPTIONS(X)                                                                          \
   X(kDisable, "DISABLE", kBool, "0", "", "", "",                                                 \
     "1 = pass every CUDA call to the real runtime untouched")                                     \
@@ -67,6 +68,7 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "disksize of the zram device the zram tier configures (its capacity for encoded chunks)")    \
   X(kLibrary, "LIBRARY", kString, "", "path", "", "",                                            \
     "libzrtier.so for zrtier run to preload (default: found next to the zrtier binary)")
+// clang-format on
 
 enum class Opt : int {
 #define ZRTIER_OPTION_ENUM(id, ...) id,
@@ -78,7 +80,7 @@ inline constexpr int kOptionCount = static_cast<int>(Opt::kCount);
 
 struct OptionInfo {
   Opt id;
-  const char* name;          // "CHUNK"; the variable is "ZRTIER_" + name
+  const char* name;  // "CHUNK"; the variable is "ZRTIER_" + name
   OptionType type;
   const char* default_text;  // as a user would write it
   const char* unit;

@@ -34,8 +34,12 @@ std::atomic<StatsBlock*> g_block{nullptr};
 
 }  // namespace
 
-const StatInfo& StatInfoAt(int i) { return kStatTable[i]; }
-const char* HistName(int i) { return kHistNames[i]; }
+const StatInfo& StatInfoAt(int i) {
+  return kStatTable[i];
+}
+const char* HistName(int i) {
+  return kHistNames[i];
+}
 
 uint64_t MonotonicNs() {
   timespec ts;
@@ -94,7 +98,8 @@ void InitStatsBlock(StatsBlock* block) {
 void InstallStatsBlock(StatsBlock* block) {
   StatsBlock* old = Stats();
   for (int i = 0; i < kStatCount; ++i)
-    block->values[i].store(old->values[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    block->values[i].store(old->values[i].load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
   for (int h = 0; h < kHistCount; ++h)
     for (int b = 0; b < kHistBuckets; ++b)
       block->hist[h].buckets[b].store(old->hist[h].buckets[b].load(std::memory_order_relaxed),

@@ -5,7 +5,8 @@
 //
 // ABI rules (readers are other processes, possibly of another zrtier version):
 //   - StatsBlock starts with magic, version and size; a reader checks all three.
-//   - New counters are appended to ZRTIER_STATS (never reordered or removed) and bump kStatsVersion.
+//   - New counters are appended to ZRTIER_STATS (never reordered or removed) and bump
+//   kStatsVersion.
 //   - Readers tolerate torn reads: each value is one aligned 64-bit word; region rows carry a
 //     sequence number (odd while being written).
 #pragma once
@@ -19,6 +20,7 @@ namespace zrtier {
 enum class StatKind { kCounter, kGauge };
 
 // X(name, kind, unit, help). Counters only grow; gauges go up and down.
+// clang-format off
 #define ZRTIER_STATS(X)                                                                            \
   X(regions, kGauge, "", "live managed regions")                                                   \
   X(region_bytes, kGauge, "bytes", "virtual bytes of live managed regions")                        \
@@ -61,6 +63,7 @@ enum class StatKind { kCounter, kGauge };
   X(spill_read_bytes, kCounter, "bytes", "bytes read back from lower tiers")                       \
   X(io_errors, kCounter, "", "I/O errors of lower tiers (the chunk stayed in a higher tier)")      \
   X(store_full, kCounter, "", "times a store was full and the chunk stayed where it was")
+// clang-format on
 
 enum class Stat : int {
 #define ZRTIER_STAT_ENUM(name, ...) name,
@@ -79,10 +82,12 @@ struct StatInfo {
 const StatInfo& StatInfoAt(int i);
 
 // Latency histograms: bucket b counts samples in [2^b, 2^(b+1)) nanoseconds (bucket 0: < 2 ns).
+// clang-format off
 #define ZRTIER_HISTOGRAMS(X)                                              \
   X(fault_latency, "missing-fault service time (read to wake)")           \
   X(restore_latency, "decode + install of a stored chunk")                \
   X(copy_stall_latency, "wait inside a copy call for chunks to be ready")
+// clang-format on
 
 enum class Hist : int {
 #define ZRTIER_HIST_ENUM(name, ...) name,
@@ -98,8 +103,8 @@ struct Histogram {
   std::atomic<uint64_t> buckets[kHistBuckets];
   // Records one sample of `ns` nanoseconds.
   void Record(uint64_t ns);
-  // The value below which `q` (0..1) of the samples lie, interpolated inside the bucket; 0 if empty.
-  // Safe on a snapshot copied from another process.
+  // The value below which `q` (0..1) of the samples lie, interpolated inside the bucket; 0 if
+  // empty. Safe on a snapshot copied from another process.
   static double Quantile(const uint64_t (&buckets)[kHistBuckets], double q);
 };
 
@@ -146,7 +151,9 @@ inline void StatSet(Stat s, uint64_t v) {
 inline uint64_t StatGet(Stat s) {
   return Stats()->values[static_cast<int>(s)].load(std::memory_order_relaxed);
 }
-inline void HistRecord(Hist h, uint64_t ns) { Stats()->hist[static_cast<int>(h)].Record(ns); }
+inline void HistRecord(Hist h, uint64_t ns) {
+  Stats()->hist[static_cast<int>(h)].Record(ns);
+}
 
 // Replaces the process's block by `block` (already initialized, e.g. a shared-memory mapping),
 // copying the current values into it first. Used once, at start, by stats_shm.

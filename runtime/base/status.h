@@ -29,10 +29,10 @@ class Status {
 };
 
 // Returns from the enclosing function if `expr` yields a non-OK Status.
-#define ZRTIER_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::zrtier::Status _zr_status = (expr);     \
-    if (!_zr_status.ok()) return _zr_status;  \
+#define ZRTIER_RETURN_IF_ERROR(expr)         \
+  do {                                       \
+    ::zrtier::Status _zr_status = (expr);    \
+    if (!_zr_status.ok()) return _zr_status; \
   } while (0)
 
 }  // namespace zrtier

@@ -1,6 +1,6 @@
 // Os: every system call zrtier makes goes through this small interface (leveldb's Env), so a test
-// can make any of them fail (tests/testutil/faulty_os.h) and the runtime's error paths are exercised
-// for real. Os::Default() is the real kernel.
+// can make any of them fail (tests/testutil/faulty_os.h) and the runtime's error paths are
+// exercised for real. Os::Default() is the real kernel.
 //
 // Convention: integer results are the syscall's result on success and -errno on failure (errno
 // itself is left unspecified). Mmap returns MAP_FAILED and stores the errno in *err.

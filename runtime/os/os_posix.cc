@@ -18,7 +18,9 @@
 
 namespace zrtier {
 namespace {
-inline long Ret(long r) { return r < 0 ? -errno : r; }
+inline long Ret(long r) {
+  return r < 0 ? -errno : r;
+}
 }  // namespace
 
 Os* Os::Default() {
@@ -31,8 +33,12 @@ void* Os::Mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, i
   if (p == MAP_FAILED && err) *err = errno;
   return p;
 }
-long Os::Munmap(void* addr, size_t len) { return Ret(munmap(addr, len)); }
-long Os::Madvise(void* addr, size_t len, int advice) { return Ret(madvise(addr, len, advice)); }
+long Os::Munmap(void* addr, size_t len) {
+  return Ret(munmap(addr, len));
+}
+long Os::Madvise(void* addr, size_t len, int advice) {
+  return Ret(madvise(addr, len, advice));
+}
 long Os::Mbind(void* addr, size_t len, int mode, const unsigned long* nodemask,
                unsigned long maxnode, unsigned flags) {
   return Ret(syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags));
@@ -51,23 +57,43 @@ long Os::Userfaultfd(int flags) {
   close(dev);
   return fd >= 0 ? fd : -err2;
 }
-long Os::Ioctl(int fd, unsigned long request, void* arg) { return Ret(ioctl(fd, request, arg)); }
+long Os::Ioctl(int fd, unsigned long request, void* arg) {
+  return Ret(ioctl(fd, request, arg));
+}
 
-long Os::Open(const char* path, int flags, mode_t mode) { return Ret(open(path, flags, mode)); }
-long Os::Close(int fd) { return Ret(close(fd)); }
-long Os::Read(int fd, void* buf, size_t len) { return Ret(read(fd, buf, len)); }
-long Os::Write(int fd, const void* buf, size_t len) { return Ret(write(fd, buf, len)); }
-long Os::Pread(int fd, void* buf, size_t len, off_t off) { return Ret(pread(fd, buf, len, off)); }
+long Os::Open(const char* path, int flags, mode_t mode) {
+  return Ret(open(path, flags, mode));
+}
+long Os::Close(int fd) {
+  return Ret(close(fd));
+}
+long Os::Read(int fd, void* buf, size_t len) {
+  return Ret(read(fd, buf, len));
+}
+long Os::Write(int fd, const void* buf, size_t len) {
+  return Ret(write(fd, buf, len));
+}
+long Os::Pread(int fd, void* buf, size_t len, off_t off) {
+  return Ret(pread(fd, buf, len, off));
+}
 long Os::Pwrite(int fd, const void* buf, size_t len, off_t off) {
   return Ret(pwrite(fd, buf, len, off));
 }
 long Os::Fallocate(int fd, int mode, off_t off, off_t len) {
   return Ret(fallocate(fd, mode, off, len));
 }
-long Os::Ftruncate(int fd, off_t len) { return Ret(ftruncate(fd, len)); }
-long Os::Unlink(const char* path) { return Ret(unlink(path)); }
-long Os::Poll(struct pollfd* fds, nfds_t n, int timeout_ms) { return Ret(poll(fds, n, timeout_ms)); }
-long Os::Eventfd(unsigned initval, int flags) { return Ret(eventfd(initval, flags)); }
+long Os::Ftruncate(int fd, off_t len) {
+  return Ret(ftruncate(fd, len));
+}
+long Os::Unlink(const char* path) {
+  return Ret(unlink(path));
+}
+long Os::Poll(struct pollfd* fds, nfds_t n, int timeout_ms) {
+  return Ret(poll(fds, n, timeout_ms));
+}
+long Os::Eventfd(unsigned initval, int flags) {
+  return Ret(eventfd(initval, flags));
+}
 
 long Os::IoUringQueueInit(unsigned entries, struct io_uring* ring, unsigned flags) {
   return io_uring_queue_init(entries, ring, flags);  // liburing returns -errno itself

@@ -16,7 +16,7 @@ int FaultyOs::Check(OsCall call) {
   return err;
 }
 
-#define ZR_FAULTY(call, expr)      \
+#define ZR_FAULTY(call, expr)         \
   if (int e = Check(call)) return -e; \
   return expr
 
@@ -27,28 +27,55 @@ void* FaultyOs::Mmap(void* addr, size_t len, int prot, int flags, int fd, off_t 
   }
   return Os::Mmap(addr, len, prot, flags, fd, off, err);
 }
-long FaultyOs::Munmap(void* a, size_t l) { ZR_FAULTY(OsCall::kMunmap, Os::Munmap(a, l)); }
-long FaultyOs::Madvise(void* a, size_t l, int adv) { ZR_FAULTY(OsCall::kMadvise, Os::Madvise(a, l, adv)); }
-long FaultyOs::Mbind(void* a, size_t l, int m, const unsigned long* nm, unsigned long mx, unsigned f) {
+long FaultyOs::Munmap(void* a, size_t l) {
+  ZR_FAULTY(OsCall::kMunmap, Os::Munmap(a, l));
+}
+long FaultyOs::Madvise(void* a, size_t l, int adv) {
+  ZR_FAULTY(OsCall::kMadvise, Os::Madvise(a, l, adv));
+}
+long FaultyOs::Mbind(void* a, size_t l, int m, const unsigned long* nm, unsigned long mx,
+                     unsigned f) {
   ZR_FAULTY(OsCall::kMbind, Os::Mbind(a, l, m, nm, mx, f));
 }
-long FaultyOs::Userfaultfd(int flags) { ZR_FAULTY(OsCall::kUserfaultfd, Os::Userfaultfd(flags)); }
-long FaultyOs::Ioctl(int fd, unsigned long req, void* arg) { ZR_FAULTY(OsCall::kIoctl, Os::Ioctl(fd, req, arg)); }
-long FaultyOs::Open(const char* p, int f, mode_t m) { ZR_FAULTY(OsCall::kOpen, Os::Open(p, f, m)); }
-long FaultyOs::Close(int fd) { ZR_FAULTY(OsCall::kClose, Os::Close(fd)); }
-long FaultyOs::Read(int fd, void* b, size_t l) { ZR_FAULTY(OsCall::kRead, Os::Read(fd, b, l)); }
-long FaultyOs::Write(int fd, const void* b, size_t l) { ZR_FAULTY(OsCall::kWrite, Os::Write(fd, b, l)); }
-long FaultyOs::Pread(int fd, void* b, size_t l, off_t o) { ZR_FAULTY(OsCall::kPread, Os::Pread(fd, b, l, o)); }
+long FaultyOs::Userfaultfd(int flags) {
+  ZR_FAULTY(OsCall::kUserfaultfd, Os::Userfaultfd(flags));
+}
+long FaultyOs::Ioctl(int fd, unsigned long req, void* arg) {
+  ZR_FAULTY(OsCall::kIoctl, Os::Ioctl(fd, req, arg));
+}
+long FaultyOs::Open(const char* p, int f, mode_t m) {
+  ZR_FAULTY(OsCall::kOpen, Os::Open(p, f, m));
+}
+long FaultyOs::Close(int fd) {
+  ZR_FAULTY(OsCall::kClose, Os::Close(fd));
+}
+long FaultyOs::Read(int fd, void* b, size_t l) {
+  ZR_FAULTY(OsCall::kRead, Os::Read(fd, b, l));
+}
+long FaultyOs::Write(int fd, const void* b, size_t l) {
+  ZR_FAULTY(OsCall::kWrite, Os::Write(fd, b, l));
+}
+long FaultyOs::Pread(int fd, void* b, size_t l, off_t o) {
+  ZR_FAULTY(OsCall::kPread, Os::Pread(fd, b, l, o));
+}
 long FaultyOs::Pwrite(int fd, const void* b, size_t l, off_t o) {
   ZR_FAULTY(OsCall::kPwrite, Os::Pwrite(fd, b, l, o));
 }
 long FaultyOs::Fallocate(int fd, int m, off_t o, off_t l) {
   ZR_FAULTY(OsCall::kFallocate, Os::Fallocate(fd, m, o, l));
 }
-long FaultyOs::Ftruncate(int fd, off_t l) { ZR_FAULTY(OsCall::kFtruncate, Os::Ftruncate(fd, l)); }
-long FaultyOs::Unlink(const char* p) { ZR_FAULTY(OsCall::kUnlink, Os::Unlink(p)); }
-long FaultyOs::Poll(struct pollfd* fds, nfds_t n, int t) { ZR_FAULTY(OsCall::kPoll, Os::Poll(fds, n, t)); }
-long FaultyOs::Eventfd(unsigned v, int f) { ZR_FAULTY(OsCall::kEventfd, Os::Eventfd(v, f)); }
+long FaultyOs::Ftruncate(int fd, off_t l) {
+  ZR_FAULTY(OsCall::kFtruncate, Os::Ftruncate(fd, l));
+}
+long FaultyOs::Unlink(const char* p) {
+  ZR_FAULTY(OsCall::kUnlink, Os::Unlink(p));
+}
+long FaultyOs::Poll(struct pollfd* fds, nfds_t n, int t) {
+  ZR_FAULTY(OsCall::kPoll, Os::Poll(fds, n, t));
+}
+long FaultyOs::Eventfd(unsigned v, int f) {
+  ZR_FAULTY(OsCall::kEventfd, Os::Eventfd(v, f));
+}
 long FaultyOs::IoUringQueueInit(unsigned e, struct io_uring* r, unsigned f) {
   ZR_FAULTY(OsCall::kIoUringQueueInit, Os::IoUringQueueInit(e, r, f));
 }

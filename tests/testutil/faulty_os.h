@@ -16,9 +16,26 @@
 namespace zrtier {
 
 enum class OsCall : int {
-  kMmap, kMunmap, kMadvise, kMbind, kUserfaultfd, kIoctl, kOpen, kClose, kRead, kWrite, kPread,
-  kPwrite, kFallocate, kFtruncate, kUnlink, kPoll, kEventfd, kIoUringQueueInit,
-  kIoUringSubmitAndWait, kCount
+  kMmap,
+  kMunmap,
+  kMadvise,
+  kMbind,
+  kUserfaultfd,
+  kIoctl,
+  kOpen,
+  kClose,
+  kRead,
+  kWrite,
+  kPread,
+  kPwrite,
+  kFallocate,
+  kFtruncate,
+  kUnlink,
+  kPoll,
+  kEventfd,
+  kIoUringQueueInit,
+  kIoUringSubmitAndWait,
+  kCount
 };
 
 class FaultyOs : public Os {
@@ -42,8 +59,8 @@ class FaultyOs : public Os {
   void* Mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, int* err) override;
   long Munmap(void* addr, size_t len) override;
   long Madvise(void* addr, size_t len, int advice) override;
-  long Mbind(void* addr, size_t len, int mode, const unsigned long* nodemask,
-             unsigned long maxnode, unsigned flags) override;
+  long Mbind(void* addr, size_t len, int mode, const unsigned long* nodemask, unsigned long maxnode,
+             unsigned flags) override;
   long Userfaultfd(int flags) override;
   long Ioctl(int fd, unsigned long request, void* arg) override;
   long Open(const char* path, int flags, mode_t mode) override;

@@ -18,8 +18,8 @@ uint64_t TestSeed();
 
 }  // namespace zrtier::testing
 
-#define ZRTIER_SKIP_UNLESS_UFFD()                                              \
-  do {                                                                         \
-    std::string _why = ::zrtier::testing::UserfaultfdUnavailableReason();      \
-    if (!_why.empty()) GTEST_SKIP() << "userfaultfd unavailable: " << _why;    \
+#define ZRTIER_SKIP_UNLESS_UFFD()                                           \
+  do {                                                                      \
+    std::string _why = ::zrtier::testing::UserfaultfdUnavailableReason();   \
+    if (!_why.empty()) GTEST_SKIP() << "userfaultfd unavailable: " << _why; \
   } while (0)

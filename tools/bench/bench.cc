@@ -10,7 +10,9 @@ std::vector<BenchEntry>& BenchRegistry() {
   return registry;
 }
 
-void Report::AddRow(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+void Report::AddRow(std::vector<std::string> cells) {
+  rows_.push_back(std::move(cells));
+}
 
 namespace {
 bool LooksNumeric(const std::string& s) {
@@ -43,8 +45,10 @@ void Report::Print(bool json) const {
     std::string line;
     for (size_t i = 0; i < cells.size() && i < width.size(); ++i) {
       std::string c = cells[i];
-      if (i == 0) c.resize(width[i], ' ');
-      else c = std::string(width[i] - c.size(), ' ') + c;
+      if (i == 0)
+        c.resize(width[i], ' ');
+      else
+        c = std::string(width[i] - c.size(), ' ') + c;
       line += (i ? "  " : "") + c;
     }
     printf("%s\n", line.c_str());
