@@ -67,6 +67,17 @@ void ExtentStore::CloseAll() {
   }
 }
 
+Uring::Op ExtentStore::SlotOp(bool write, int fd, const Buf& b, const Loc& loc) {
+  Uring::Op op;
+  op.write = write;
+  op.fd = fd;
+  op.buf = b.p;
+  op.len = loc.alen;
+  op.off = loc.off;
+  op.buf_index = b.index;
+  return op;
+}
+
 bool ExtentStore::AllocLocked(uint32_t alen, Loc* loc, Status* why) {
   if (config_.limit && usage_.used_bytes + reserved_ + alen > config_.limit) {
     *why = Status::Error(
@@ -252,14 +263,7 @@ void ExtentStore::PutBatch(PutReq* reqs, size_t n) {
       }
       memcpy(bufs[i].p, r.data, r.len);
       memset(bufs[i].p + r.len, 0, locs[i].alen - r.len);
-      Uring::Op op;
-      op.write = true;
-      op.fd = fd;
-      op.buf = bufs[i].p;
-      op.len = locs[i].alen;
-      op.off = locs[i].off;
-      op.buf_index = bufs[i].index;
-      ops.push_back(op);
+      ops.push_back(SlotOp(true, fd, bufs[i], locs[i]));
       op_req.push_back(i);
     }
     NextRing().Run(ops.data(), ops.size());
@@ -331,13 +335,7 @@ void ExtentStore::GetBatch(GetReq* reqs, size_t n) {
             Status::Error(ENOMEM, std::string(config_.name) + " store: buffer");
         continue;
       }
-      Uring::Op op;
-      op.fd = fds[i];
-      op.buf = bufs[i].p;
-      op.len = locs[i].alen;
-      op.off = locs[i].off;
-      op.buf_index = bufs[i].index;
-      ops.push_back(op);
+      ops.push_back(SlotOp(false, fds[i], bufs[i], locs[i]));
       op_req.push_back(i);
     }
     NextRing().Run(ops.data(), ops.size());
@@ -371,12 +369,7 @@ Status ExtentStore::Get(StoreHandle h, const std::function<Status(const void*, s
   }
   Buf b = TakeBuffer(loc.alen);
   if (!b.p) return Status::Error(ENOMEM, std::string(config_.name) + " store: buffer");
-  Uring::Op op;
-  op.fd = fd;
-  op.buf = b.p;
-  op.len = loc.alen;
-  op.off = loc.off;
-  op.buf_index = b.index;
+  Uring::Op op = SlotOp(false, fd, b, loc);
   NextRing().Run(&op, 1);
   Status s;
   if (op.res < 0) {

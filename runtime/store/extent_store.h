@@ -110,6 +110,9 @@ class ExtentStore : public ChunkStore {
     size_t size = 0;
   };
 
+  // The io_uring operation that reads (write=false) or writes the whole slot `loc` of file `fd`
+  // through staging buffer `b`.
+  static Uring::Op SlotOp(bool write, int fd, const Buf& b, const Loc& loc);
   bool AllocLocked(uint32_t alen, Loc* loc, Status* why);
   // Punches, then frees the extent (takes mu_). `reserved`: it was never stored (a failed Put).
   void ReleaseExtent(const Loc& loc, bool reserved);
