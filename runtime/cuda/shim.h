@@ -5,14 +5,17 @@
 //
 // Copy paths (region = host side; the GPU only ever sees T0 slots):
 //   H2D  for each chunk piece take a slot holding the current bytes (cached hit, or Read into the
-//        slot), issue the real cudaMemcpyAsync from the slot on the caller's stream, record a
-//        pooled event that releases the slots; never-written chunks become cudaMemsetAsync. Filling
-//        piece i+1 overlaps piece i on the wire. If a D2H into one of the chunks is still queued
-//        (not yet published) the fill itself is enqueued on the stream as a host function, so the
-//        copy sees the bytes in stream order.
-//   D2H  real copies into slots on the caller's stream, then a host function on that stream
-//        publishes them with RegionBackend::Write (stream order; the engine merges partial chunks)
-//        and releases the slots. Host functions never call CUDA.
+//        slot by the fill workers), issue the real cudaMemcpyAsync from the slot on the caller's
+//        stream, record a pooled event that releases the slots; never-written chunks become
+//        cudaMemsetAsync. Pipelined: up to four pieces are in flight (planned, filling on the
+//        workers, on the wire), so decode never waits for the DMA or the planning. If a D2H into
+//        one of the chunks is still queued (not yet published) the fill itself is enqueued on the
+//        stream as a host function, so the copy sees the bytes in stream order.
+//   D2H  real copies into slots on the caller's stream; after each piece a host function hands
+//        the slots to the fill workers, which publish them with RegionBackend::Write (the engine
+//        merges partial chunks) and release the slots while the next piece's DMA runs; the copy's
+//        last host function waits for all of them, so the stream completes only once every byte
+//        is in the region. Host functions never call CUDA.
 //   H2H  the stream is synchronized, then a CPU copy through Read/Write.
 // Copies on a capturing stream fail with cudaErrorStreamCaptureUnsupported and one stderr line.
 //
@@ -80,13 +83,18 @@ class Shim {
   PinnedPool* pool() { return pool_.get(); }
 
  private:
+  struct PublishGroup;
   struct PublishTask;
   struct FillTask;
-  static void CUDART_CB PublishFn(void* task);
+  static void CUDART_CB PublishStartFn(void* task);
+  static void CUDART_CB PublishEndFn(void* group);
   static void CUDART_CB FillFn(void* task);
 
   cudaError_t CopyFromRegion(void* dst, const RegionInfo& r, const char* src, size_t n,
                              cudaStream_t stream);
+  // The H2D path while a D2H into the same chunks is still queued: fills run as host functions.
+  cudaError_t CopyFromRegionOrdered(void* dst, const RegionInfo& r, const char* src, size_t n,
+                                    cudaStream_t stream);
   cudaError_t CopyToRegion(char* dst, const RegionInfo& r, const void* src, size_t n,
                            cudaStream_t stream);
   cudaError_t CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream);
