@@ -1,6 +1,6 @@
 // Covers FillWorkers: every item of every batch runs exactly once, Submit returns before the items
-// run, Wait finishes a batch even with no worker threads, and many threads submitting and waiting at
-// once (the copy calls and the publish host functions do) lose nothing.
+// run, Wait finishes a batch even with no worker threads, and many threads submitting and waiting
+// at once (the copy calls and the publish host functions do) lose nothing.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -63,7 +63,8 @@ TEST(FillWorkers, ManySubmittersWithPipelinedBatches) {
     ts.emplace_back([&, t] {
       std::mt19937 rng(seed + t);
       for (int round = 0; round < kRounds; ++round) {
-        // Up to three batches in flight per thread, waited for oldest first (as the copy path does).
+        // Up to three batches in flight per thread, waited for oldest first (as the copy path
+        // does).
         struct InFlight {
           std::vector<uint32_t> out;
           std::shared_ptr<FillWorkers::Batch> b;
@@ -73,7 +74,9 @@ TEST(FillWorkers, ManySubmittersWithPipelinedBatches) {
         for (auto& f : win) {
           f.out.assign(1 + rng() % 64, 0);
           f.salt = rng();
-          f.b = w.Submit(f.out.size(), [&f](size_t i) { f.out[i] = f.salt ^ static_cast<uint32_t>(i * 2654435761u); });
+          f.b = w.Submit(f.out.size(), [&f](size_t i) {
+            f.out[i] = f.salt ^ static_cast<uint32_t>(i * 2654435761u);
+          });
         }
         for (auto& f : win) {
           w.Wait(*f.b);

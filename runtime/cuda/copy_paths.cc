@@ -1,6 +1,7 @@
 // The copy paths between regions and the GPU through T0 slots (contract in shim.h).
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -28,7 +29,7 @@ struct H2DPiece {
   const char* begin;  // the bytes of the copy it covers: [begin, end)
   const char* end;
   std::vector<PieceChunk> chunks;
-  std::vector<size_t> misses;                 // indexes into chunks
+  std::vector<size_t> misses;                // indexes into chunks
   std::shared_ptr<FillWorkers::Batch> fill;  // null: every chunk was a hit
   std::atomic<bool> failed{false};
   bool ready() const { return !fill || fill->done(); }
@@ -48,15 +49,20 @@ struct Shim::FillTask {
   std::vector<std::pair<const char*, char*>> fills;  // (chunk start in region, slot)
 };
 
-// The publish of one D2H copy. Each piece's host function hands the piece's chunks to the workers
-// (PublishStartFn) and returns, so the next piece's DMA starts at once; the copy's last host
-// function (PublishEndFn) waits for all of them, so the stream -- and a cudaMemcpy or a stream
-// synchronize after it -- completes only when every byte is in the region. `batches` and `tasks`
-// are touched only by those host functions, which the stream runs one after another.
+// The publish of one D2H copy. An event recorded after each piece's DMAs tells the event watcher
+// when the piece has landed; the watcher hands the piece's chunks to the workers (StartPublish)
+// while the next piece is still on the wire, and nothing stalls the stream. The copy's one host
+// function (PublishEndFn) waits until every piece has landed and been published, so the stream --
+// and a cudaMemcpy or a stream synchronize after it -- completes only when every byte is in the
+// region.
 struct Shim::PublishGroup {
   Shim* shim;
   uint64_t region;
   std::vector<std::pair<uint64_t, uint64_t>> pending;  // chunk ranges marked pending, per piece
+  size_t pieces = 0;  // set by the copy call before PublishEndFn is queued
+  std::mutex mu;      // guards the fields below
+  std::condition_variable landed_cv;
+  size_t landed = 0;  // pieces handed to the workers
   std::vector<std::shared_ptr<FillWorkers::Batch>> batches;
   std::vector<std::unique_ptr<PublishTask>> tasks;  // kept until their batches are done
 };
@@ -74,7 +80,7 @@ struct Shim::PublishTask {
     uint64_t index;
   };
   std::vector<Op> ops;
-  bool cancelled = false;  // the DMAs were not all queued: publish nothing, release the slots
+  bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
 };
 
 void Shim::FillFn(void* p) {
@@ -94,30 +100,41 @@ void Shim::FillFn(void* p) {
   delete t;
 }
 
-void Shim::PublishStartFn(void* p) {
-  auto* t = static_cast<PublishTask*>(p);
+void Shim::StartPublish(PublishTask* t) {
   PublishGroup* g = t->group;
-  Shim* s = g->shim;
-  g->tasks.emplace_back(t);
-  g->batches.push_back(s->workers_->Submit(t->ops.size(), [s, t, g](size_t i) {
+  auto batch = workers_->Submit(t->ops.size(), [this, t, g](size_t i) {
     const PublishTask::Op& op = t->ops[i];
     if (!t->cancelled) {
-      Status st = s->backend_->Write(op.dst, op.src, op.len);
+      Status st = backend_->Write(op.dst, op.src, op.len);
       if (!st.ok()) {
         Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
             static_cast<void*>(op.dst), op.len, st.ToString().c_str());
       } else if (op.full) {
-        s->pool_->Publish(op.slot, g->region, op.index, s->backend_->Generation(op.chunk_start));
+        pool_->Publish(op.slot, g->region, op.index, backend_->Generation(op.chunk_start));
       }
     }
-    s->pool_->Unpin(op.slot);
-  }));
+    pool_->Unpin(op.slot);
+  });
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    g->tasks.emplace_back(t);
+    g->batches.push_back(std::move(batch));
+    ++g->landed;
+    // Under the lock: once it is released, PublishEndFn may see the last piece and free g.
+    g->landed_cv.notify_all();
+  }
 }
 
 void Shim::PublishEndFn(void* p) {
   auto* g = static_cast<PublishGroup*>(p);
   Shim* s = g->shim;
-  for (auto& b : g->batches) s->workers_->Wait(*b);
+  std::vector<std::shared_ptr<FillWorkers::Batch>> batches;
+  {
+    std::unique_lock<std::mutex> l(g->mu);
+    g->landed_cv.wait(l, [&] { return g->landed == g->pieces; });
+    batches = g->batches;
+  }
+  for (auto& b : batches) s->workers_->Wait(*b);
   for (const auto& [first, last] : g->pending) s->MarkPending(g->region, first, last, -1);
   delete g;
 }
@@ -146,8 +163,8 @@ bool Shim::AnyPending(uint64_t region, uint64_t first, uint64_t last) {
 // Issues the DMAs (and memsets) of one piece whose slots hold the bytes, records the event that
 // releases the slots, and unpins them. Returns the first CUDA error.
 static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, char* dst0,
-                            const char* src0, const std::vector<PieceChunk>& piece,
-                            const char* cur, const char* end, bool failed, cudaStream_t stream) {
+                            const char* src0, const std::vector<PieceChunk>& piece, const char* cur,
+                            const char* end, bool failed, cudaStream_t stream) {
   cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
   std::vector<int> busy;
   const char* seg_src = nullptr;
@@ -158,9 +175,9 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
   uint64_t dmas = 0;
   auto flush = [&]() -> cudaError_t {
     if (seg_len == 0) return cudaSuccess;
-    cudaError_t e = seg_zero ? api->cudaMemsetAsync(seg_dst, 0, seg_len, stream)
-                             : api->cudaMemcpyAsync(seg_dst, seg_src, seg_len,
-                                                    cudaMemcpyHostToDevice, stream);
+    cudaError_t e =
+        seg_zero ? api->cudaMemsetAsync(seg_dst, 0, seg_len, stream)
+                 : api->cudaMemcpyAsync(seg_dst, seg_src, seg_len, cudaMemcpyHostToDevice, stream);
     if (!seg_zero) ++dmas;
     seg_len = 0;
     return e;
@@ -219,13 +236,13 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
 
   // Pipelined: plan piece i+1 (pin hits, take slots for misses, queue the misses' fill on the
   // workers) while the workers fill piece i and the GPU moves piece i-1. A piece holds at most
-  // max_piece_chunks_ misses; pieces of hits grow (up to 16x) so that data already in T0 leaves in
-  // few long DMAs, while the first piece stays small so the first DMA starts early.
+  // max_piece_chunks_ misses; pieces start at a quarter of that, so the first DMA starts early, and
+  // double up to 16x, so that data already in T0 leaves in few long DMAs.
   const size_t slots = pool_->slots();
   const size_t window = std::clamp<size_t>(slots / 2 / max_piece_chunks_, 1, kMaxWindow);
   const size_t max_chunks =
       std::max(max_piece_chunks_, std::min(16 * max_piece_chunks_, slots / 4));
-  size_t piece_chunks = max_piece_chunks_;
+  size_t piece_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
   bool all_ready = true;
   uint64_t stall = 0;
   std::deque<std::unique_ptr<H2DPiece>> inflight;
@@ -307,8 +324,8 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   return cudaSuccess;
 }
 
-cudaError_t Shim::CopyFromRegionOrdered(void* dst, const RegionInfo& r, const char* src,
-                                        size_t n, cudaStream_t stream) {
+cudaError_t Shim::CopyFromRegionOrdered(void* dst, const RegionInfo& r, const char* src, size_t n,
+                                        cudaStream_t stream) {
   char* base = static_cast<char*>(r.base);
   const char* end = src + n;
   uint64_t stall = 0;
@@ -403,8 +420,8 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       char* hi = std::min(end, c.start + chunk_);
       size_t len = hi - lo;
       char* slot_lo = pool_->SlotPtr(c.slot) + (lo - c.start);
-      task->ops.push_back(PublishTask::Op{lo, slot_lo, len, c.slot,
-                                          lo == c.start && len == chunk_, c.start, c.index});
+      task->ops.push_back(PublishTask::Op{lo, slot_lo, len, c.slot, lo == c.start && len == chunk_,
+                                          c.start, c.index});
       if (err != cudaSuccess) continue;
       if (seg_len > 0 && c.slot == seg_last_slot + 1) {
         seg_len += len;
@@ -419,14 +436,32 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     if (err == cudaSuccess) err = flush();
     MarkPending(r.id, piece.front().index, piece.back().index, +1);
     group->pending.emplace_back(piece.front().index, piece.back().index);
-    cudaError_t herr = err;
-    if (err == cudaSuccess) herr = api_->cudaLaunchHostFunc(stream, &Shim::PublishStartFn, task);
-    if (herr != cudaSuccess) {
-      // Publish here once the stream has drained (never drop a copy that was queued).
+    ++group->pieces;
+    // The piece lands when an event recorded behind its DMAs completes.
+    cudaEvent_t ev = nullptr;
+    if (err == cudaSuccess) {
+      cudaError_t e2 = cudaSuccess;
+      ev = pool_->events()->Get(&e2);
+      if (ev && (e2 = api_->cudaEventRecord(ev, stream)) != cudaSuccess) {
+        pool_->events()->Put(ev);
+        ev = nullptr;
+      }
+    }
+    if (ev) {
+      watcher_->Watch(ev, [this, task](cudaEvent_t e, cudaError_t st) {
+        pool_->events()->Put(e);
+        if (st != cudaSuccess) {
+          Log(LogLevel::kError, "a device-to-host copy into zrtier memory failed (CUDA error %d)",
+              static_cast<int>(st));
+          task->cancelled = true;
+        }
+        StartPublish(task);
+      });
+    } else {
+      // No event, or the DMAs were not all queued: publish (or release) once the stream drained.
       api_->cudaStreamSynchronize(stream);
       task->cancelled = err != cudaSuccess;
-      PublishStartFn(task);
-      if (err == cudaSuccess) err = herr;
+      StartPublish(task);
     }
     cur = piece_end;
   }

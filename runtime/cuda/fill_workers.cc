@@ -1,7 +1,8 @@
 #include "runtime/cuda/fill_workers.h"
 
-#include <chrono>
+#include <sched.h>
 
+#include <chrono>
 
 namespace zrtier {
 
@@ -36,10 +37,15 @@ std::shared_ptr<FillWorkers::Batch> FillWorkers::Submit(size_t count,
                                                         std::function<void(size_t)> fn) {
   std::shared_ptr<Batch> b(new Batch(count, std::move(fn)));
   if (threads_.empty() || count == 0) return b;
+  int sleepers;
   {
     std::lock_guard<std::mutex> l(mu_);
     queue_.push_back(b);
+    queued_.store(queue_.size(), std::memory_order_release);
+    sleepers = sleepers_;
   }
+  // Workers that are still spinning pick the batch up by themselves.
+  if (sleepers == 0) return b;
   if (count == 1)
     wake_.notify_one();
   else
@@ -51,8 +57,9 @@ void FillWorkers::Wait(Batch& b) {
   while (b.RunOne(this)) {
   }
   if (b.done()) return;
-  // The last items run on workers: spin briefly (they take tens of microseconds), then sleep.
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  // The last items run on workers: spin briefly (they take tens of microseconds; waking from a
+  // sleep can cost as much again on a virtual machine), then sleep.
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
   while (!b.done() && std::chrono::steady_clock::now() < until) {
   }
   if (b.done()) return;
@@ -72,7 +79,19 @@ void FillWorkers::Run(size_t count, const std::function<void(size_t)>& fn) {
 void FillWorkers::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    wake_.wait(l, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty() && !stop_) {
+      // Copies come in pieces a few tens of microseconds apart: spin a while before sleeping, so
+      // the next piece does not wait for this thread (and its core) to wake up.
+      l.unlock();
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+      while (queued_.load(std::memory_order_acquire) == 0 &&
+             std::chrono::steady_clock::now() < until)
+        sched_yield();
+      l.lock();
+      ++sleepers_;
+      wake_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      --sleepers_;
+    }
     if (stop_) return;
     std::shared_ptr<Batch> b = queue_.front();
     l.unlock();
@@ -80,7 +99,10 @@ void FillWorkers::Loop() {
     }
     l.lock();
     // Nothing left to claim in b: drop it from the queue (unless another worker already did).
-    if (!queue_.empty() && queue_.front() == b) queue_.pop_front();
+    if (!queue_.empty() && queue_.front() == b) {
+      queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
   }
 }
 

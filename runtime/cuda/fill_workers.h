@@ -5,8 +5,8 @@
 // Work comes in batches of independent items. Submit queues a batch and returns at once, so a copy
 // call can plan and queue piece i+1 (and i+2, ...) while the workers still fill piece i and the GPU
 // moves an earlier piece: the workers never sit idle between pieces. Batches are served oldest
-// first; Wait makes the caller work on its own batch too, so a batch always finishes even when every
-// worker is busy elsewhere.
+// first; Wait makes the caller work on its own batch too, so a batch always finishes even when
+// every worker is busy elsewhere.
 //
 // Thread safety: every method may be called from any thread, concurrently. Items must not block on
 // CUDA (host functions of the streams call Wait). Workers never call CUDA.
@@ -64,9 +64,14 @@ class FillWorkers {
   void Loop();
   void Finished(Batch& b);
 
+  // How long an idle worker polls for the next batch before it sleeps.
+  static constexpr int kSpinUs = 100;
+
   std::mutex mu_;  // guards queue_ and stop_; done_ waits under it
   std::condition_variable wake_, done_;
   std::deque<std::shared_ptr<Batch>> queue_;  // batches with items left to claim, oldest first
+  std::atomic<size_t> queued_{0};             // queue_.size(), readable without mu_ (spinning)
+  int sleepers_ = 0;                          // workers waiting on wake_ (guarded by mu_)
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
