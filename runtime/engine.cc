@@ -300,6 +300,10 @@ Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
 Status Engine::Write(void* dst, const void* src, size_t len) {
   return impl_->Write(dst, src, len);
 }
+void Engine::Generations(const void* p, size_t n, uint64_t* out) const {
+  impl_->Generations(p, n, out);
+}
+
 uint64_t Engine::Generation(const void* p) const {
   return impl_->Generation(p);
 }

@@ -246,6 +246,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   bool all_ready = true;
   uint64_t stall = 0;
   std::deque<std::unique_ptr<H2DPiece>> inflight;
+  std::vector<uint64_t> gens;
   cudaError_t err = cudaSuccess;
   const char* cur = src;
   for (;;) {
@@ -264,10 +265,14 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       pc->begin = cur;
       int prev = -1;
       const char* p = cur;
+      // The generations of every chunk the piece may take, with one region lookup.
+      const uint64_t first_index = (cur - base) / chunk_;
+      gens.resize(std::min<uint64_t>(piece_chunks, last - first_index + 1));
+      backend_->Generations(base + first_index * chunk_, gens.size(), gens.data());
       while (p < end && pc->misses.size() < max_piece_chunks_ && pc->chunks.size() < piece_chunks) {
         uint64_t index = (p - base) / chunk_;
         char* cstart = base + index * chunk_;
-        uint64_t gen = backend_->Generation(cstart);
+        uint64_t gen = gens[index - first_index];
         int slot = pool_->PinCached(r.id, index, gen);
         bool hit = slot >= 0;
         if (!hit) slot = pool_->Acquire(prev);
