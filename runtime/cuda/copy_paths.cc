@@ -104,6 +104,7 @@ void Shim::StartPublish(PublishTask* t) {
   PublishGroup* g = t->group;
   auto batch = workers_->Submit(t->ops.size(), [this, t, g](size_t i) {
     const PublishTask::Op& op = t->ops[i];
+    uint64_t t0 = MonotonicNs();
     if (!t->cancelled) {
       Status st = backend_->Write(op.dst, op.src, op.len);
       if (!st.ok()) {
@@ -114,6 +115,7 @@ void Shim::StartPublish(PublishTask* t) {
       }
     }
     pool_->Unpin(op.slot);
+    StatAdd(Stat::publish_ns, MonotonicNs() - t0);
   });
   {
     std::lock_guard<std::mutex> l(g->mu);
@@ -253,13 +255,16 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     // 1. Issue every piece at the front whose slots are filled.
     while (err == cudaSuccess && !inflight.empty() && inflight.front()->ready()) {
       H2DPiece& pc = *inflight.front();
+      uint64_t t0 = MonotonicNs();
       err = IssueH2D(api_, pool_.get(), chunk_, static_cast<char*>(dst), src, pc.chunks, pc.begin,
                      pc.end, pc.failed.load(), stream);
+      StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
       inflight.pop_front();
     }
     if (err != cudaSuccess || (cur >= end && inflight.empty())) break;
     // 2. Plan another piece while there is room in the window.
     if (cur < end && inflight.size() < window) {
+      uint64_t t_plan = MonotonicNs();
       pool_->Reap();
       auto pc = std::make_unique<H2DPiece>();
       pc->begin = cur;
@@ -292,7 +297,9 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
           const uint64_t id = r.id;
           raw->fill = workers_->Submit(raw->misses.size(), [this, raw, id](size_t k) {
             PieceChunk& c = raw->chunks[raw->misses[k]];
+            uint64_t t0 = MonotonicNs();
             Status st = backend_->Read(c.start, chunk_, pool_->SlotPtr(c.slot), &c.zero);
+            StatAdd(Stat::fill_ns, MonotonicNs() - t0);
             if (!st.ok()) {
               Log(LogLevel::kError, "host-to-device copy from %p: %s",
                   static_cast<const void*>(c.start), st.ToString().c_str());
@@ -304,8 +311,10 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
           });
         }
         inflight.push_back(std::move(pc));
+        StatAdd(Stat::copy_plan_ns, MonotonicNs() - t_plan);
         continue;
       }
+      StatAdd(Stat::copy_plan_ns, MonotonicNs() - t_plan);
       if (inflight.empty()) {
         // We hold no slot and none is free: wait for other copies' DMAs to release some.
         stall += pool_->WaitForSlot();
@@ -313,7 +322,9 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       }
     }
     // 3. Help fill the oldest piece, then issue it (step 1).
+    uint64_t t_wait = MonotonicNs();
     workers_->Wait(*inflight.front()->fill);
+    StatAdd(Stat::copy_wait_ns, MonotonicNs() - t_wait);
   }
   // After an error: let the queued fills finish (they write into our slots), then release.
   for (auto& pc : inflight) {
@@ -386,6 +397,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   auto* group = new PublishGroup{this, r.id, {}, {}, {}};
   cudaError_t err = cudaSuccess;
   while (cur < end && err == cudaSuccess) {
+    uint64_t t_plan = MonotonicNs();
     pool_->Reap();
     piece.clear();
     int prev = -1;
@@ -405,6 +417,8 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       p = cstart + chunk_;
     }
     char* piece_end = std::min(p, end);
+    uint64_t t_issue = MonotonicNs();
+    StatAdd(Stat::copy_plan_ns, t_issue - t_plan);
 
     auto* task = new PublishTask();
     task->group = group;
@@ -468,6 +482,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       task->cancelled = err != cudaSuccess;
       StartPublish(task);
     }
+    StatAdd(Stat::copy_issue_ns, MonotonicNs() - t_issue);
     cur = piece_end;
   }
   cudaError_t eerr =
