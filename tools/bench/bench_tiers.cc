@@ -3,8 +3,11 @@
 // compression ratio of the kernel's zram codecs on the same raw bf16 data against zrtier's codec.
 //
 // read_mbps counts the encoded bytes delivered to the caller (copied into its buffer) per second of
-// the read loop; p50/p99 are per-Get latencies. The file tier reads with O_DIRECT (no page cache)
-// unless the file system refuses it.
+// the read loop; p50/p99 are per-Get latencies; reqs / avg_req_kib are the I/O requests the tier
+// issued during the loop and their average size (adjacent entries of a batch are read in one
+// request). Reads go in shuffled order, except the `+prefetch-seq` rows, which read the same
+// entries in the order they were written (a region read front to back). The file tier reads with
+// O_DIRECT (no page cache) unless the file system refuses it.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -48,13 +51,13 @@ struct ReadResult {
   double mbps = 0, p50 = 0, p99 = 0;
 };
 
-// Reads every handle (in a shuffled order) into a caller buffer; with `ahead` > 0 issues Prefetch
-// that many entries ahead of each Get.
+// Reads every handle (in a shuffled order, or in write order when seed is 0) into a caller buffer;
+// with `ahead` > 0 issues Prefetch that many entries ahead of each Get.
 ReadResult ReadBack(ChunkStore* store, const std::vector<StoreHandle>& hs, int ahead, uint64_t seed,
                     bool* ok) {
   std::vector<size_t> order(hs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  if (seed) std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
   std::vector<unsigned char> dst(Codec::MaxEncodedSize(kChunk));
   std::vector<double> lat;
   lat.reserve(hs.size());
@@ -224,16 +227,25 @@ int Run(const Args& a) {
     printf("%zu chunks of 64 KiB bf16, encoded to %.1f MB (zrtier codec auto, %.3fx)\n", n,
            enc_bytes / 1e6, static_cast<double>(n * kChunk) / enc_bytes);
 
-  Report tiers({"tier", "read_mbps", "p50_us", "p99_us"});
-  auto add = [&](const std::string& name, const ReadResult& r) {
-    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1)});
+  Report tiers({"tier", "read_mbps", "p50_us", "p99_us", "reqs", "avg_req_kib"});
+  // `before`: the tier's request counts at the start of the read loop (store nullptr: RAM).
+  auto add = [&](const std::string& name, const ReadResult& r, const ExtentStore* store,
+                 const ExtentStore::IoCounts& before) {
+    std::string reqs = "-", avg = "-";
+    if (store) {
+      ExtentStore::IoCounts now = store->io_counts();
+      uint64_t n = now.read_requests - before.read_requests;
+      reqs = std::to_string(n);
+      if (n) avg = Fixed((now.read_bytes - before.read_bytes) / 1024.0 / n, 1);
+    }
+    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1), reqs, avg});
   };
   bool ok = true;
   {
     RamStore ram(0, -1, Os::Default());
     std::vector<StoreHandle> hs;
     if (!Fill(&ram, enc, &hs)) return 1;
-    add("ram", ReadBack(&ram, hs, 0, 1, &ok));
+    add("ram", ReadBack(&ram, hs, 0, 1, &ok), nullptr, {});
   }
   // Lower tiers alone, then behind a TieredStore whose RAM tier is (nearly) full, with Prefetch.
   auto run_lower = [&](const char* name, std::unique_ptr<ExtentStore> store) {
@@ -242,11 +254,14 @@ int Run(const Args& a) {
       ok = false;
       return;
     }
-    add(name, ReadBack(store.get(), hs, 0, 2, &ok));
-    add(std::string(name) + "+batch", BatchReadBack(store.get(), hs, 4, &ok));
+    ExtentStore::IoCounts c0 = store->io_counts();
+    add(name, ReadBack(store.get(), hs, 0, 2, &ok), store.get(), c0);
+    c0 = store->io_counts();
+    add(std::string(name) + "+batch", BatchReadBack(store.get(), hs, 4, &ok), store.get(), c0);
     for (StoreHandle h : hs) store->Free(h);
   };
   auto run_prefetched = [&](const std::string& name, std::unique_ptr<ExtentStore> store) {
+    const ExtentStore* tier = store.get();  // owned by the stack from here on
     std::vector<std::unique_ptr<ExtentStore>> lower_tiers;
     lower_tiers.push_back(std::move(store));
     // A RAM tier of 64 KiB: every chunk falls through to the lower tier.
@@ -258,7 +273,11 @@ int Run(const Args& a) {
       return;
     }
     stack.WaitIdle();
-    add(name + "+prefetch", ReadBack(&stack, hs, a.ahead, 3, &ok));
+    ExtentStore::IoCounts c0 = tier->io_counts();
+    add(name + "+prefetch", ReadBack(&stack, hs, a.ahead, 3, &ok), tier, c0);
+    stack.WaitIdle();
+    c0 = tier->io_counts();
+    add(name + "+prefetch-seq", ReadBack(&stack, hs, a.ahead, 0, &ok), tier, c0);
   };
   std::string zram_why = ZramDevice::UnavailableReason();
   for (int pass = 0; pass < 2; ++pass) {
