@@ -12,7 +12,7 @@ namespace {
 
 constexpr uint64_t kCacheBytes = 64ull << 20;  // prefetched copies waiting for their Get
 constexpr size_t kMoveBatch = 256;             // entries per mover scan
-constexpr size_t kPrefetchBatch = 128;         // entries per prefetch submission (one group)
+constexpr size_t kPrefetchBatch = 32;          // entries per prefetch submission (one group)
 constexpr size_t kPrefetchMinBatch = 8;        // a prefetcher waits up to 200 us for this many
 constexpr uint64_t kBackoffNs = 200'000'000;   // after a failed move
 
