@@ -7,8 +7,10 @@
 // issued during the loop and their average size (adjacent entries of a batch are read in one
 // request). Reads go in shuffled order, except the `+prefetch-seq` rows, which read the same
 // entries in the order they were written (a region read front to back). The file tier reads with
-// O_DIRECT (no page cache) unless the file system refuses it.
+// O_DIRECT (no page cache) unless the file system refuses it. The `disk-dd-1m` row reads the spill
+// files themselves with 1 MiB O_DIRECT requests: the disk's speed during the same run, for scale.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,7 +51,55 @@ double NowUs() {
 
 struct ReadResult {
   double mbps = 0, p50 = 0, p99 = 0;
+  int64_t reqs = -1;  // >= 0: requests issued (when the tier does not count them itself)
+  double avg_kib = 0;
 };
+
+// The disk's own speed right now, for scale: every spill file in `dir` read front to back with
+// 1 MiB O_DIRECT preads, one at a time (what `dd bs=1M iflag=direct` does), up to its allocated
+// size (a fresh store fills its segments from offset 0). Latencies are per 1 MiB read.
+ReadResult DiskRead(const std::string& dir, bool* ok) {
+  constexpr size_t kReq = 1 << 20;
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, kReq) != 0) {
+    *ok = false;
+    return {};
+  }
+  std::vector<double> lat;
+  uint64_t bytes = 0;
+  double start = NowUs();
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".spill") continue;
+    int fd = open(e.path().c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+      if (fd >= 0) close(fd);
+      continue;
+    }
+    uint64_t len = std::min<uint64_t>(st.st_size, static_cast<uint64_t>(st.st_blocks) * 512);
+    for (uint64_t off = 0; off + kReq <= len; off += kReq) {
+      double t0 = NowUs();
+      if (pread(fd, buf, kReq, static_cast<off_t>(off)) != static_cast<ssize_t>(kReq)) break;
+      lat.push_back(NowUs() - t0);
+      bytes += kReq;
+    }
+    close(fd);
+  }
+  double secs = (NowUs() - start) / 1e6;
+  free(buf);
+  ReadResult r;
+  if (lat.empty()) {
+    fprintf(stderr, "bench tiers: disk baseline: nothing to read in %s\n", dir.c_str());
+    return r;
+  }
+  std::sort(lat.begin(), lat.end());
+  r.mbps = bytes / 1e6 / secs;
+  r.p50 = lat[lat.size() / 2];
+  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  r.reqs = static_cast<int64_t>(lat.size());
+  r.avg_kib = kReq / 1024.0;
+  return r;
+}
 
 // Reads every handle (in a shuffled order, or in write order when seed is 0) into a caller buffer;
 // with `ahead` > 0 issues Prefetch that many entries ahead of each Get.
@@ -232,7 +282,10 @@ int Run(const Args& a) {
   auto add = [&](const std::string& name, const ReadResult& r, const ExtentStore* store,
                  const ExtentStore::IoCounts& before) {
     std::string reqs = "-", avg = "-";
-    if (store) {
+    if (r.reqs >= 0) {
+      reqs = std::to_string(r.reqs);
+      avg = Fixed(r.avg_kib, 1);
+    } else if (store) {
       ExtentStore::IoCounts now = store->io_counts();
       uint64_t n = now.read_requests - before.read_requests;
       reqs = std::to_string(n);
@@ -278,6 +331,7 @@ int Run(const Args& a) {
     stack.WaitIdle();
     c0 = tier->io_counts();
     add(name + "+prefetch-seq", ReadBack(&stack, hs, a.ahead, 0, &ok), tier, c0);
+    if (name == "file") add("disk-dd-1m", DiskRead(a.dir, &ok), nullptr, {});
   };
   std::string zram_why = ZramDevice::UnavailableReason();
   for (int pass = 0; pass < 2; ++pass) {
