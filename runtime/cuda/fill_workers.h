@@ -40,7 +40,7 @@ class FillWorkers {
     bool RunOne(FillWorkers* owner);
 
     std::function<void(size_t)> fn_;
-    std::function<void()> then_;       // runs once, after the last item, on the thread that ran it
+    std::function<void()> then_;  // runs once, after the last item, on the thread that ran it
     const size_t count_;
     std::atomic<size_t> next_{0};      // next item to claim
     std::atomic<size_t> finished_{0};  // items finished
