@@ -115,7 +115,7 @@ struct Histogram {
 };
 
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
-inline constexpr uint32_t kStatsVersion = 1;
+inline constexpr uint32_t kStatsVersion = 2;  // 2: h2d_dma_ops and the copy-path profile counters
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).
