@@ -5,12 +5,26 @@
 // of a chunk (region id, chunk index, Engine generation) so that a repeated H2D of unchanged data
 // is a pure DMA from the slot.
 //
-// Locking: mu_ guards slots_, cache_, inflight_ and tick_. CUDA is NEVER called with mu_ held:
-// host functions running on CUDA streams take mu_ (Publish/Unpin) and a copy call waiting inside
-// CUDA must not block them. Invariants: a slot in cache_ has cached == true and its key; a slot
+// Placement (slot_victim.h): the free slots sit in a VictimIndex ordered by eviction key, so a
+// victim is found in O(log n) without scanning the slots. With a SlotOracle (ZRTIER_POLICY=reuse
+// and the policy layer built in) a published or hit chunk is keyed by its predicted next use on the
+// pool's access clock (NoteAccess), and the victim is the free slot needed farthest in the future
+// (unpredicted chunks first, LRU among them); without one the pool is LRU. Acquire(after) still
+// prefers slot after+1 (one long DMA) when that slot is about as good a victim as the best one,
+// and a victim found in the index is moved back to the start of its run of similar keys so that the
+// next Acquire(after) continues the run. Prefetches take slots through AcquireForPrefetch, which
+// leaves a reserve of free slots to demand copies and never evicts a chunk needed sooner than the
+// one it fetches.
+//
+// Locking: mu_ guards slots_, index_, cache_, inflight_, tick_ and oracle_. CUDA is NEVER called
+// with mu_ held: host functions running on CUDA streams take mu_ (Publish/Unpin) and a copy call
+// waiting inside CUDA must not block them. The oracle IS called with mu_ held (lock order: pool,
+// then the oracle's own lock). Invariants: a slot in cache_ has cached == true and its key; a slot
+// is in index_ exactly when its pinned and pending counts are zero, with key EvictKey(slot); a slot
 // whose pinned or pending count is non-zero is never handed out by Acquire.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -65,6 +79,23 @@ class PinnedPool {
   // Drops every cached copy of `region` (the region was freed).
   void DropRegion(uint64_t region);
 
+  // Placement by predicted reuse. `oracle` (not owned; null = LRU) is asked, with mu_ held, for the
+  // next-use distance of every published or hit chunk. Returns when no query of the previous
+  // oracle is in progress, so the caller may then destroy it.
+  void SetOracle(const SlotOracle* oracle);
+  // Advances the access clock: a copy of `chunks` chunks was just reported to the oracle (distances
+  // the oracle returns afterwards count from the end of that access). Any thread; lock-free.
+  void NoteAccess(uint64_t chunks) { clock_.fetch_add(chunks, std::memory_order_relaxed); }
+  // Like Acquire, for a prefetch of (region, chunk): returns -1 (take nothing) when at most
+  // prefetch_reserve() slots are free, or when the victim's chunk is predicted to be needed no
+  // later than this one. Prefers the slot after the one caching chunk-1 (a contiguous run).
+  int AcquireForPrefetch(uint64_t region, uint64_t chunk);
+  // Free slots that prefetches leave to demand copies (default: a quarter of the pool).
+  void set_prefetch_reserve(size_t slots);
+  size_t prefetch_reserve() const;
+  // Free (evictable) slots right now.
+  size_t free_slots() const;
+
   EventPool* events() { return &events_; }
   // Bytes of cached chunk copies.
   uint64_t cached_bytes() const;
@@ -85,6 +116,17 @@ class PinnedPool {
   };
   void DropCachedLocked(int slot);
   void RetireLocked(Inflight& f);
+  // Puts `slot` into index_ with its current key if it is free, else takes it out.
+  void RekeyLocked(int slot);
+  // The predicted next-use tick of (region, chunk), or kNoNextUse.
+  uint64_t PredictLocked(uint64_t region, uint64_t chunk) const;
+  // The victim Acquire(after) would take, or -1. Does not change anything.
+  int PickLocked(int after) const;
+  // True when a predicted key's tick passed by more than the grace (a wrong prediction).
+  bool ExpiredLocked(uint64_t key) const;
+  // How much earlier than `best_key` a key may be and still count as "as good a victim".
+  uint64_t SlackLocked(uint64_t best_key) const;
+  int PinForFillLocked(int slot);
 
   const CudaApi* api_;
   char* base_;
@@ -93,6 +135,11 @@ class PinnedPool {
   mutable std::mutex mu_;
   std::condition_variable unpinned_;
   std::vector<SlotMeta> slots_;
+  VictimIndex index_;
+  const SlotOracle* oracle_ = nullptr;
+  std::atomic<uint64_t> clock_{0};
+  uint64_t slack_;  // chunks: keys this close count as equal (runs, after+1, grace)
+  size_t prefetch_reserve_;
   std::unordered_map<Key, int, KeyHash> cache_;
   std::deque<Inflight> inflight_;
   uint64_t tick_ = 0;
