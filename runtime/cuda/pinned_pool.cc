@@ -34,7 +34,7 @@ PinnedPool::PinnedPool(const CudaApi* api, char* base, size_t slot_size, size_t 
       events_(api),
       slots_(n),
       index_(n),
-      slack_(std::max<uint64_t>(64, n / 64)),
+      slack_(std::max<uint64_t>(64, n / 256)),
       prefetch_reserve_(std::max<size_t>(1, n / 4)) {
   for (size_t i = 0; i < n; ++i) RekeyLocked(static_cast<int>(i));
 }
@@ -80,8 +80,16 @@ uint64_t PinnedPool::PredictLocked(uint64_t region, uint64_t chunk) const {
   return std::min<uint64_t>(clock_.load(std::memory_order_relaxed) + d, kMaxPredictedTick);
 }
 
+void PinnedPool::NoteAccess(uint64_t chunks) {
+  uint64_t seen = max_access_.load(std::memory_order_relaxed);
+  while (chunks > seen && !max_access_.compare_exchange_weak(seen, chunks)) {
+  }
+  clock_.fetch_add(chunks, std::memory_order_relaxed);
+}
+
 bool PinnedPool::ExpiredLocked(uint64_t key) const {
-  return IsPredictedKey(key) && key + slack_ < clock_.load(std::memory_order_relaxed);
+  return IsPredictedKey(key) && key + slack_ + max_access_.load(std::memory_order_relaxed) <
+                                    clock_.load(std::memory_order_relaxed);
 }
 
 uint64_t PinnedPool::SlackLocked(uint64_t best_key) const {

@@ -85,7 +85,7 @@ class PinnedPool {
   void SetOracle(const SlotOracle* oracle);
   // Advances the access clock: a copy of `chunks` chunks was just reported to the oracle (distances
   // the oracle returns afterwards count from the end of that access). Any thread; lock-free.
-  void NoteAccess(uint64_t chunks) { clock_.fetch_add(chunks, std::memory_order_relaxed); }
+  void NoteAccess(uint64_t chunks);
   // Like Acquire, for a prefetch of (region, chunk): returns -1 (take nothing) when at most
   // prefetch_reserve() slots are free, or when the victim's chunk is predicted to be needed no
   // later than this one. Prefers the slot after the one caching chunk-1 (a contiguous run).
@@ -138,6 +138,9 @@ class PinnedPool {
   VictimIndex index_;
   const SlotOracle* oracle_ = nullptr;
   std::atomic<uint64_t> clock_{0};
+  // The largest access reported: the clock jumps to the end of an access before its chunks are
+  // served, so a prediction is only "passed" once it is this much (plus slack_) behind the clock.
+  std::atomic<uint64_t> max_access_{0};
   uint64_t slack_;  // chunks: keys this close count as equal (runs, after+1, grace)
   size_t prefetch_reserve_;
   std::unordered_map<Key, int, KeyHash> cache_;
