@@ -278,6 +278,8 @@ TEST(PinnedPoolPlacement, HeldSlotsAreNeverChosen) {
 class MapOracle : public SlotOracle {
  public:
   std::map<uint64_t, uint64_t> dist;
+  std::vector<uint64_t> dropped;  // prefetched chunks dropped unused
+  void OnPrefetchDropped(uint64_t, uint64_t chunk) override { dropped.push_back(chunk); }
   uint64_t NextUseDistance(uint64_t, uint64_t chunk) const override {
     auto it = dist.find(chunk);
     return it == dist.end() ? kNoNextUse : it->second;
@@ -329,6 +331,17 @@ TEST(PinnedPoolPlacement, PrefetchKeepsReserveAndNeverEvictsSoonerChunks) {
   for (int s : held) pool->Unpin(s);
   pool->Unpin(h1);
   pool->Unpin(h2);
+  // Prefetched chunk 101 was never hit: its drop (by the demand acquisitions above or by
+  // DropRegion) is reported once (prefetch_unused_bytes); chunk 103, hit by a copy, is not.
+  oracle.dist[103] = 2;
+  const int q = pool->AcquireForPrefetch(1, 103);
+  ASSERT_GE(q, 0);
+  pool->Publish(q, 1, 103, 0);
+  pool->Unpin(q);
+  ASSERT_EQ(pool->PinCached(1, 103, 0), q);
+  pool->Unpin(q);
+  pool->DropRegion(1);
+  EXPECT_EQ(oracle.dropped, std::vector<uint64_t>{101});
   pool->SetOracle(nullptr);
 }
 

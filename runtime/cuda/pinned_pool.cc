@@ -65,6 +65,8 @@ void PinnedPool::RekeyLocked(int slot) {
 void PinnedPool::DropCachedLocked(int slot) {
   SlotMeta& s = slots_[slot];
   if (!s.cached) return;
+  if (s.prefetched && oracle_) oracle_->OnPrefetchDropped(s.region, s.chunk);
+  s.prefetched = false;
   cache_.erase(Key{s.region, s.chunk});
   s.cached = false;
   s.next_use = kNoNextUse;
@@ -149,6 +151,7 @@ int PinnedPool::PinForFillLocked(int slot) {
   DropCachedLocked(slot);
   SlotMeta& s = slots_[slot];
   s.pinned = 1;
+  s.prefetched = false;
   s.last_use = ++tick_;
   index_.Remove(slot);
   return slot;
@@ -167,6 +170,7 @@ int PinnedPool::PinCached(uint64_t region, uint64_t chunk, uint64_t gen) {
   ++s.pinned;
   s.last_use = ++tick_;
   s.next_use = PredictLocked(region, chunk);
+  s.prefetched = false;
   index_.Remove(slot);
   return slot;
 }
@@ -193,7 +197,9 @@ int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
   // Never evict a chunk needed no later than the one fetched (an unpredicted fetch evicts only
   // empty, cold or expired slots).
   if (IsPredictedKey(key) && !ExpiredLocked(key) && (want == kNoNextUse || key <= want)) return -1;
-  return PinForFillLocked(slot);
+  PinForFillLocked(slot);
+  slots_[slot].prefetched = true;  // until a copy hits it (Publish keeps the flag)
+  return slot;
 }
 
 void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen) {
@@ -290,7 +296,7 @@ void PinnedPool::DropRegion(uint64_t region) {
     if (slots_[i].cached && slots_[i].region == region) DropCachedLocked(static_cast<int>(i));
 }
 
-void PinnedPool::SetOracle(const SlotOracle* oracle) {
+void PinnedPool::SetOracle(SlotOracle* oracle) {
   std::lock_guard<std::mutex> l(mu_);
   oracle_ = oracle;
 }

@@ -82,7 +82,7 @@ class PinnedPool {
   // Placement by predicted reuse. `oracle` (not owned; null = LRU) is asked, with mu_ held, for the
   // next-use distance of every published or hit chunk. Returns when no query of the previous
   // oracle is in progress, so the caller may then destroy it.
-  void SetOracle(const SlotOracle* oracle);
+  void SetOracle(SlotOracle* oracle);
   // Advances the access clock: a copy of `chunks` chunks was just reported to the oracle (distances
   // the oracle returns afterwards count from the end of that access). Any thread; lock-free.
   void NoteAccess(uint64_t chunks);
@@ -136,7 +136,7 @@ class PinnedPool {
   std::condition_variable unpinned_;
   std::vector<SlotMeta> slots_;
   VictimIndex index_;
-  const SlotOracle* oracle_ = nullptr;
+  SlotOracle* oracle_ = nullptr;
   std::atomic<uint64_t> clock_{0};
   // The largest access reported: the clock jumps to the end of an access before its chunks are
   // served, so a prediction is only "passed" once it is this much (plus slack_) behind the clock.

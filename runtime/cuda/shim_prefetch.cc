@@ -38,6 +38,7 @@ class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink, p
     const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
     return d == policy::kNeverUsed ? kNoNextUse : d;
   }
+  void OnPrefetchDropped(uint64_t region, uint64_t chunk) override { pf_.OnDropped(region, chunk); }
 
  private:
   Shim* shim_;

@@ -24,11 +24,12 @@
 namespace zrtier {
 
 struct SlotMeta {
-  uint32_t pinned = 0;    // copy calls / host functions using the slot right now
-  uint32_t pending = 0;   // in-flight GPU copies reading the slot (events not yet complete)
-  uint64_t last_use = 0;  // pool tick of the last pin (0 = never used)
-  uint64_t next_use = 0;  // predicted next use (access clock tick); kNoNextUse = none
-  bool cached = false;    // holds a clean chunk copy (key/gen valid)
+  uint32_t pinned = 0;      // copy calls / host functions using the slot right now
+  uint32_t pending = 0;     // in-flight GPU copies reading the slot (events not yet complete)
+  uint64_t last_use = 0;    // pool tick of the last pin (0 = never used)
+  uint64_t next_use = 0;    // predicted next use (access clock tick); kNoNextUse = none
+  bool cached = false;      // holds a clean chunk copy (key/gen valid)
+  bool prefetched = false;  // filled by a prefetch and not yet hit by a copy
   uint64_t region = 0;
   uint64_t chunk = 0;
   uint64_t gen = 0;
@@ -64,6 +65,9 @@ class SlotOracle {
  public:
   virtual ~SlotOracle() = default;
   virtual uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const = 0;
+  // The pool dropped the cached copy of a prefetched chunk that no copy had used (for
+  // prefetch_unused_bytes). Called with the pool's mutex held.
+  virtual void OnPrefetchDropped(uint64_t region, uint64_t chunk) {}
 };
 
 // The candidate (free) slots ordered by key. Insert/Remove/Update are O(log n) and allocate nothing
