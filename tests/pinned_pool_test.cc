@@ -180,6 +180,7 @@ TEST(PinnedPoolPlacement, CyclicTraceEvictsInBeladyOrder) {
   for (int pass = 0; pass < 5; ++pass)
     for (uint64_t c = 0; c < 6; ++c) trace.push_back(c);
   auto pool = MakePool(4);
+  pool->set_run_slack(0);
   TraceOracle oracle(trace);
   pool->SetOracle(&oracle);
   uint64_t hits = 0, want_hits = 0;
@@ -203,15 +204,26 @@ TEST(PinnedPoolPlacement, RandomTraceMatchesBeladyReference) {
   std::mt19937_64 rng(seed);
   std::vector<uint64_t> trace;
   for (int i = 0; i < 400; ++i) trace.push_back(rng() % 24);
-  auto pool = MakePool(8);
-  TraceOracle oracle(trace);
-  pool->SetOracle(&oracle);
-  uint64_t hits = 0, want_hits = 0;
-  const std::vector<int64_t> got = Replay(pool.get(), &oracle, trace, &hits);
+  uint64_t want_hits = 0;
   BeladyReference(trace, 8, &want_hits);
-  // Victims may differ where next uses tie (chunks never used again); the hits may not.
-  EXPECT_EQ(hits, want_hits) << "seed " << seed;
-  pool->SetOracle(nullptr);
+  for (bool exact : {true, false}) {
+    auto pool = MakePool(8);
+    if (exact) pool->set_run_slack(0);
+    TraceOracle oracle(trace);
+    pool->SetOracle(&oracle);
+    uint64_t hits = 0;
+    Replay(pool.get(), &oracle, trace, &hits);
+    printf("hits: pool %llu (%s), Belady %llu\n", static_cast<unsigned long long>(hits),
+           exact ? "run slack 0" : "default run slack", static_cast<unsigned long long>(want_hits));
+    if (exact) {
+      // Victims may differ where next uses tie (chunks never used again); the hits may not.
+      EXPECT_EQ(hits, want_hits) << "seed " << seed;
+    } else {
+      // The run slack trades a little of Belady's order for contiguous slots.
+      EXPECT_GE(hits, want_hits * 95 / 100) << "seed " << seed;
+    }
+    pool->SetOracle(nullptr);
+  }
 }
 
 TEST(PinnedPoolPlacement, HeldSlotsAreNeverChosen) {

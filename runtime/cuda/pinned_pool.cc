@@ -301,6 +301,11 @@ void PinnedPool::SetOracle(SlotOracle* oracle) {
   oracle_ = oracle;
 }
 
+void PinnedPool::set_run_slack(uint64_t chunks) {
+  std::lock_guard<std::mutex> l(mu_);
+  slack_ = chunks;
+}
+
 void PinnedPool::set_prefetch_reserve(size_t slots) {
   std::lock_guard<std::mutex> l(mu_);
   prefetch_reserve_ = slots;

@@ -93,6 +93,10 @@ class PinnedPool {
   // Free slots that prefetches leave to demand copies (default: a quarter of the pool).
   void set_prefetch_reserve(size_t slots);
   size_t prefetch_reserve() const;
+  // Keys within this many chunks (and within 1/8 of the best victim's distance) count as equally
+  // good victims, for the after+1 preference and run starts. Default max(64, slots / 256); 0 =
+  // exact farthest-next-use order (tests).
+  void set_run_slack(uint64_t chunks);
   // Free (evictable) slots right now.
   size_t free_slots() const;
 
