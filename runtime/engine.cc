@@ -33,11 +33,7 @@ Engine::Impl::Impl(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
 }
 
 void Engine::Impl::Start() {
-  int workers = static_cast<int>(opts_.Int(Opt::kWorkers));
-  if (workers <= 0) {
-    unsigned n = std::thread::hardware_concurrency();
-    workers = std::max(2, static_cast<int>(n / 2));
-  }
+  int workers = ResolveWorkers(opts_.Int(Opt::kWorkers));
   heartbeat_.store(MonotonicNs());
   for (int i = 0; i < workers; ++i) restorers_.emplace_back([this] { RestoreLoop(); });
   for (int i = 0; i < workers; ++i) evictors_.emplace_back([this] { EvictorLoop(); });
@@ -304,6 +300,10 @@ Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
 Status Engine::Write(void* dst, const void* src, size_t len) {
   return impl_->Write(dst, src, len);
 }
+void Engine::Generations(const void* p, size_t n, uint64_t* out) const {
+  impl_->Generations(p, n, out);
+}
+
 uint64_t Engine::Generation(const void* p) const {
   return impl_->Generation(p);
 }

@@ -88,6 +88,9 @@ class Engine {
   // The generation of the chunk containing `p`: bumped by every CPU write to a clean chunk and by
   // every Write. A cached copy made at generation g is valid while Generation() == g.
   uint64_t Generation(const void* p) const;
+  // The generations of the `n` consecutive chunks starting with the one containing `p` (one region
+  // lookup for all). Chunks past the region's end, or outside any region, read 0.
+  void Generations(const void* p, size_t n, uint64_t* out) const;
 
   // Resident budget (0 = none). Lowering it makes the evictor catch up in the background.
   void SetResidentLimit(uint64_t bytes);

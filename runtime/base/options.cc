@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -119,6 +120,12 @@ std::optional<Opt> FindOption(std::string_view name) {
     if (name == info.name || (info.flag[0] != '\0' && name == info.flag)) return info.id;
   }
   return std::nullopt;
+}
+
+int ResolveWorkers(int64_t requested) {
+  if (requested > 0) return static_cast<int>(requested);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return static_cast<int>(std::max(2L, cores - 2));
 }
 
 uint64_t PhysicalMemoryBytes() {

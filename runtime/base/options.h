@@ -56,7 +56,7 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kVerify, "VERIFY", kBool, "0", "", "", "verify",                                             \
     "1 = checksum every compressed chunk and check it on decode")                                 \
   X(kWorkers, "WORKERS", kInt, "0", "threads", "", "workers",                                    \
-    "decode/prefetch worker threads. 0 = half the cores, at least 2")                             \
+    "decode/prefetch worker threads. 0 = all cores but two, at least 2")                             \
   X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "0", "bytes", "", "prefetch",                       \
     "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = off (the default until "  \
     "it wins on the GPU: docs/PERFORMANCE.md)")                                                   \
@@ -133,5 +133,9 @@ class Options {
 
 // Physical memory in bytes (sysconf), used for "%" sizes.
 uint64_t PhysicalMemoryBytes();
+
+// ZRTIER_WORKERS resolved: `requested` if > 0, else all online cores but two, at least 2 (copies
+// from compressed data need many decoding cores to keep up with the GPU link).
+int ResolveWorkers(int64_t requested);
 
 }  // namespace zrtier

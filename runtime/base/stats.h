@@ -62,7 +62,8 @@ enum class StatKind { kCounter, kGauge };
   X(spill_write_bytes, kCounter, "bytes", "bytes written to lower tiers (zram, files)")           \
   X(spill_read_bytes, kCounter, "bytes", "bytes read back from lower tiers")                       \
   X(io_errors, kCounter, "", "I/O errors of lower tiers (the chunk stayed in a higher tier)")      \
-  X(store_full, kCounter, "", "times a store was full and the chunk stayed where it was")
+  X(store_full, kCounter, "", "times a store was full and the chunk stayed where it was")        \
+  X(h2d_dma_ops, kCounter, "", "real host-to-device DMAs issued from T0 slots for region copies")
 // clang-format on
 
 enum class Stat : int {

@@ -1,7 +1,10 @@
 // The copy paths between regions and the GPU through T0 slots (contract in shim.h).
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "runtime/base/log.h"
@@ -20,6 +23,22 @@ struct PieceChunk {
   bool zero;
 };
 
+// One piece of a host-to-device copy on its way: its slots are pinned and its misses are being
+// filled by the workers. Owned by the copy call; the fill batch references it until it is done.
+struct H2DPiece {
+  const char* begin;  // the bytes of the copy it covers: [begin, end)
+  const char* end;
+  std::vector<PieceChunk> chunks;
+  std::vector<size_t> misses;                // indexes into chunks
+  std::shared_ptr<FillWorkers::Batch> fill;  // null: every chunk was a hit
+  std::atomic<bool> failed{false};
+  bool ready() const { return !fill || fill->done(); }
+};
+
+// Pieces of one host-to-device copy in flight at once: enough to keep every worker busy while the
+// oldest is finished and the GPU moves the one before.
+constexpr size_t kMaxWindow = 4;
+
 }  // namespace
 
 // Fills slots inside the stream (ordered mode): runs after every earlier operation of the stream,
@@ -30,24 +49,38 @@ struct Shim::FillTask {
   std::vector<std::pair<const char*, char*>> fills;  // (chunk start in region, slot)
 };
 
-// Publishes D2H copies that landed in slots, in stream order, then releases the slots.
-struct Shim::PublishTask {
+// The publish of one D2H copy. An event recorded after each piece's DMAs tells the event watcher
+// when the piece has landed; the watcher hands the piece's chunks to the workers (StartPublish)
+// while the next piece is still on the wire, and nothing stalls the stream. The copy's one host
+// function (PublishEndFn) waits until every piece has landed and been published, so the stream --
+// and a cudaMemcpy or a stream synchronize after it -- completes only when every byte is in the
+// region.
+struct Shim::PublishGroup {
   Shim* shim;
   uint64_t region;
-  uint64_t first_chunk, last_chunk;
+  std::vector<std::pair<uint64_t, uint64_t>> pending;  // chunk ranges marked pending, per piece
+  size_t pieces = 0;  // set by the copy call before PublishEndFn is queued
+  std::mutex mu;      // guards the fields below
+  std::condition_variable landed_cv;
+  size_t landed = 0;  // pieces handed to the workers
+  std::vector<std::shared_ptr<FillWorkers::Batch>> batches;
+  std::vector<std::unique_ptr<PublishTask>> tasks;  // kept until their batches are done
+};
+
+// One piece of a D2H copy: per chunk, the bytes that landed in its slot.
+struct Shim::PublishTask {
+  PublishGroup* group;
   struct Op {
     char* dst;        // in the region
-    const char* src;  // in a slot
+    const char* src;  // in the slot
     size_t len;
-  };
-  std::vector<Op> ops;
-  struct Full {
     int slot;
+    bool full;  // the whole chunk: its slot becomes a clean cached copy
     char* chunk_start;
     uint64_t index;
   };
-  std::vector<Full> full;  // whole chunks written: their slots become clean cached copies
-  std::vector<int> slots;
+  std::vector<Op> ops;
+  bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
 };
 
 void Shim::FillFn(void* p) {
@@ -67,20 +100,43 @@ void Shim::FillFn(void* p) {
   delete t;
 }
 
-void Shim::PublishFn(void* p) {
-  auto* t = static_cast<PublishTask*>(p);
-  Shim* s = t->shim;
-  for (const auto& op : t->ops) {
-    Status st = s->backend_->Write(op.dst, op.src, op.len);
-    if (!st.ok())
-      Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
-          static_cast<void*>(op.dst), op.len, st.ToString().c_str());
+void Shim::StartPublish(PublishTask* t) {
+  PublishGroup* g = t->group;
+  auto batch = workers_->Submit(t->ops.size(), [this, t, g](size_t i) {
+    const PublishTask::Op& op = t->ops[i];
+    if (!t->cancelled) {
+      Status st = backend_->Write(op.dst, op.src, op.len);
+      if (!st.ok()) {
+        Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
+            static_cast<void*>(op.dst), op.len, st.ToString().c_str());
+      } else if (op.full) {
+        pool_->Publish(op.slot, g->region, op.index, backend_->Generation(op.chunk_start));
+      }
+    }
+    pool_->Unpin(op.slot);
+  });
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    g->tasks.emplace_back(t);
+    g->batches.push_back(std::move(batch));
+    ++g->landed;
+    // Under the lock: once it is released, PublishEndFn may see the last piece and free g.
+    g->landed_cv.notify_all();
   }
-  for (const auto& f : t->full)
-    s->pool_->Publish(f.slot, t->region, f.index, s->backend_->Generation(f.chunk_start));
-  s->MarkPending(t->region, t->first_chunk, t->last_chunk, -1);
-  for (int slot : t->slots) s->pool_->Unpin(slot);
-  delete t;
+}
+
+void Shim::PublishEndFn(void* p) {
+  auto* g = static_cast<PublishGroup*>(p);
+  Shim* s = g->shim;
+  std::vector<std::shared_ptr<FillWorkers::Batch>> batches;
+  {
+    std::unique_lock<std::mutex> l(g->mu);
+    g->landed_cv.wait(l, [&] { return g->landed == g->pieces; });
+    batches = g->batches;
+  }
+  for (auto& b : batches) s->workers_->Wait(*b);
+  for (const auto& [first, last] : g->pending) s->MarkPending(g->region, first, last, -1);
+  delete g;
 }
 
 void Shim::MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta) {
@@ -104,20 +160,182 @@ bool Shim::AnyPending(uint64_t region, uint64_t first, uint64_t last) {
   return false;
 }
 
+// Issues the DMAs (and memsets) of one piece whose slots hold the bytes, records the event that
+// releases the slots, and unpins them. Returns the first CUDA error.
+static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, char* dst0,
+                            const char* src0, const std::vector<PieceChunk>& piece, const char* cur,
+                            const char* end, bool failed, cudaStream_t stream) {
+  cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
+  std::vector<int> busy;
+  const char* seg_src = nullptr;
+  char* seg_dst = nullptr;
+  size_t seg_len = 0;
+  bool seg_zero = false;
+  int seg_last_slot = -2;
+  uint64_t dmas = 0;
+  auto flush = [&]() -> cudaError_t {
+    if (seg_len == 0) return cudaSuccess;
+    cudaError_t e =
+        seg_zero ? api->cudaMemsetAsync(seg_dst, 0, seg_len, stream)
+                 : api->cudaMemcpyAsync(seg_dst, seg_src, seg_len, cudaMemcpyHostToDevice, stream);
+    if (!seg_zero) ++dmas;
+    seg_len = 0;
+    return e;
+  };
+  // One DMA per run of consecutive slots, one memset per run of never-written chunks.
+  for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
+    const PieceChunk& c = piece[i];
+    const char* lo = std::max<const char*>(cur, c.start);
+    const char* hi = std::min<const char*>(end, c.start + chunk);
+    size_t len = hi - lo;
+    char* d = dst0 + (lo - src0);
+    if (!c.zero) busy.push_back(c.slot);
+    bool joins = seg_len > 0 && seg_zero == c.zero && (c.zero || c.slot == seg_last_slot + 1);
+    if (joins) {
+      seg_len += len;
+    } else {
+      err = flush();
+      seg_src = pool->SlotPtr(c.slot) + (lo - c.start);
+      seg_dst = d;
+      seg_len = len;
+      seg_zero = c.zero;
+    }
+    seg_last_slot = c.slot;
+  }
+  if (err == cudaSuccess) err = flush();
+  StatAdd(Stat::h2d_dma_ops, dmas);
+
+  // Release: the slots read by the DMAs stay held until the event completes.
+  cudaEvent_t ev = nullptr;
+  if (err == cudaSuccess && !busy.empty()) {
+    cudaError_t e2 = cudaSuccess;
+    ev = pool->events()->Get(&e2);
+    if (ev && api->cudaEventRecord(ev, stream) != cudaSuccess) {
+      pool->events()->Put(ev);
+      ev = nullptr;
+    }
+  }
+  if (ev) {
+    pool->AddInflight(ev, busy);
+  } else if (!busy.empty() || err != cudaSuccess) {
+    // No event (or an error after some work was queued): wait for the stream instead.
+    api->cudaStreamSynchronize(stream);
+  }
+  for (const PieceChunk& c : piece) pool->Unpin(c.slot);
+  return err;
+}
+
 cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src, size_t n,
                                  cudaStream_t stream) {
   char* base = static_cast<char*>(r.base);
   const char* end = src + n;
   const uint64_t first = (src - base) / chunk_, last = (end - 1 - base) / chunk_;
-  // A D2H into one of these chunks is still queued: its bytes exist only in stream order.
-  const bool ordered = AnyPending(r.id, first, last);
   if (prefetch_) prefetch_->OnAccess(r.id, first, last - first + 1, false, stream);
-  bool all_ready = !ordered;
+  // A D2H into one of these chunks is still queued: its bytes exist only in stream order.
+  if (AnyPending(r.id, first, last)) return CopyFromRegionOrdered(dst, r, src, n, stream);
+
+  // Pipelined: plan piece i+1 (pin hits, take slots for misses, queue the misses' fill on the
+  // workers) while the workers fill piece i and the GPU moves piece i-1. A piece holds at most
+  // max_piece_chunks_ misses; pieces start at a quarter of that, so the first DMA starts early, and
+  // double up to 16x, so that data already in T0 leaves in few long DMAs.
+  const size_t slots = pool_->slots();
+  const size_t window = std::clamp<size_t>(slots / 2 / max_piece_chunks_, 1, kMaxWindow);
+  const size_t max_chunks =
+      std::max(max_piece_chunks_, std::min(16 * max_piece_chunks_, slots / 4));
+  size_t piece_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
+  bool all_ready = true;
+  uint64_t stall = 0;
+  std::deque<std::unique_ptr<H2DPiece>> inflight;
+  std::vector<uint64_t> gens;
+  cudaError_t err = cudaSuccess;
+  const char* cur = src;
+  for (;;) {
+    // 1. Issue every piece at the front whose slots are filled.
+    while (err == cudaSuccess && !inflight.empty() && inflight.front()->ready()) {
+      H2DPiece& pc = *inflight.front();
+      err = IssueH2D(api_, pool_.get(), chunk_, static_cast<char*>(dst), src, pc.chunks, pc.begin,
+                     pc.end, pc.failed.load(), stream);
+      inflight.pop_front();
+    }
+    if (err != cudaSuccess || (cur >= end && inflight.empty())) break;
+    // 2. Plan another piece while there is room in the window.
+    if (cur < end && inflight.size() < window) {
+      pool_->Reap();
+      auto pc = std::make_unique<H2DPiece>();
+      pc->begin = cur;
+      int prev = -1;
+      const char* p = cur;
+      // The generations of every chunk the piece may take, with one region lookup.
+      const uint64_t first_index = (cur - base) / chunk_;
+      gens.resize(std::min<uint64_t>(piece_chunks, last - first_index + 1));
+      backend_->Generations(base + first_index * chunk_, gens.size(), gens.data());
+      while (p < end && pc->misses.size() < max_piece_chunks_ && pc->chunks.size() < piece_chunks) {
+        uint64_t index = (p - base) / chunk_;
+        char* cstart = base + index * chunk_;
+        uint64_t gen = gens[index - first_index];
+        int slot = pool_->PinCached(r.id, index, gen);
+        bool hit = slot >= 0;
+        if (!hit) slot = pool_->Acquire(prev);
+        if (slot < 0) break;  // every slot is held: issue what we have
+        if (!hit) pc->misses.push_back(pc->chunks.size());
+        pc->chunks.push_back(PieceChunk{cstart, index, gen, slot, hit, false});
+        prev = slot;
+        p = cstart + chunk_;
+      }
+      if (!pc->chunks.empty()) {
+        pc->end = std::min(p, end);
+        cur = pc->end;
+        piece_chunks = std::min(piece_chunks * 2, max_chunks);
+        if (!pc->misses.empty()) {
+          all_ready = false;
+          H2DPiece* raw = pc.get();
+          const uint64_t id = r.id;
+          raw->fill = workers_->Submit(raw->misses.size(), [this, raw, id](size_t k) {
+            PieceChunk& c = raw->chunks[raw->misses[k]];
+            Status st = backend_->Read(c.start, chunk_, pool_->SlotPtr(c.slot), &c.zero);
+            if (!st.ok()) {
+              Log(LogLevel::kError, "host-to-device copy from %p: %s",
+                  static_cast<const void*>(c.start), st.ToString().c_str());
+              raw->failed = true;
+              c.zero = true;
+              return;
+            }
+            if (!c.zero) pool_->Publish(c.slot, id, c.index, c.gen);
+          });
+        }
+        inflight.push_back(std::move(pc));
+        continue;
+      }
+      if (inflight.empty()) {
+        // We hold no slot and none is free: wait for other copies' DMAs to release some.
+        stall += pool_->WaitForSlot();
+        continue;
+      }
+    }
+    // 3. Help fill the oldest piece, then issue it (step 1).
+    workers_->Wait(*inflight.front()->fill);
+  }
+  // After an error: let the queued fills finish (they write into our slots), then release.
+  for (auto& pc : inflight) {
+    if (pc->fill) workers_->Wait(*pc->fill);
+    for (const PieceChunk& c : pc->chunks) pool_->Unpin(c.slot);
+  }
+  if (err != cudaSuccess) return err;
+  if (all_ready) StatAdd(Stat::copies_ready, 1);
+  if (stall) {
+    StatAdd(Stat::copy_stall_ns, stall);
+    HistRecord(Hist::copy_stall_latency, stall);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t Shim::CopyFromRegionOrdered(void* dst, const RegionInfo& r, const char* src, size_t n,
+                                        cudaStream_t stream) {
+  char* base = static_cast<char*>(r.base);
+  const char* end = src + n;
   uint64_t stall = 0;
   const char* cur = src;
   std::vector<PieceChunk> piece;
-  std::vector<int> busy;
-  std::vector<size_t> misses;
   while (cur < end) {
     pool_->Reap();
     piece.clear();
@@ -126,107 +344,27 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     while (p < end && piece.size() < max_piece_chunks_) {
       uint64_t index = (p - base) / chunk_;
       char* cstart = base + index * chunk_;
-      uint64_t gen = backend_->Generation(cstart);
-      int slot = ordered ? -1 : pool_->PinCached(r.id, index, gen);
-      bool hit = slot >= 0;
-      if (!hit) slot = pool_->Acquire(prev);
+      int slot = pool_->Acquire(prev);
       if (slot < 0) {
         if (!piece.empty()) break;
-        uint64_t w = pool_->WaitForSlot();
-        stall += w;
+        stall += pool_->WaitForSlot();
         continue;
       }
-      if (!hit) all_ready = false;
-      piece.push_back(PieceChunk{cstart, index, gen, slot, hit, false});
+      piece.push_back(PieceChunk{cstart, index, 0, slot, false, false});
       prev = slot;
       p = cstart + chunk_;
     }
     const char* piece_end = std::min(p, end);
-
-    // Fill the misses: now on this thread, or (ordered) inside the stream.
-    cudaError_t err = cudaSuccess;
-    if (!ordered) {
-      misses.clear();
-      for (size_t i = 0; i < piece.size(); ++i)
-        if (!piece[i].hit) misses.push_back(i);
-      std::atomic<bool> failed{false};
-      workers_->Run(misses.size(), [&](size_t k) {
-        PieceChunk& c = piece[misses[k]];
-        Status st = backend_->Read(c.start, chunk_, pool_->SlotPtr(c.slot), &c.zero);
-        if (!st.ok()) {
-          Log(LogLevel::kError, "host-to-device copy from %p: %s",
-              static_cast<const void*>(c.start), st.ToString().c_str());
-          failed = true;
-          c.zero = true;
-          return;
-        }
-        if (!c.zero) pool_->Publish(c.slot, r.id, c.index, c.gen);
-      });
-      if (failed) err = cudaErrorUnknown;
-    } else {
-      auto* t = new FillTask{this, chunk_, {}};
-      for (const PieceChunk& c : piece) t->fills.emplace_back(c.start, pool_->SlotPtr(c.slot));
-      err = api_->cudaLaunchHostFunc(stream, &Shim::FillFn, t);
-      if (err != cudaSuccess) delete t;
-    }
-
-    // Issue: one DMA per run of consecutive slots, one memset per run of never-written chunks.
-    busy.clear();
-    const char* seg_src = nullptr;
-    char* seg_dst = nullptr;
-    size_t seg_len = 0;
-    bool seg_zero = false;
-    int seg_last_slot = -2;
-    auto flush = [&]() -> cudaError_t {
-      if (seg_len == 0) return cudaSuccess;
-      cudaError_t e = seg_zero ? api_->cudaMemsetAsync(seg_dst, 0, seg_len, stream)
-                               : api_->cudaMemcpyAsync(seg_dst, seg_src, seg_len,
-                                                       cudaMemcpyHostToDevice, stream);
-      seg_len = 0;
-      return e;
-    };
-    for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
-      const PieceChunk& c = piece[i];
-      const char* lo = std::max<const char*>(cur, c.start);
-      const char* hi = std::min<const char*>(end, c.start + chunk_);
-      size_t len = hi - lo;
-      char* d = static_cast<char*>(dst) + (lo - src);
-      if (!c.zero) busy.push_back(c.slot);
-      bool joins = seg_len > 0 && seg_zero == c.zero && (c.zero || c.slot == seg_last_slot + 1);
-      if (joins) {
-        seg_len += len;
-      } else {
-        err = flush();
-        seg_src = pool_->SlotPtr(c.slot) + (lo - c.start);
-        seg_dst = d;
-        seg_len = len;
-        seg_zero = c.zero;
-      }
-      seg_last_slot = c.slot;
-    }
-    if (err == cudaSuccess) err = flush();
-
-    // Release: the slots read by the DMAs stay held until the event completes.
-    cudaEvent_t ev = nullptr;
-    if (err == cudaSuccess && !busy.empty()) {
-      cudaError_t e2 = cudaSuccess;
-      ev = pool_->events()->Get(&e2);
-      if (ev && api_->cudaEventRecord(ev, stream) != cudaSuccess) {
-        pool_->events()->Put(ev);
-        ev = nullptr;
-      }
-    }
-    if (ev) {
-      pool_->AddInflight(ev, busy);
-    } else if (!busy.empty() || err != cudaSuccess) {
-      // No event (or an error after some work was queued): wait for the stream instead.
-      api_->cudaStreamSynchronize(stream);
-    }
-    for (const PieceChunk& c : piece) pool_->Unpin(c.slot);
+    // The fill runs inside the stream, after the queued publishes.
+    auto* t = new FillTask{this, chunk_, {}};
+    for (const PieceChunk& c : piece) t->fills.emplace_back(c.start, pool_->SlotPtr(c.slot));
+    cudaError_t err = api_->cudaLaunchHostFunc(stream, &Shim::FillFn, t);
+    if (err != cudaSuccess) delete t;
+    err = IssueH2D(api_, pool_.get(), chunk_, static_cast<char*>(dst), src, piece, cur, piece_end,
+                   err != cudaSuccess, stream);
     if (err != cudaSuccess) return err;
     cur = piece_end;
   }
-  if (all_ready) StatAdd(Stat::copies_ready, 1);
   if (stall) {
     StatAdd(Stat::copy_stall_ns, stall);
     HistRecord(Hist::copy_stall_latency, stall);
@@ -245,7 +383,9 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   }
   uint64_t stall = 0;
   std::vector<PieceChunk> piece;
-  while (cur < end) {
+  auto* group = new PublishGroup{this, r.id, {}, {}, {}};
+  cudaError_t err = cudaSuccess;
+  while (cur < end && err == cudaSuccess) {
     pool_->Reap();
     piece.clear();
     int prev = -1;
@@ -256,6 +396,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       int slot = pool_->Acquire(prev);
       if (slot < 0) {
         if (!piece.empty()) break;
+        // Slots come back as earlier pieces (of this copy too) are published by the workers.
         stall += pool_->WaitForSlot();
         continue;
       }
@@ -266,11 +407,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     char* piece_end = std::min(p, end);
 
     auto* task = new PublishTask();
-    task->shim = this;
-    task->region = r.id;
-    task->first_chunk = piece.front().index;
-    task->last_chunk = piece.back().index;
-    cudaError_t err = cudaSuccess;
+    task->group = group;
     char* seg_slot = nullptr;
     char* seg_dst = nullptr;
     size_t seg_len = 0;
@@ -280,7 +417,6 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       cudaError_t e =
           api_->cudaMemcpyAsync(seg_slot, static_cast<const char*>(src) + (seg_dst - dst), seg_len,
                                 cudaMemcpyDeviceToHost, stream);
-      task->ops.push_back(PublishTask::Op{seg_dst, seg_slot, seg_len});
       seg_len = 0;
       return e;
     };
@@ -288,37 +424,65 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       char* lo = std::max(cur, c.start);
       char* hi = std::min(end, c.start + chunk_);
       size_t len = hi - lo;
-      task->slots.push_back(c.slot);
-      if (lo == c.start && len == chunk_) task->full.push_back({c.slot, c.start, c.index});
+      char* slot_lo = pool_->SlotPtr(c.slot) + (lo - c.start);
+      task->ops.push_back(PublishTask::Op{lo, slot_lo, len, c.slot, lo == c.start && len == chunk_,
+                                          c.start, c.index});
+      if (err != cudaSuccess) continue;
       if (seg_len > 0 && c.slot == seg_last_slot + 1) {
         seg_len += len;
       } else {
-        if ((err = flush()) != cudaSuccess) break;
-        seg_slot = pool_->SlotPtr(c.slot) + (lo - c.start);
+        err = flush();
+        seg_slot = slot_lo;
         seg_dst = lo;
         seg_len = len;
       }
       seg_last_slot = c.slot;
     }
     if (err == cudaSuccess) err = flush();
-    MarkPending(r.id, task->first_chunk, task->last_chunk, +1);
-    cudaError_t herr = err;
-    if (err == cudaSuccess) herr = api_->cudaLaunchHostFunc(stream, &Shim::PublishFn, task);
-    if (herr != cudaSuccess) {
-      // Publish here once the stream has drained (never drop a copy that was queued).
-      api_->cudaStreamSynchronize(stream);
-      if (err != cudaSuccess) task->ops.clear(), task->full.clear();
-      PublishFn(task);
-      if (err == cudaSuccess) err = herr;
+    MarkPending(r.id, piece.front().index, piece.back().index, +1);
+    group->pending.emplace_back(piece.front().index, piece.back().index);
+    ++group->pieces;
+    // The piece lands when an event recorded behind its DMAs completes.
+    cudaEvent_t ev = nullptr;
+    if (err == cudaSuccess) {
+      cudaError_t e2 = cudaSuccess;
+      ev = pool_->events()->Get(&e2);
+      if (ev && (e2 = api_->cudaEventRecord(ev, stream)) != cudaSuccess) {
+        pool_->events()->Put(ev);
+        ev = nullptr;
+      }
     }
-    if (err != cudaSuccess) return err;
+    if (ev) {
+      watcher_->Watch(ev, [this, task](cudaEvent_t e, cudaError_t st) {
+        pool_->events()->Put(e);
+        if (st != cudaSuccess) {
+          Log(LogLevel::kError, "a device-to-host copy into zrtier memory failed (CUDA error %d)",
+              static_cast<int>(st));
+          task->cancelled = true;
+        }
+        StartPublish(task);
+      });
+    } else {
+      // No event, or the DMAs were not all queued: publish (or release) once the stream drained.
+      api_->cudaStreamSynchronize(stream);
+      task->cancelled = err != cudaSuccess;
+      StartPublish(task);
+    }
     cur = piece_end;
+  }
+  cudaError_t eerr =
+      err == cudaSuccess ? api_->cudaLaunchHostFunc(stream, &Shim::PublishEndFn, group) : err;
+  if (eerr != cudaSuccess) {
+    // An error, or the launch failed: once the stream has drained, finish the publish here.
+    api_->cudaStreamSynchronize(stream);
+    PublishEndFn(group);
+    if (err == cudaSuccess) err = eerr;
   }
   if (stall) {
     StatAdd(Stat::copy_stall_ns, stall);
     HistRecord(Hist::copy_stall_latency, stall);
   }
-  return cudaSuccess;
+  return err;
 }
 
 bool Shim::PrefetchChunk(uint64_t region, uint64_t chunk) {

@@ -16,6 +16,9 @@ class EngineBackend final : public RegionBackend {
   }
   Status Write(void* dst, const void* src, size_t len) override { return e_->Write(dst, src, len); }
   uint64_t Generation(const void* p) const override { return e_->Generation(p); }
+  void Generations(const void* p, size_t n, uint64_t* out) const override {
+    e_->Generations(p, n, out);
+  }
   Status EvictRange(const void* p, size_t len) override { return e_->EvictRange(p, len); }
 
  private:

@@ -1,5 +1,9 @@
 #include "runtime/cuda/fill_workers.h"
 
+#include <sched.h>
+
+#include <chrono>
+
 namespace zrtier {
 
 FillWorkers::FillWorkers(int threads) {
@@ -15,52 +19,90 @@ FillWorkers::~FillWorkers() {
   for (auto& t : threads_) t.join();
 }
 
+bool FillWorkers::Batch::RunOne(FillWorkers* owner) {
+  size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+  if (i >= count_) return false;
+  fn_(i);
+  if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) owner->Finished(*this);
+  return true;
+}
+
+void FillWorkers::Finished(Batch&) {
+  // Taking the lock orders this notify after a waiter's predicate check (no lost wake-up).
+  { std::lock_guard<std::mutex> l(mu_); }
+  done_.notify_all();
+}
+
+std::shared_ptr<FillWorkers::Batch> FillWorkers::Submit(size_t count,
+                                                        std::function<void(size_t)> fn) {
+  std::shared_ptr<Batch> b(new Batch(count, std::move(fn)));
+  if (threads_.empty() || count == 0) return b;
+  int sleepers;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(b);
+    queued_.store(queue_.size(), std::memory_order_release);
+    sleepers = sleepers_;
+  }
+  // Workers that are still spinning pick the batch up by themselves.
+  if (sleepers == 0) return b;
+  if (count == 1)
+    wake_.notify_one();
+  else
+    wake_.notify_all();
+  return b;
+}
+
+void FillWorkers::Wait(Batch& b) {
+  while (b.RunOne(this)) {
+  }
+  if (b.done()) return;
+  // The last items run on workers: spin briefly (they take tens of microseconds; waking from a
+  // sleep can cost as much again on a virtual machine), then sleep.
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+  while (!b.done() && std::chrono::steady_clock::now() < until) {
+  }
+  if (b.done()) return;
+  std::unique_lock<std::mutex> l(mu_);
+  done_.wait(l, [&] { return b.done(); });
+}
+
 void FillWorkers::Run(size_t count, const std::function<void(size_t)>& fn) {
-  std::unique_lock<std::mutex> job(job_mu_, std::try_to_lock);
-  if (threads_.empty() || count < 2 || !job.owns_lock()) {
+  if (count < 2 || threads_.empty()) {
     for (size_t i = 0; i < count; ++i) fn(i);
     return;
   }
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    fn_ = &fn;
-    count_ = count;
-    next_.store(0);
-    finished_ = 0;
-    ++job_;
-  }
-  wake_.notify_all();
-  size_t mine = 0;
-  for (size_t i; (i = next_.fetch_add(1)) < count;) {
-    fn(i);
-    ++mine;
-  }
-  std::unique_lock<std::mutex> l(mu_);
-  finished_ += mine;
-  done_.wait(l, [&] { return finished_ == count_ && active_ == 0; });
-  fn_ = nullptr;
+  auto b = Submit(count, [&fn](size_t i) { fn(i); });
+  Wait(*b);
 }
 
 void FillWorkers::Loop() {
-  uint64_t seen = 0;
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    wake_.wait(l, [&] { return stop_ || (job_ != seen && fn_ != nullptr); });
+    if (queue_.empty() && !stop_) {
+      // Copies come in pieces a few tens of microseconds apart: spin a while before sleeping, so
+      // the next piece does not wait for this thread (and its core) to wake up.
+      l.unlock();
+      auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+      while (queued_.load(std::memory_order_acquire) == 0 &&
+             std::chrono::steady_clock::now() < until)
+        sched_yield();
+      l.lock();
+      ++sleepers_;
+      wake_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      --sleepers_;
+    }
     if (stop_) return;
-    seen = job_;
-    ++active_;
-    const std::function<void(size_t)>* fn = fn_;
-    size_t count = count_;
+    std::shared_ptr<Batch> b = queue_.front();
     l.unlock();
-    size_t mine = 0;
-    for (size_t i; (i = next_.fetch_add(1)) < count;) {
-      (*fn)(i);
-      ++mine;
+    while (b->RunOne(this)) {
     }
     l.lock();
-    finished_ += mine;
-    --active_;
-    done_.notify_all();
+    // Nothing left to claim in b: drop it from the queue (unless another worker already did).
+    if (!queue_.empty() && queue_.front() == b) {
+      queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
   }
 }
 

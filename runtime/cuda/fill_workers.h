@@ -1,16 +1,23 @@
-// FillWorkers: a few threads that help a copy call fill T0 slots in parallel (Engine::Read of
-// several chunks -- a memcpy from T1 or a decode from T2 -- at once), so that filling piece i+1
-// keeps up with piece i on the wire (ZRTIER_WORKERS).
+// FillWorkers: threads that fill and drain T0 slots in parallel for the copy paths -- Engine::Read
+// of many chunks (a memcpy from T1 or a decode from T2) for host-to-device copies, Engine::Write of
+// landed slots for device-to-host publishes (ZRTIER_WORKERS).
 //
-// Thread safety: Run may be called from any thread. One job runs at a time; a caller that finds the
-// workers busy does its job alone (never waits for another copy call's job). Workers never call
-// CUDA.
+// Work comes in batches of independent items. Submit queues a batch and returns at once, so a copy
+// call can plan and queue piece i+1 (and i+2, ...) while the workers still fill piece i and the GPU
+// moves an earlier piece: the workers never sit idle between pieces. Batches are served oldest
+// first; Wait makes the caller work on its own batch too, so a batch always finishes even when
+// every worker is busy elsewhere.
+//
+// Thread safety: every method may be called from any thread, concurrently. Items must not block on
+// CUDA (host functions of the streams call Wait). Workers never call CUDA.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -19,28 +26,52 @@ namespace zrtier {
 
 class FillWorkers {
  public:
-  // Starts `threads` workers (0: none; Run then runs everything on the caller).
+  // One batch: fn(i) for every i in [0, count). Created by Submit; finished once done().
+  class Batch {
+   public:
+    bool done() const { return finished_.load(std::memory_order_acquire) == count_; }
+
+   private:
+    friend class FillWorkers;
+    Batch(size_t count, std::function<void(size_t)> fn) : fn_(std::move(fn)), count_(count) {}
+    // Claims and runs one item; false when none is left to claim.
+    bool RunOne(FillWorkers* owner);
+
+    std::function<void(size_t)> fn_;
+    const size_t count_;
+    std::atomic<size_t> next_{0};      // next item to claim
+    std::atomic<size_t> finished_{0};  // items finished
+  };
+
+  // Starts `threads` workers (0: none; every item then runs on the thread that Waits).
   explicit FillWorkers(int threads);
+  // REQUIRES: every submitted batch has been waited for.
   ~FillWorkers();
   FillWorkers(const FillWorkers&) = delete;
   FillWorkers& operator=(const FillWorkers&) = delete;
 
-  // Calls fn(i) for every i in [0, count), on the caller and the workers; returns when all are
-  // done.
+  int threads() const { return static_cast<int>(threads_.size()); }
+
+  // Queues a batch for the workers and returns at once. The caller must Wait for it (the items
+  // may reference the caller's data until then). count == 0 gives a batch that is already done.
+  std::shared_ptr<Batch> Submit(size_t count, std::function<void(size_t)> fn);
+  // Runs unclaimed items of `b` on the calling thread, then blocks until every item is finished.
+  void Wait(Batch& b);
+  // Submit + Wait: fn(i) for every i in [0, count), on the caller and the workers.
   void Run(size_t count, const std::function<void(size_t)>& fn);
 
  private:
   void Loop();
+  void Finished(Batch& b);
 
-  std::mutex job_mu_;  // held by the caller whose job is running
-  std::mutex mu_;      // guards the fields below
+  // How long an idle worker polls for the next batch before it sleeps.
+  static constexpr int kSpinUs = 100;
+
+  std::mutex mu_;  // guards queue_ and stop_; done_ waits under it
   std::condition_variable wake_, done_;
-  const std::function<void(size_t)>* fn_ = nullptr;
-  size_t count_ = 0;
-  std::atomic<size_t> next_{0};
-  size_t finished_ = 0;  // items finished of the current job
-  uint64_t job_ = 0;     // bumped per job
-  int active_ = 0;       // workers inside the current job (the caller waits for 0)
+  std::deque<std::shared_ptr<Batch>> queue_;  // batches with items left to claim, oldest first
+  std::atomic<size_t> queued_{0};             // queue_.size(), readable without mu_ (spinning)
+  int sleepers_ = 0;                          // workers waiting on wake_ (guarded by mu_)
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

@@ -26,6 +26,11 @@ class RegionBackend {
   virtual Status Read(const void* src, size_t len, void* dst, bool* zero) = 0;
   virtual Status Write(void* dst, const void* src, size_t len) = 0;
   virtual uint64_t Generation(const void* p) const = 0;
+  // Generation of `n` consecutive chunks from the one containing `p` (Engine::Generations).
+  virtual void Generations(const void* p, size_t n, uint64_t* out) const {
+    for (size_t i = 0; i < n; ++i)
+      out[i] = Generation(static_cast<const char*>(p) + i * chunk_size());
+  }
   // Compresses the chunks of [p, p+len) out of T1 now (Engine::EvictRange). Backends without
   // tiers return ENOTSUP.
   virtual Status EvictRange(const void* p, size_t len) {

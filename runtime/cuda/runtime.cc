@@ -92,9 +92,7 @@ void BuildShimLocked() {
   }
   ShimConfig cfg;
   cfg.min_alloc = opts.Size(Opt::kMinAlloc);
-  int workers = static_cast<int>(opts.Int(Opt::kWorkers));
-  if (workers <= 0) workers = std::max(2L, sysconf(_SC_NPROCESSORS_ONLN) / 2);
-  cfg.workers = workers - 1;  // the copying thread is one of them
+  cfg.workers = ResolveWorkers(opts.Int(Opt::kWorkers)) - 1;  // the copying thread is one of them
   cfg.prefetch_options = g_opts;
   Shim* shim = new Shim(api, MakeEngineBackend(std::move(engine)), std::move(pool), cfg);
   Log(LogLevel::kInfo, "active: chunk %zu, T0 pool %s, min alloc %s", shim->pool()->slot_size(),

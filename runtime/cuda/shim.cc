@@ -14,6 +14,7 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
       backend_(std::move(backend)),
       pool_(std::move(pool)),
       workers_(std::make_unique<FillWorkers>(cfg.workers)),
+      watcher_(std::make_unique<EventWatcher>(api)),
       cfg_(cfg) {
   chunk_ = backend_->chunk_size();
   max_piece_chunks_ = cfg_.max_piece_bytes / chunk_;
@@ -27,6 +28,7 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
 Shim::~Shim() {
   prefetch_.reset();
   api_->cudaDeviceSynchronize();
+  watcher_.reset();
   workers_.reset();
   pool_.reset();
   backend_.reset();

@@ -5,14 +5,18 @@
 //
 // Copy paths (region = host side; the GPU only ever sees T0 slots):
 //   H2D  for each chunk piece take a slot holding the current bytes (cached hit, or Read into the
-//        slot), issue the real cudaMemcpyAsync from the slot on the caller's stream, record a
-//        pooled event that releases the slots; never-written chunks become cudaMemsetAsync. Filling
-//        piece i+1 overlaps piece i on the wire. If a D2H into one of the chunks is still queued
-//        (not yet published) the fill itself is enqueued on the stream as a host function, so the
-//        copy sees the bytes in stream order.
-//   D2H  real copies into slots on the caller's stream, then a host function on that stream
-//        publishes them with RegionBackend::Write (stream order; the engine merges partial chunks)
-//        and releases the slots. Host functions never call CUDA.
+//        slot by the fill workers), issue the real cudaMemcpyAsync from the slot on the caller's
+//        stream, record a pooled event that releases the slots; never-written chunks become
+//        cudaMemsetAsync. Pipelined: up to four pieces are in flight (planned, filling on the
+//        workers, on the wire), so decode never waits for the DMA or the planning. If a D2H into
+//        one of the chunks is still queued (not yet published) the fill itself is enqueued on the
+//        stream as a host function, so the copy sees the bytes in stream order.
+//   D2H  real copies into slots on the caller's stream and an event behind each piece; when the
+//        event watcher sees a piece land it hands the slots to the fill workers, which publish
+//        them with RegionBackend::Write (the engine merges partial chunks) and release the slots
+//        while the next piece's DMA runs; the copy's one host function waits for all of them, so
+//        the stream completes only once every byte is in the region. Host functions never call
+//        CUDA.
 //   H2H  the stream is synchronized, then a CPU copy through Read/Write.
 // Copies on a capturing stream fail with cudaErrorStreamCaptureUnsupported and one stderr line.
 //
@@ -30,6 +34,7 @@
 #include <unordered_map>
 
 #include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/event_watcher.h"
 #include "runtime/cuda/fill_workers.h"
 #include "runtime/cuda/pinned_pool.h"
 #include "runtime/cuda/region_backend.h"
@@ -80,13 +85,19 @@ class Shim {
   PinnedPool* pool() { return pool_.get(); }
 
  private:
+  struct PublishGroup;
   struct PublishTask;
   struct FillTask;
-  static void CUDART_CB PublishFn(void* task);
+  // Hands a landed D2H piece to the fill workers (from the event watcher, or inline).
+  void StartPublish(PublishTask* task);
+  static void CUDART_CB PublishEndFn(void* group);
   static void CUDART_CB FillFn(void* task);
 
   cudaError_t CopyFromRegion(void* dst, const RegionInfo& r, const char* src, size_t n,
                              cudaStream_t stream);
+  // The H2D path while a D2H into the same chunks is still queued: fills run as host functions.
+  cudaError_t CopyFromRegionOrdered(void* dst, const RegionInfo& r, const char* src, size_t n,
+                                    cudaStream_t stream);
   cudaError_t CopyToRegion(char* dst, const RegionInfo& r, const void* src, size_t n,
                            cudaStream_t stream);
   cudaError_t CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream);
@@ -99,6 +110,7 @@ class Shim {
   std::unique_ptr<RegionBackend> backend_;
   std::unique_ptr<PinnedPool> pool_;
   std::unique_ptr<FillWorkers> workers_;
+  std::unique_ptr<EventWatcher> watcher_;  // D2H pieces landing; uses workers_
   ShimConfig cfg_;
   // Live regions by id, for the prefetcher (which names chunks by region id). A prefetch reads a
   // region under a shared lock; FreeHost erases it under the exclusive lock before freeing, so no

@@ -184,6 +184,7 @@ class Engine::Impl {
   Status Read(const void* src, size_t len, void* dst, bool* zero);
   Status Write(void* dst, const void* src, size_t len);
   uint64_t Generation(const void* p) const;
+  void Generations(const void* p, size_t n, uint64_t* out) const;
 
   // the watchdog: runtime/region/watchdog.cc
   void PublishStats();

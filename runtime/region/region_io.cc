@@ -141,6 +141,13 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
   return Status::Ok();
 }
 
+void Engine::Impl::Generations(const void* p, size_t n, uint64_t* out) const {
+  std::shared_ptr<Region> r = Find(p);
+  size_t first = r ? r->table.IndexOf(p) : 0;
+  for (size_t i = 0; i < n; ++i)
+    out[i] = r && first + i < r->table.n ? r->table.chunks[first + i].gen.load() : 0;
+}
+
 uint64_t Engine::Impl::Generation(const void* p) const {
   std::shared_ptr<Region> r = Find(p);
   if (!r) return 0;

@@ -91,10 +91,12 @@ def copy_mode(size, iters):
     def bench(case, host, before=None, check=True):
         host.copy_(gpu)  # D2H fill (also exercises the D2H path)
         torch.cuda.synchronize()
+        d0 = stat("h2d_dma_ops")
         t = timed(lambda: gpu2.copy_(host, non_blocking=True), iters, before)
+        dmas = (stat("h2d_dma_ops") - d0) / iters
         if check:
             assert torch.equal(gpu2, ref), f"{case}: H2D bytes differ"
-        emit(mode="copy", case=case, dir="h2d", bytes=size, gbps=size / t / 1e9)
+        emit(mode="copy", case=case, dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas)
         t = timed(lambda: host.copy_(gpu, non_blocking=True), iters)
         torch.cuda.synchronize()
         gpu2.zero_()
@@ -124,9 +126,11 @@ def copy_mode(size, iters):
         rc = ZR.zrtier_evict_range(ptr, nbytes)
         assert rc == 0, f"zrtier_evict_range failed: {rc}"
 
+    d0 = stat("h2d_dma_ops")
     t = timed(lambda: gpu2.copy_(z, non_blocking=True), iters, to_t2)
+    dmas = (stat("h2d_dma_ops") - d0) / iters
     assert torch.equal(gpu2, ref), "zrtier_t2: H2D bytes differ"
-    emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9)
+    emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas)
 
 
 def stream_mode(total, layer, passes):

@@ -1,0 +1,76 @@
+#include "runtime/cuda/event_watcher.h"
+
+#include <sched.h>
+
+#include <chrono>
+#include <thread>
+
+namespace zrtier {
+
+EventWatcher::EventWatcher(const CudaApi* api) : api_(api) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+EventWatcher::~EventWatcher() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void EventWatcher::Watch(cudaEvent_t event, Callback fn) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    was_empty = incoming_.empty();
+    incoming_.push_back(Item{event, std::move(fn)});
+  }
+  if (was_empty) wake_.notify_one();
+}
+
+void EventWatcher::Loop() {
+  std::vector<Item> watched;
+  auto last = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (watched.empty()) wake_.wait(l, [&] { return stop_ || !incoming_.empty(); });
+      for (Item& it : incoming_) watched.push_back(std::move(it));
+      incoming_.clear();
+      if (stop_ && watched.empty()) return;
+      if (stop_) {
+        // Shutting down: wait for the rest in order (nothing new can be queued behind them).
+        l.unlock();
+        for (Item& it : watched) it.fn(it.event, api_->cudaEventSynchronize(it.event));
+        watched.clear();
+        continue;
+      }
+    }
+    bool any = false;
+    for (size_t i = 0; i < watched.size();) {
+      cudaError_t e = api_->cudaEventQuery(watched[i].event);
+      if (e == cudaErrorNotReady) {
+        ++i;
+        continue;
+      }
+      Item it = std::move(watched[i]);
+      watched.erase(watched.begin() + static_cast<long>(i));
+      it.fn(it.event, e);
+      any = true;
+    }
+    // Pieces land every few tens of microseconds while a copy streams: poll, yielding the core;
+    // after a quiet spell (a long copy, a busy GPU) poll at a gentler pace.
+    auto now = std::chrono::steady_clock::now();
+    if (any) {
+      last = now;
+    } else if (now - last < std::chrono::microseconds(500)) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
+
+}  // namespace zrtier
