@@ -59,9 +59,12 @@ class PinnedPool {
   // the slot index; otherwise -1 (a copy of an older generation is dropped).
   int PinCached(uint64_t region, uint64_t chunk, uint64_t gen);
   // Pins a free slot for filling and returns it, or -1 if every slot is held right now (the caller
-  // then issues what it has, or calls WaitForSlot if it holds nothing). Prefers `after`+1 so that
-  // consecutive chunks land in consecutive slots (one DMA for the run). The slot's cached copy, if
-  // any, is dropped.
+  // then issues what it has, or calls WaitForSlot if it holds nothing). The victim: an empty slot,
+  // else the cached chunk with no predicted use (least recently used), else one whose prediction
+  // passed unused, else the one predicted to be needed farthest ahead (without an oracle: LRU).
+  // Prefers `after`+1 when it is about as good a victim (see set_run_slack) so that consecutive
+  // chunks land in consecutive slots (one DMA for the run). The slot's cached copy, if any, is
+  // dropped. O(log slots).
   int Acquire(int after);
   // Records that `slot` (pinned by the caller) now holds the clean content of (region, chunk) at
   // generation `gen`.
@@ -88,7 +91,9 @@ class PinnedPool {
   void NoteAccess(uint64_t chunks);
   // Like Acquire, for a prefetch of (region, chunk): returns -1 (take nothing) when at most
   // prefetch_reserve() slots are free, or when the victim's chunk is predicted to be needed no
-  // later than this one. Prefers the slot after the one caching chunk-1 (a contiguous run).
+  // later than this one. Prefers the slot after the one caching chunk-1 (a contiguous run). The
+  // slot is marked prefetched until a PinCached hits it; dropping it before that is reported to the
+  // oracle (SlotOracle::OnPrefetchDropped).
   int AcquireForPrefetch(uint64_t region, uint64_t chunk);
   // Free slots that prefetches leave to demand copies (default: a quarter of the pool).
   void set_prefetch_reserve(size_t slots);
