@@ -357,6 +357,39 @@ TEST(PinnedPoolPlacement, PrefetchKeepsReserveAndNeverEvictsSoonerChunks) {
   pool->SetOracle(nullptr);
 }
 
+TEST(PinnedPoolPlacement, PassedPredictionsLeaveBeforeFarOnes) {
+  auto pool = MakePool(2);
+  MapOracle oracle;
+  pool->SetOracle(&oracle);
+  oracle.dist[1] = 10;    // predicted soon, but never used: a wrong prediction
+  oracle.dist[2] = 5000;  // predicted far
+  for (uint64_t c : {1, 2}) {
+    const int s = pool->Acquire(-1);
+    ASSERT_GE(s, 0);
+    pool->Publish(s, 1, c, 0);
+    pool->Unpin(s);
+  }
+  // Not passed yet (nor within 4x its distance plus the grace): the far chunk leaves first.
+  pool->NoteAccess(50);
+  int s = pool->Acquire(-1);
+  ASSERT_GE(s, 0);
+  const int kept = pool->PinCached(1, 1, 0);
+  EXPECT_GE(kept, 0) << "chunk 1 evicted before its prediction passed";
+  if (kept >= 0) pool->Unpin(kept);
+  pool->Unpin(s);
+  // Re-publish chunk 2 (far) into the free slot, then let chunk 1's prediction pass by far.
+  s = pool->Acquire(-1);
+  ASSERT_GE(s, 0);
+  pool->Publish(s, 1, 2, 0);
+  pool->Unpin(s);
+  for (int i = 0; i < 10; ++i) pool->NoteAccess(50);
+  const int victim = pool->Acquire(-1);
+  ASSERT_GE(victim, 0);
+  EXPECT_LT(pool->PinCached(1, 1, 0), 0) << "the passed prediction should have left first";
+  pool->Unpin(victim);
+  pool->SetOracle(nullptr);
+}
+
 #ifdef ZRTIER_HAVE_POLICY
 // The shim's adapter, minus the shim: the learned predictor answers the pool.
 class LearnedOracle : public SlotOracle {

@@ -89,9 +89,15 @@ void PinnedPool::NoteAccess(uint64_t chunks) {
   clock_.fetch_add(chunks, std::memory_order_relaxed);
 }
 
-bool PinnedPool::ExpiredLocked(uint64_t key) const {
-  return IsPredictedKey(key) && key + slack_ + max_access_.load(std::memory_order_relaxed) <
-                                    clock_.load(std::memory_order_relaxed);
+bool PinnedPool::ExpiredLocked(int slot) const {
+  const SlotMeta& s = slots_[slot];
+  if (!s.cached || s.next_use == kNoNextUse) return false;
+  // Passed unused: later than 4x its predicted distance (the clock counts every stream's accesses,
+  // a plan's distance only its own stream's), plus the largest access (the clock jumps to the end
+  // of an access before its chunks are served) and the slack.
+  const uint64_t dist = s.next_use - std::min(s.next_use, s.predicted_at);
+  const uint64_t due = s.next_use + 3 * dist + slack_ + max_access_.load(std::memory_order_relaxed);
+  return due < clock_.load(std::memory_order_relaxed);
 }
 
 uint64_t PinnedPool::SlackLocked(uint64_t best_key) const {
@@ -108,7 +114,7 @@ int PinnedPool::PickLocked(int after) const {
   bool expired = false;
   if (IsPredictedKey(best_key)) {
     const int oldest = index_.Min();
-    if (ExpiredLocked(index_.Key(oldest))) {
+    if (ExpiredLocked(oldest)) {
       best = oldest;
       best_key = index_.Key(oldest);
       expired = true;
@@ -122,7 +128,7 @@ int PinnedPool::PickLocked(int after) const {
     const SlotMeta& s = slots_[next];
     const uint64_t key = index_.Key(next);
     bool fine;
-    if (!s.cached || ExpiredLocked(key)) {
+    if (!s.cached || ExpiredLocked(next)) {
       fine = true;  // nothing worth keeping
     } else if (!IsPredictedKey(key)) {
       // Cold (no predicted use): not used during the last half-pool of acquisitions.
@@ -141,7 +147,7 @@ int PinnedPool::PickLocked(int after) const {
     const int prev = best - 1;
     if (!index_.Contains(prev)) break;
     const uint64_t key = index_.Key(prev);
-    if (!IsPredictedKey(key) || ExpiredLocked(key) || key + slack < best_key) break;
+    if (!IsPredictedKey(key) || ExpiredLocked(prev) || key + slack < best_key) break;
     best = prev;
   }
   return best;
@@ -170,6 +176,7 @@ int PinnedPool::PinCached(uint64_t region, uint64_t chunk, uint64_t gen) {
   ++s.pinned;
   s.last_use = ++tick_;
   s.next_use = PredictLocked(region, chunk);
+  s.predicted_at = clock_.load(std::memory_order_relaxed);
   s.prefetched = false;
   index_.Remove(slot);
   return slot;
@@ -196,7 +203,7 @@ int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
   const uint64_t key = index_.Key(slot);
   // Never evict a chunk needed no later than the one fetched (an unpredicted fetch evicts only
   // empty, cold or expired slots).
-  if (IsPredictedKey(key) && !ExpiredLocked(key) && (want == kNoNextUse || key <= want)) return -1;
+  if (IsPredictedKey(key) && !ExpiredLocked(slot) && (want == kNoNextUse || key <= want)) return -1;
   PinForFillLocked(slot);
   slots_[slot].prefetched = true;  // until a copy hits it (Publish keeps the flag)
   return slot;
@@ -216,6 +223,7 @@ void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen
   s.chunk = chunk;
   s.gen = gen;
   s.next_use = PredictLocked(region, chunk);
+  s.predicted_at = clock_.load(std::memory_order_relaxed);
   cache_[Key{region, chunk}] = slot;
   ++cached_count_;
   StatAdd(Stat::t0_bytes, slot_size_);

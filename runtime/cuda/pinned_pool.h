@@ -131,8 +131,8 @@ class PinnedPool {
   uint64_t PredictLocked(uint64_t region, uint64_t chunk) const;
   // The victim Acquire(after) would take, or -1. Does not change anything.
   int PickLocked(int after) const;
-  // True when a predicted key's tick passed by more than the grace (a wrong prediction).
-  bool ExpiredLocked(uint64_t key) const;
+  // True when the slot's predicted next use passed unused long ago (a wrong prediction).
+  bool ExpiredLocked(int slot) const;
   // How much earlier than `best_key` a key may be and still count as "as good a victim".
   uint64_t SlackLocked(uint64_t best_key) const;
   int PinForFillLocked(int slot);
@@ -148,7 +148,7 @@ class PinnedPool {
   SlotOracle* oracle_ = nullptr;
   std::atomic<uint64_t> clock_{0};
   // The largest access reported: the clock jumps to the end of an access before its chunks are
-  // served, so a prediction is only "passed" once it is this much (plus slack_) behind the clock.
+  // served, so a prediction is only "passed" once it is this much (and more) behind the clock.
   std::atomic<uint64_t> max_access_{0};
   uint64_t slack_;  // chunks: keys this close count as equal (runs, after+1, grace)
   size_t prefetch_reserve_;

@@ -24,12 +24,13 @@
 namespace zrtier {
 
 struct SlotMeta {
-  uint32_t pinned = 0;      // copy calls / host functions using the slot right now
-  uint32_t pending = 0;     // in-flight GPU copies reading the slot (events not yet complete)
-  uint64_t last_use = 0;    // pool tick of the last pin (0 = never used)
-  uint64_t next_use = 0;    // predicted next use (access clock tick); kNoNextUse = none
-  bool cached = false;      // holds a clean chunk copy (key/gen valid)
-  bool prefetched = false;  // filled by a prefetch and not yet hit by a copy
+  uint32_t pinned = 0;        // copy calls / host functions using the slot right now
+  uint32_t pending = 0;       // in-flight GPU copies reading the slot (events not yet complete)
+  uint64_t last_use = 0;      // pool tick of the last pin (0 = never used)
+  uint64_t next_use = 0;      // predicted next use (access clock tick); kNoNextUse = none
+  uint64_t predicted_at = 0;  // access clock when next_use was predicted
+  bool cached = false;        // holds a clean chunk copy (key/gen valid)
+  bool prefetched = false;    // filled by a prefetch and not yet hit by a copy
   uint64_t region = 0;
   uint64_t chunk = 0;
   uint64_t gen = 0;
