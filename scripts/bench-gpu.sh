@@ -3,7 +3,8 @@
 # $BENCH_JSON (default bench-gpu.jsonl). Every zrtier figure is a ratio to raw pinned memory
 # measured in the same process.
 #   scripts/bench-gpu.sh [copy] [stream] [infer]      (default: all three)
-#   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G scripts/bench-gpu.sh stream
+#   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G STREAM_DATA="t2 t1" scripts/bench-gpu.sh stream
+# Streaming and infer run with the bytes that miss the pool compressed (t2) and resident (t1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIB=${LIB:-$PWD/build/preload/libzrtier.so}
@@ -27,21 +28,31 @@ for stage in "${stages[@]}"; do
           $PY scripts/gpu/bench_copy.py copy --size $size --iters $iters | tee -a "$OUTF"
       done ;;
     stream)
+      # Where the bytes that miss the pool live: compressed (resident limit 1G: T2, decode-bound) or
+      # resident (no resident limit: T1, memcpy-bound). STREAM_DATA=t2 or t1 runs one of them.
       total=$(to_bytes "$STREAM_TOTAL")
-      for pct in 100 50 10; do
-        pool=$((total * pct / 100 + (64 << 20)))
-        ZRTIER_PREFETCH_AHEAD=${PREFETCH:-0} ZRTIER_PINNED_POOL=$pool BENCH_POOL_BYTES=$pool ZRTIER_RESIDENT_LIMIT=1G \
-          LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py stream --total "$STREAM_TOTAL" \
-          --layer "$STREAM_LAYER" --passes 3 | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool$pct\"/" \
-          | tee -a "$OUTF"
+      for data in ${STREAM_DATA:-t2 t1}; do
+        resident=1G; [[ $data == t1 ]] && resident=0
+        for pct in 100 50 10; do
+          [[ $data == t1 && $pct == 100 ]] && continue  # the same run as t2: everything hits T0
+          pool=$((total * pct / 100 + (64 << 20)))
+          ZRTIER_PREFETCH_AHEAD=${PREFETCH:-0} ZRTIER_PINNED_POOL=$pool BENCH_POOL_BYTES=$pool ZRTIER_RESIDENT_LIMIT=$resident \
+            LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py stream --total "$STREAM_TOTAL" \
+            --layer "$STREAM_LAYER" --passes 3 | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool${pct}_$data\"/" \
+            | tee -a "$OUTF"
+        done
       done ;;
     infer)
       $PY scripts/examples/infer.py --out /tmp/zr_infer_plain.json | sed 's/^/{"mode": "infer", "case": "plain", "r": /; s/$/}/' | tee -a "$OUTF"
       wb=$($PY -c 'import json; print(json.load(open("/tmp/zr_infer_plain.json"))["weight_bytes"])')
-      ZRTIER_PINNED_POOL=$((wb / 2)) ZRTIER_RESIDENT_LIMIT=1G LD_PRELOAD=$LIB \
-        $PY scripts/examples/infer.py --out /tmp/zr_infer_pool50.json \
-        | sed 's/^/{"mode": "infer", "case": "zrtier_pool50", "r": /; s/$/}/' | tee -a "$OUTF"
-      $PY scripts/examples/infer.py --compare /tmp/zr_infer_plain.json /tmp/zr_infer_pool50.json ;;
+      # Pool at 50 % of the weights; the rest compressed (t2: resident limit 1G) or resident (t1).
+      for data in t2 t1; do
+        resident=1G; [[ $data == t1 ]] && resident=0
+        ZRTIER_PINNED_POOL=$((wb / 2)) ZRTIER_RESIDENT_LIMIT=$resident LD_PRELOAD=$LIB \
+          $PY scripts/examples/infer.py --out /tmp/zr_infer_pool50_$data.json \
+          | sed "s/^/{\"mode\": \"infer\", \"case\": \"zrtier_pool50_$data\", \"r\": /; s/\$/}/" | tee -a "$OUTF"
+        $PY scripts/examples/infer.py --compare /tmp/zr_infer_plain.json /tmp/zr_infer_pool50_$data.json
+      done ;;
     *) echo "bench-gpu: unknown stage $stage (copy, stream, infer)" >&2; exit 2 ;;
   esac
 done
@@ -73,9 +84,13 @@ if stream:
               f"first pass {r['first_pass_gbps']:.2f} GB/s; prefetch hit ratio "
               f"{'n/a' if hr is None else f'{hr:.3f}'}")
 inf = {r["case"]: r["r"] for r in rows if r.get("mode") == "infer"}
-if len(inf) == 2:
-    p, z = inf["plain"], inf["zrtier_pool50"]
-    print(f"\ninfer.py tokens/s: plain {p['tokens_per_s']:.2f}, zrtier pool 50% {z['tokens_per_s']:.2f} "
-          f"= {z['tokens_per_s'] / p['tokens_per_s']:.2f} x; logits identical: "
-          f"{p['logits_sha256'] == z['logits_sha256']}")
+if "plain" in inf:
+    p = inf["plain"]
+    for case, z in inf.items():
+        if case == "plain":
+            continue
+        where = "rest compressed (T2)" if case.endswith("t2") else "rest resident (T1)"
+        print(f"\ninfer.py tokens/s: plain {p['tokens_per_s']:.2f}, zrtier pool 50%, {where}: "
+              f"{z['tokens_per_s']:.2f} = {z['tokens_per_s'] / p['tokens_per_s']:.2f} x; "
+              f"logits identical: {p['logits_sha256'] == z['logits_sha256']}")
 PYEOF

@@ -1,12 +1,14 @@
 // Covers the zram tier on a real zram device: a private hot-added device configured (algorithm,
 // disksize) and reset/removed afterwards, exact round trips through io_uring on O_DIRECT, slot
-// reuse, the device-size limit, a busy device refused, and the ram+zram+file stack spilling through
-// zram into files. Skips with the reason where there is no zram or it cannot be configured.
+// reuse, coalesced batch reads across holes, the device-size limit, a busy device refused, and the
+// ram+zram+file stack spilling through zram into files. Skips with the reason where there is no
+// zram or it cannot be configured.
 #include "runtime/store/zram_store.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -137,6 +139,46 @@ TEST(ZramStore, DeviceSizeLimitsAndSlotsAreReused) {
     ASSERT_TRUE(ReadInto(store.get(), x, &got).ok());
     ASSERT_EQ(got, d);
   }
+}
+
+TEST(ZramStore, BatchOfAdjacentSlotsIsReadInFewRequestsWithHoles) {
+  SKIP_UNLESS_ZRAM();
+  std::unique_ptr<ZramStore> store;
+  std::string skip;
+  Status s = MakeStore(8 << 20, &store, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const size_t n = 48;
+  std::vector<std::vector<unsigned char>> data;
+  std::vector<ExtentStore::PutReq> puts(n);
+  for (size_t i = 0; i < n; ++i) {
+    data.push_back(Bytes(10000 + i * 613, 50 + i));
+    puts[i].data = data[i].data();
+    puts[i].len = data[i].size();
+    puts[i].raw_len = 65536;
+  }
+  store->PutBatch(puts.data(), n);
+  for (size_t i = 0; i < n; i += 5) store->Free(puts[i].out);  // holes between the rest
+  std::vector<size_t> live;
+  for (size_t i = 0; i < n; ++i)
+    if (i % 5) live.push_back(i);
+  std::reverse(live.begin(), live.end());  // out of order
+  std::vector<std::vector<unsigned char>> got(live.size());
+  std::vector<ExtentStore::GetReq> gets(live.size());
+  for (size_t k = 0; k < live.size(); ++k) {
+    ASSERT_TRUE(puts[live[k]].status.ok()) << puts[live[k]].status.ToString();
+    gets[k].h = puts[live[k]].out;
+    gets[k].out = &got[k];
+  }
+  ExtentStore::IoCounts c0 = store->io_counts();
+  store->GetBatch(gets.data(), gets.size());
+  ExtentStore::IoCounts c1 = store->io_counts();
+  for (size_t k = 0; k < live.size(); ++k) {
+    ASSERT_TRUE(gets[k].status.ok()) << gets[k].status.ToString();
+    ASSERT_EQ(got[k], data[live[k]]) << live[k];
+  }
+  EXPECT_EQ(c1.read_entries - c0.read_entries, live.size());
+  EXPECT_LT(c1.read_requests - c0.read_requests, live.size() / 4);
 }
 
 TEST(ZramStore, BusyDeviceIsRefused) {

@@ -63,7 +63,12 @@ enum class StatKind { kCounter, kGauge };
   X(spill_read_bytes, kCounter, "bytes", "bytes read back from lower tiers")                       \
   X(io_errors, kCounter, "", "I/O errors of lower tiers (the chunk stayed in a higher tier)")      \
   X(store_full, kCounter, "", "times a store was full and the chunk stayed where it was")        \
-  X(h2d_dma_ops, kCounter, "", "real host-to-device DMAs issued from T0 slots for region copies")
+  X(h2d_dma_ops, kCounter, "", "real host-to-device DMAs issued from T0 slots for region copies")  \
+  X(copy_plan_ns, kCounter, "ns", "copy calls: taking slots (T0 lookups, victims) for pieces")      \
+  X(copy_issue_ns, kCounter, "ns", "copy calls: issuing DMAs and events, releasing slots")         \
+  X(copy_wait_ns, kCounter, "ns", "copy calls: waiting for (and helping) the fill of a piece")     \
+  X(fill_ns, kCounter, "ns", "fill workers: reading chunks into T0 slots (all threads)")           \
+  X(publish_ns, kCounter, "ns", "fill workers: publishing landed D2H chunks (all threads)")
 // clang-format on
 
 enum class Stat : int {

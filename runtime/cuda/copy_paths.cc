@@ -78,6 +78,7 @@ struct Shim::PublishTask {
     bool full;  // the whole chunk: its slot becomes a clean cached copy
     char* chunk_start;
     uint64_t index;
+    uint64_t gen = 0;  // the chunk's generation after the publish (0: not published)
   };
   std::vector<Op> ops;
   bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
@@ -102,19 +103,32 @@ void Shim::FillFn(void* p) {
 
 void Shim::StartPublish(PublishTask* t) {
   PublishGroup* g = t->group;
-  auto batch = workers_->Submit(t->ops.size(), [this, t, g](size_t i) {
-    const PublishTask::Op& op = t->ops[i];
-    if (!t->cancelled) {
-      Status st = backend_->Write(op.dst, op.src, op.len);
-      if (!st.ok()) {
-        Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
-            static_cast<void*>(op.dst), op.len, st.ToString().c_str());
-      } else if (op.full) {
-        pool_->Publish(op.slot, g->region, op.index, backend_->Generation(op.chunk_start));
-      }
-    }
-    pool_->Unpin(op.slot);
-  });
+  auto batch = workers_->Submit(
+      t->ops.size(),
+      [this, t](size_t i) {
+        PublishTask::Op& op = t->ops[i];
+        if (t->cancelled) return;
+        uint64_t t0 = MonotonicNs();
+        Status st = backend_->Write(op.dst, op.src, op.len);
+        if (!st.ok()) {
+          Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
+              static_cast<void*>(op.dst), op.len, st.ToString().c_str());
+        } else if (op.full) {
+          op.gen = backend_->Generation(op.chunk_start);
+        }
+        StatAdd(Stat::publish_ns, MonotonicNs() - t0);
+      },
+      // Then, once for the piece: whole chunks become clean cached copies, every slot is released.
+      [this, t, g] {
+        std::vector<PinnedPool::PublishItem> items;
+        std::vector<int> slots;
+        for (const PublishTask::Op& op : t->ops) {
+          if (op.gen) items.push_back({op.slot, op.index, op.gen});
+          slots.push_back(op.slot);
+        }
+        pool_->PublishRun(g->region, items.data(), items.size());
+        pool_->UnpinRun(slots.data(), slots.size());
+      });
   {
     std::lock_guard<std::mutex> l(g->mu);
     g->tasks.emplace_back(t);
@@ -161,10 +175,12 @@ bool Shim::AnyPending(uint64_t region, uint64_t first, uint64_t last) {
 }
 
 // Issues the DMAs (and memsets) of one piece whose slots hold the bytes, records the event that
-// releases the slots, and unpins them. Returns the first CUDA error.
+// releases the slots, publishes the chunks read into slots as cached copies of `region` (when
+// `publish`; a failed piece publishes nothing), and unpins the slots. Returns the first CUDA error.
 static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, char* dst0,
                             const char* src0, const std::vector<PieceChunk>& piece, const char* cur,
-                            const char* end, bool failed, cudaStream_t stream) {
+                            const char* end, bool failed, bool publish, uint64_t region,
+                            cudaStream_t stream) {
   cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
   std::vector<int> busy;
   const char* seg_src = nullptr;
@@ -221,7 +237,14 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
     // No event (or an error after some work was queued): wait for the stream instead.
     api->cudaStreamSynchronize(stream);
   }
-  for (const PieceChunk& c : piece) pool->Unpin(c.slot);
+  std::vector<PinnedPool::PublishItem> items;
+  std::vector<int> slots;
+  for (const PieceChunk& c : piece) {
+    if (publish && !failed && !c.hit && !c.zero) items.push_back({c.slot, c.index, c.gen});
+    slots.push_back(c.slot);
+  }
+  pool->PublishRun(region, items.data(), items.size());
+  pool->UnpinRun(slots.data(), slots.size());
   return err;
 }
 
@@ -246,53 +269,54 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   bool all_ready = true;
   uint64_t stall = 0;
   std::deque<std::unique_ptr<H2DPiece>> inflight;
-  std::vector<uint64_t> gens;
+  // Scratch for planning one piece.
+  std::vector<uint64_t> gens(max_chunks);
+  std::vector<int> piece_slots(max_chunks);
+  std::unique_ptr<bool[]> hits(new bool[max_chunks]);
   cudaError_t err = cudaSuccess;
   const char* cur = src;
   for (;;) {
     // 1. Issue every piece at the front whose slots are filled.
     while (err == cudaSuccess && !inflight.empty() && inflight.front()->ready()) {
       H2DPiece& pc = *inflight.front();
+      uint64_t t0 = MonotonicNs();
       err = IssueH2D(api_, pool_.get(), chunk_, static_cast<char*>(dst), src, pc.chunks, pc.begin,
-                     pc.end, pc.failed.load(), stream);
+                     pc.end, pc.failed.load(), /*publish=*/true, r.id, stream);
+      StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
       inflight.pop_front();
     }
     if (err != cudaSuccess || (cur >= end && inflight.empty())) break;
     // 2. Plan another piece while there is room in the window.
     if (cur < end && inflight.size() < window) {
+      uint64_t t_plan = MonotonicNs();
       pool_->Reap();
       auto pc = std::make_unique<H2DPiece>();
       pc->begin = cur;
-      int prev = -1;
-      const char* p = cur;
-      // The generations of every chunk the piece may take, with one region lookup.
+      // The generations of every chunk the piece may take (one region lookup), then hits pinned
+      // and slots taken for misses (one pool lock); stops early when every slot is held.
       const uint64_t first_index = (cur - base) / chunk_;
-      gens.resize(std::min<uint64_t>(piece_chunks, last - first_index + 1));
-      backend_->Generations(base + first_index * chunk_, gens.size(), gens.data());
-      while (p < end && pc->misses.size() < max_piece_chunks_ && pc->chunks.size() < piece_chunks) {
-        uint64_t index = (p - base) / chunk_;
-        char* cstart = base + index * chunk_;
-        uint64_t gen = gens[index - first_index];
-        int slot = pool_->PinCached(r.id, index, gen);
-        bool hit = slot >= 0;
-        if (!hit) slot = pool_->Acquire(prev);
-        if (slot < 0) break;  // every slot is held: issue what we have
-        if (!hit) pc->misses.push_back(pc->chunks.size());
-        pc->chunks.push_back(PieceChunk{cstart, index, gen, slot, hit, false});
-        prev = slot;
-        p = cstart + chunk_;
+      const size_t want = std::min<uint64_t>(piece_chunks, last - first_index + 1);
+      backend_->Generations(base + first_index * chunk_, want, gens.data());
+      size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), max_piece_chunks_, -1,
+                                 piece_slots.data(), hits.get());
+      for (size_t i = 0; i < got; ++i) {
+        char* cstart = base + (first_index + i) * chunk_;
+        if (!hits[i]) pc->misses.push_back(i);
+        pc->chunks.push_back(
+            PieceChunk{cstart, first_index + i, gens[i], piece_slots[i], hits[i], false});
       }
       if (!pc->chunks.empty()) {
-        pc->end = std::min(p, end);
+        pc->end = std::min<const char*>(base + (first_index + got) * chunk_, end);
         cur = pc->end;
         piece_chunks = std::min(piece_chunks * 2, max_chunks);
         if (!pc->misses.empty()) {
           all_ready = false;
           H2DPiece* raw = pc.get();
-          const uint64_t id = r.id;
-          raw->fill = workers_->Submit(raw->misses.size(), [this, raw, id](size_t k) {
+          raw->fill = workers_->Submit(raw->misses.size(), [this, raw](size_t k) {
             PieceChunk& c = raw->chunks[raw->misses[k]];
+            uint64_t t0 = MonotonicNs();
             Status st = backend_->Read(c.start, chunk_, pool_->SlotPtr(c.slot), &c.zero);
+            StatAdd(Stat::fill_ns, MonotonicNs() - t0);
             if (!st.ok()) {
               Log(LogLevel::kError, "host-to-device copy from %p: %s",
                   static_cast<const void*>(c.start), st.ToString().c_str());
@@ -300,12 +324,13 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
               c.zero = true;
               return;
             }
-            if (!c.zero) pool_->Publish(c.slot, id, c.index, c.gen);
           });
         }
         inflight.push_back(std::move(pc));
+        StatAdd(Stat::copy_plan_ns, MonotonicNs() - t_plan);
         continue;
       }
+      StatAdd(Stat::copy_plan_ns, MonotonicNs() - t_plan);
       if (inflight.empty()) {
         // We hold no slot and none is free: wait for other copies' DMAs to release some.
         stall += pool_->WaitForSlot();
@@ -313,12 +338,14 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       }
     }
     // 3. Help fill the oldest piece, then issue it (step 1).
+    uint64_t t_wait = MonotonicNs();
     workers_->Wait(*inflight.front()->fill);
+    StatAdd(Stat::copy_wait_ns, MonotonicNs() - t_wait);
   }
   // After an error: let the queued fills finish (they write into our slots), then release.
   for (auto& pc : inflight) {
     if (pc->fill) workers_->Wait(*pc->fill);
-    for (const PieceChunk& c : pc->chunks) pool_->Unpin(c.slot);
+    for (const PieceChunk& c : pc->chunks) pool_->Unpin(c.slot);  // error path only
   }
   if (err != cudaSuccess) return err;
   if (all_ready) StatAdd(Stat::copies_ready, 1);
@@ -361,7 +388,7 @@ cudaError_t Shim::CopyFromRegionOrdered(void* dst, const RegionInfo& r, const ch
     cudaError_t err = api_->cudaLaunchHostFunc(stream, &Shim::FillFn, t);
     if (err != cudaSuccess) delete t;
     err = IssueH2D(api_, pool_.get(), chunk_, static_cast<char*>(dst), src, piece, cur, piece_end,
-                   err != cudaSuccess, stream);
+                   err != cudaSuccess, /*publish=*/false, r.id, stream);
     if (err != cudaSuccess) return err;
     cur = piece_end;
   }
@@ -383,28 +410,31 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   }
   uint64_t stall = 0;
   std::vector<PieceChunk> piece;
+  std::vector<int> piece_slots(max_piece_chunks_);
+  std::unique_ptr<bool[]> hits(new bool[max_piece_chunks_]);
+  const uint64_t last = (end - 1 - base) / chunk_;
   auto* group = new PublishGroup{this, r.id, {}, {}, {}};
   cudaError_t err = cudaSuccess;
   while (cur < end && err == cudaSuccess) {
+    uint64_t t_plan = MonotonicNs();
     pool_->Reap();
     piece.clear();
-    int prev = -1;
-    char* p = cur;
-    while (p < end && piece.size() < max_piece_chunks_) {
-      uint64_t index = (p - base) / chunk_;
-      char* cstart = base + index * chunk_;
-      int slot = pool_->Acquire(prev);
-      if (slot < 0) {
-        if (!piece.empty()) break;
-        // Slots come back as earlier pieces (of this copy too) are published by the workers.
-        stall += pool_->WaitForSlot();
-        continue;
-      }
-      piece.push_back(PieceChunk{cstart, index, 0, slot, false, false});
-      prev = slot;
-      p = cstart + chunk_;
+    // Slots for the piece's chunks, with one pool lock.
+    const uint64_t first_index = (cur - base) / chunk_;
+    const size_t want = std::min<uint64_t>(max_piece_chunks_, last - first_index + 1);
+    size_t got =
+        pool_->PinRun(r.id, first_index, want, nullptr, want, -1, piece_slots.data(), hits.get());
+    if (got == 0) {
+      // Slots come back as earlier pieces (of this copy too) are published by the workers.
+      stall += pool_->WaitForSlot();
+      continue;
     }
-    char* piece_end = std::min(p, end);
+    for (size_t i = 0; i < got; ++i)
+      piece.push_back(PieceChunk{base + (first_index + i) * chunk_, first_index + i, 0,
+                                 piece_slots[i], false, false});
+    char* piece_end = std::min<char*>(base + (first_index + got) * chunk_, end);
+    uint64_t t_issue = MonotonicNs();
+    StatAdd(Stat::copy_plan_ns, t_issue - t_plan);
 
     auto* task = new PublishTask();
     task->group = group;
@@ -468,6 +498,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       task->cancelled = err != cudaSuccess;
       StartPublish(task);
     }
+    StatAdd(Stat::copy_issue_ns, MonotonicNs() - t_issue);
     cur = piece_end;
   }
   cudaError_t eerr =

@@ -23,7 +23,11 @@ bool FillWorkers::Batch::RunOne(FillWorkers* owner) {
   size_t i = next_.fetch_add(1, std::memory_order_relaxed);
   if (i >= count_) return false;
   fn_(i);
-  if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) owner->Finished(*this);
+  if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == count_) {
+    if (then_) then_();
+    done_.store(true, std::memory_order_release);
+    owner->Finished(*this);
+  }
   return true;
 }
 
@@ -34,8 +38,10 @@ void FillWorkers::Finished(Batch&) {
 }
 
 std::shared_ptr<FillWorkers::Batch> FillWorkers::Submit(size_t count,
-                                                        std::function<void(size_t)> fn) {
-  std::shared_ptr<Batch> b(new Batch(count, std::move(fn)));
+                                                        std::function<void(size_t)> fn,
+                                                        std::function<void()> then) {
+  if (count == 0 && then) then();
+  std::shared_ptr<Batch> b(new Batch(count, std::move(fn), std::move(then)));
   if (threads_.empty() || count == 0) return b;
   int sleepers;
   {

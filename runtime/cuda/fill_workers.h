@@ -29,18 +29,22 @@ class FillWorkers {
   // One batch: fn(i) for every i in [0, count). Created by Submit; finished once done().
   class Batch {
    public:
-    bool done() const { return finished_.load(std::memory_order_acquire) == count_; }
+    // Every item and the batch's `then` have finished.
+    bool done() const { return done_.load(std::memory_order_acquire); }
 
    private:
     friend class FillWorkers;
-    Batch(size_t count, std::function<void(size_t)> fn) : fn_(std::move(fn)), count_(count) {}
+    Batch(size_t count, std::function<void(size_t)> fn, std::function<void()> then)
+        : fn_(std::move(fn)), then_(std::move(then)), count_(count), done_(count == 0) {}
     // Claims and runs one item; false when none is left to claim.
     bool RunOne(FillWorkers* owner);
 
     std::function<void(size_t)> fn_;
+    std::function<void()> then_;  // runs once, after the last item, on the thread that ran it
     const size_t count_;
     std::atomic<size_t> next_{0};      // next item to claim
     std::atomic<size_t> finished_{0};  // items finished
+    std::atomic<bool> done_;
   };
 
   // Starts `threads` workers (0: none; every item then runs on the thread that Waits).
@@ -53,8 +57,11 @@ class FillWorkers {
   int threads() const { return static_cast<int>(threads_.size()); }
 
   // Queues a batch for the workers and returns at once. The caller must Wait for it (the items
-  // may reference the caller's data until then). count == 0 gives a batch that is already done.
-  std::shared_ptr<Batch> Submit(size_t count, std::function<void(size_t)> fn);
+  // may reference the caller's data until then). `then` (optional) runs once after the last item,
+  // before the batch counts as done -- one place for the work every item would otherwise lock for.
+  // count == 0 gives a batch that is already done (`then` runs at once, on the caller).
+  std::shared_ptr<Batch> Submit(size_t count, std::function<void(size_t)> fn,
+                                std::function<void()> then = nullptr);
   // Runs unclaimed items of `b` on the calling thread, then blocks until every item is finished.
   void Wait(Batch& b);
   // Submit + Wait: fn(i) for every i in [0, count), on the caller and the workers.

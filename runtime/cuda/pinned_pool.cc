@@ -165,6 +165,10 @@ int PinnedPool::PinForFillLocked(int slot) {
 
 int PinnedPool::PinCached(uint64_t region, uint64_t chunk, uint64_t gen) {
   std::lock_guard<std::mutex> l(mu_);
+  return PinCachedLocked(region, chunk, gen);
+}
+
+int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   auto it = cache_.find(Key{region, chunk});
   if (it == cache_.end()) return -1;
   int slot = it->second;
@@ -184,6 +188,10 @@ int PinnedPool::PinCached(uint64_t region, uint64_t chunk, uint64_t gen) {
 
 int PinnedPool::Acquire(int after) {
   std::lock_guard<std::mutex> l(mu_);
+  return AcquireLocked(after);
+}
+
+int PinnedPool::AcquireLocked(int after) {
   const int slot = PickLocked(after);
   if (slot < 0) return -1;
   return PinForFillLocked(slot);
@@ -211,6 +219,10 @@ int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
 
 void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen) {
   std::lock_guard<std::mutex> l(mu_);
+  PublishLocked(slot, region, chunk, gen);
+}
+
+void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen) {
   auto it = cache_.find(Key{region, chunk});
   if (it != cache_.end() && it->second != slot) {
     // An older copy of the same chunk in another slot: the newer one wins.
@@ -233,8 +245,45 @@ void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen
 void PinnedPool::Unpin(int slot) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    --slots_[slot].pinned;
-    RekeyLocked(slot);
+    UnpinLocked(slot);
+  }
+  unpinned_.notify_all();
+}
+
+void PinnedPool::UnpinLocked(int slot) {
+  --slots_[slot].pinned;
+  RekeyLocked(slot);
+}
+
+size_t PinnedPool::PinRun(uint64_t region, uint64_t first_chunk, size_t n, const uint64_t* gens,
+                          size_t max_misses, int after, int* slots, bool* hits) {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t misses = 0, i = 0;
+  for (; i < n; ++i) {
+    int slot = gens ? PinCachedLocked(region, first_chunk + i, gens[i]) : -1;
+    hits[i] = slot >= 0;
+    if (slot < 0) {
+      if (misses == max_misses) break;
+      slot = AcquireLocked(after);
+      if (slot < 0) break;
+      ++misses;
+    }
+    slots[i] = after = slot;
+  }
+  return i;
+}
+
+void PinnedPool::PublishRun(uint64_t region, const PublishItem* items, size_t n) {
+  if (n == 0) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (size_t i = 0; i < n; ++i) PublishLocked(items[i].slot, region, items[i].chunk, items[i].gen);
+}
+
+void PinnedPool::UnpinRun(const int* slots, size_t n) {
+  if (n == 0) return;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (size_t i = 0; i < n; ++i) UnpinLocked(slots[i]);
   }
   unpinned_.notify_all();
 }

@@ -70,6 +70,23 @@ class PinnedPool {
   // generation `gen`.
   void Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen);
   void Unpin(int slot);
+
+  // Batched forms for the copy paths (one lock round trip per piece instead of one per chunk).
+  // PinRun: for chunks first_chunk .. first_chunk+n-1 of `region`, in order, pins the cached copy
+  // at gens[i] when there is one (hits[i] = true), else acquires a slot as Acquire(previous slot)
+  // does (hits[i] = false; gens == null: no lookups, every chunk acquires). Stops before the chunk
+  // that would be the (max_misses+1)-th miss or for which no slot is free; returns how many chunks
+  // got a slot (slots[0..ret), hits[0..ret) filled).
+  size_t PinRun(uint64_t region, uint64_t first_chunk, size_t n, const uint64_t* gens,
+                size_t max_misses, int after, int* slots, bool* hits);
+  struct PublishItem {
+    int slot;
+    uint64_t chunk;
+    uint64_t gen;
+  };
+  // Publish for every item (chunks of `region`); the slots stay pinned.
+  void PublishRun(uint64_t region, const PublishItem* items, size_t n);
+  void UnpinRun(const int* slots, size_t n);
   // The GPU copies just issued that read `slots` complete when `event` (from events()) completes:
   // the slots stay held until then. Takes ownership of the event (returned to the event pool).
   void AddInflight(cudaEvent_t event, const std::vector<int>& slots);
@@ -124,6 +141,10 @@ class PinnedPool {
     uint64_t id;  // unique: events are pooled, so the same handle may come back (ABA)
   };
   void DropCachedLocked(int slot);
+  int PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen);
+  int AcquireLocked(int after);
+  void PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen);
+  void UnpinLocked(int slot);
   void RetireLocked(Inflight& f);
   // Puts `slot` into index_ with its current key if it is free, else takes it out.
   void RekeyLocked(int slot);

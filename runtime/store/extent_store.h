@@ -1,7 +1,15 @@
 // ExtentStore: the common machinery of the block tiers (zram device, spill files). Entries are
 // packed into "segments" (a device or a file) in 4 KiB-aligned extents found by first fit over each
-// segment's free list; bytes go through io_uring on (where possible) O_DIRECT fds, staged in a pool
-// of registered, page-aligned buffers; a batch of entries is one submission.
+// segment's free list; bytes go through io_uring on (where possible) O_DIRECT fds, staged in one
+// registered, page-aligned arena; a batch of entries is one submission.
+//
+// Coalescing: a batch is sorted by disk position and entries that lie next to each other become one
+// request of up to max_request_bytes (reads may also span a gap of up to max_gap_bytes between two
+// entries; the gap's bytes are read and dropped). PutBatch allocates one contiguous extent for its
+// entries where a free extent is large enough, so entries written together (one eviction batch: the
+// engine's consecutive chunks) lie together and are read back together. A failed request fails
+// exactly the entries it covered; each of them stays stored and can be read again. io_counts()
+// counts requests and entries, so the effect is visible.
 //
 // Freed extents are punched out (FALLOC_FL_PUNCH_HOLE: a file gives its blocks back, zram drops the
 // slots), coalesced with their neighbours and reused; a segment left empty (but not the last one)
@@ -42,9 +50,19 @@ class ExtentStore : public ChunkStore {
     uint64_t limit = 0;                      // 0 = no limit
     std::string limit_option;                // named in the ENOSPC message
     bool allocate_before_write = false;      // fallocate each extent before writing (files)
-    unsigned staging_buffers = 64;
-    size_t staging_bytes = 256 << 10;  // per buffer; larger entries use a temporary buffer
+    size_t staging_bytes = 16 << 20;         // registered arena; a batch group takes <= 1/4 of it
+    uint32_t max_request_bytes = 1 << 20;    // coalesced request size cap
+    uint32_t max_gap_bytes = 64 << 10;       // reads: largest gap spanned between two entries
+    unsigned ring_entries = 128;             // io_uring depth (requests in flight per submission)
   };
+
+  // Requests issued and entries they carried since the store was created (Get, GetBatch; Put,
+  // PutBatch). entries / requests is the coalescing factor.
+  struct IoCounts {
+    uint64_t read_requests = 0, read_entries = 0, read_bytes = 0;
+    uint64_t write_requests = 0, write_entries = 0, write_bytes = 0;
+  };
+  IoCounts io_counts() const;
 
   ~ExtentStore() override;
 
@@ -54,7 +72,7 @@ class ExtentStore : public ChunkStore {
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
 
-  // Batched forms (one io_uring submission per group of staging buffers).
+  // Batched forms (one io_uring submission per group of entries; adjacent entries coalesced).
   struct PutReq {
     const void* data = nullptr;
     size_t len = 0;
@@ -106,17 +124,38 @@ class ExtentStore : public ChunkStore {
   };
   struct Buf {
     unsigned char* p = nullptr;
-    int index = -1;  // registered buffer index, -1: temporary mapping
+    int index = -1;  // registered buffer index (0: the arena), -1: temporary mapping
     size_t size = 0;
   };
+  // One request: the entries `members` (indices into the batch) lying in [off, off + len) of
+  // segment `seg`, in disk order.
+  struct Run {
+    uint32_t seg = 0;
+    int fd = -1;
+    uint64_t off = 0;
+    uint64_t len = 0;
+    size_t buf_off = 0;  // where the run lies in its group's buffer
+    std::vector<size_t> members;
+  };
 
-  // The io_uring operation that reads (write=false) or writes the whole slot `loc` of file `fd`
-  // through staging buffer `b`.
-  static Uring::Op SlotOp(bool write, int fd, const Buf& b, const Loc& loc);
-  bool AllocLocked(uint32_t alen, Loc* loc, Status* why);
+  // Sorts `idx` (indices into `locs`) by disk position and cuts it into runs: next entries join a
+  // run while it stays within max_request_bytes and the gap before them is at most `max_gap`.
+  std::vector<Run> MakeRuns(const std::vector<Loc>& locs, std::vector<size_t> idx,
+                            uint64_t max_gap) const;
+  // The io_uring operation that reads (write=false) or writes run `r` of file `fd` through `b`.
+  static Uring::Op RunOp(bool write, const Buf& b, const Run& r);
+  // First fit. `may_open`: open another segment when none has room.
+  bool AllocLocked(uint64_t alen, bool may_open, Loc* loc, Status* why);
+  // Allocates extents of alens[i] bytes (4 KiB multiples; 0 = skip that entry), contiguously in
+  // that order when one free extent of an open segment is large enough, else one by one. Sets
+  // (*locs)[i].seg/off/alen and (*have)[i]; (*statuses)[i] on failure. REQUIRES: mu_.
+  void AllocGroupLocked(const std::vector<uint64_t>& alens, std::vector<Loc>* locs,
+                        std::vector<bool>* have, std::vector<Status>* statuses);
   // Punches, then frees the extent (takes mu_). `reserved`: it was never stored (a failed Put).
   void ReleaseExtent(const Loc& loc, bool reserved);
-  Buf TakeBuffer(size_t need);  // blocks while the pool is empty
+  // A piece of the arena of `need` bytes (blocks until one is free), or a temporary mapping when
+  // `need` is more than a quarter of the arena. p == nullptr: out of memory.
+  Buf TakeBuffer(size_t need);
   void GiveBuffer(const Buf& b);
   void IoError(const char* what, long res);
 
@@ -126,11 +165,14 @@ class ExtentStore : public ChunkStore {
   Uring rings_[kRings];
   std::atomic<unsigned> next_ring_{0};
   Uring& NextRing() { return rings_[next_ring_.fetch_add(1, std::memory_order_relaxed) % kRings]; }
-  unsigned char* staging_ = nullptr;  // staging_buffers * staging_bytes, registered
+  unsigned char* staging_ = nullptr;  // staging_bytes, registered as buffer 0
 
   std::mutex pool_mu_;
   std::condition_variable pool_cv_;
-  std::vector<int> free_bufs_;  // guarded by pool_mu_
+  std::map<size_t, size_t> free_arena_;  // guarded by pool_mu_: offset -> length, coalesced
+
+  std::atomic<uint64_t> read_requests_{0}, read_entries_{0}, read_bytes_{0};
+  std::atomic<uint64_t> write_requests_{0}, write_entries_{0}, write_bytes_{0};
 
   mutable std::mutex mu_;
   std::vector<Segment> segments_;                 // guarded by mu_

@@ -339,6 +339,10 @@ bool TieredStore::MoveBatch() {
     }
   }
   if (items.empty()) return false;
+  // Write the batch in Put order (handles grow with each Put): the engine evicts a region's chunks
+  // one after another, so they land next to each other in the lower tier and a later read-back of
+  // the region coalesces them into large requests.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.h < b.h; });
   for (Item& it : items) {
     Status s = ram_->Get(it.inner, [&](const void* p, size_t n) {
       it.bytes.assign(static_cast<const unsigned char*>(p),

@@ -5,8 +5,10 @@
 //   - Put goes to the RAM store. When that is past its high-water mark (90% of its limit) the mover
 //     thread is woken and moves the coldest RAM entries (largest reuse hint, else oldest last
 //     Put/Get) down to the first lower tier with room, in io_uring batches, until RAM is under the
-//     low-water mark (75%). If RAM is full right now, Put writes straight to the first lower tier
-//     with room, so Put never fails just because RAM is full.
+//     low-water mark (75%). A batch is written in Put order, so chunks evicted one after another
+//     lie together in the lower tier and are read back in coalesced requests. If RAM is full right
+//     now, Put writes straight to the first lower tier with room, so Put never fails just because
+//     RAM is full.
 //   - Get reads from wherever the entry is (a prefetched copy first).
 //   - Prefetch(h) of an entry in a lower tier queues it for the prefetch threads (two), which read
 //     queued entries in batches (one io_uring submission each) into a bounded cache (64 MiB) that

@@ -42,6 +42,18 @@ def stat(name):
     return ZR.zrtier_stat(name.encode()) if ZR else 0
 
 
+# Where a copy call's time goes (zrtier counters, microseconds per copy).
+PROFILE = ("copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns", "publish_ns", "copy_stall_ns")
+
+
+def profile_since(before, iters):
+    return {k[:-3] + "_us": round((stat(k) - before[k]) / iters / 1e3, 1) for k in PROFILE} if ZR else {}
+
+
+def profile_now():
+    return {k: stat(k) for k in PROFILE}
+
+
 def bf16_fill(t, seed):
     g = torch.Generator(device=dev)
     g.manual_seed(seed)
@@ -91,19 +103,22 @@ def copy_mode(size, iters):
     def bench(case, host, before=None, check=True):
         host.copy_(gpu)  # D2H fill (also exercises the D2H path)
         torch.cuda.synchronize()
-        d0 = stat("h2d_dma_ops")
+        d0, p0 = stat("h2d_dma_ops"), profile_now()
         t = timed(lambda: gpu2.copy_(host, non_blocking=True), iters, before)
         dmas = (stat("h2d_dma_ops") - d0) / iters
         if check:
             assert torch.equal(gpu2, ref), f"{case}: H2D bytes differ"
-        emit(mode="copy", case=case, dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas)
+        emit(mode="copy", case=case, dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
+             **profile_since(p0, iters))
+        p0 = profile_now()
         t = timed(lambda: host.copy_(gpu, non_blocking=True), iters)
+        prof = profile_since(p0, iters)
         torch.cuda.synchronize()
         gpu2.zero_()
         gpu2.copy_(host)
         if check:
             assert torch.equal(gpu2, ref), f"{case}: D2H bytes differ"
-        emit(mode="copy", case=case, dir="d2h", bytes=size, gbps=size / t / 1e9)
+        emit(mode="copy", case=case, dir="d2h", bytes=size, gbps=size / t / 1e9, **prof)
 
     gpu2 = torch.empty_like(gpu)
     r = raw_pinned(n)
@@ -126,11 +141,12 @@ def copy_mode(size, iters):
         rc = ZR.zrtier_evict_range(ptr, nbytes)
         assert rc == 0, f"zrtier_evict_range failed: {rc}"
 
-    d0 = stat("h2d_dma_ops")
+    d0, p0 = stat("h2d_dma_ops"), profile_now()
     t = timed(lambda: gpu2.copy_(z, non_blocking=True), iters, to_t2)
     dmas = (stat("h2d_dma_ops") - d0) / iters
     assert torch.equal(gpu2, ref), "zrtier_t2: H2D bytes differ"
-    emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas)
+    emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
+         **profile_since(p0, iters))
 
 
 def stream_mode(total, layer, passes):

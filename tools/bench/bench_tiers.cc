@@ -3,9 +3,14 @@
 // compression ratio of the kernel's zram codecs on the same raw bf16 data against zrtier's codec.
 //
 // read_mbps counts the encoded bytes delivered to the caller (copied into its buffer) per second of
-// the read loop; p50/p99 are per-Get latencies. The file tier reads with O_DIRECT (no page cache)
-// unless the file system refuses it.
+// the read loop; p50/p99 are per-Get latencies; reqs / avg_req_kib are the I/O requests the tier
+// issued during the loop and their average size (adjacent entries of a batch are read in one
+// request). Reads go in shuffled order, except the `+prefetch-seq` rows, which read the same
+// entries in the order they were written (a region read front to back). The file tier reads with
+// O_DIRECT (no page cache) unless the file system refuses it. The `disk-dd-1m` row reads the spill
+// files themselves with 1 MiB O_DIRECT requests: the disk's speed during the same run, for scale.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,15 +51,63 @@ double NowUs() {
 
 struct ReadResult {
   double mbps = 0, p50 = 0, p99 = 0;
+  int64_t reqs = -1;  // >= 0: requests issued (when the tier does not count them itself)
+  double avg_kib = 0;
 };
 
-// Reads every handle (in a shuffled order) into a caller buffer; with `ahead` > 0 issues Prefetch
-// that many entries ahead of each Get.
+// The disk's own speed right now, for scale: every spill file in `dir` read front to back with
+// 1 MiB O_DIRECT preads, one at a time (what `dd bs=1M iflag=direct` does), up to its allocated
+// size (a fresh store fills its segments from offset 0). Latencies are per 1 MiB read.
+ReadResult DiskRead(const std::string& dir, bool* ok) {
+  constexpr size_t kReq = 1 << 20;
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, kReq) != 0) {
+    *ok = false;
+    return {};
+  }
+  std::vector<double> lat;
+  uint64_t bytes = 0;
+  double start = NowUs();
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".spill") continue;
+    int fd = open(e.path().c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+      if (fd >= 0) close(fd);
+      continue;
+    }
+    uint64_t len = std::min<uint64_t>(st.st_size, static_cast<uint64_t>(st.st_blocks) * 512);
+    for (uint64_t off = 0; off + kReq <= len; off += kReq) {
+      double t0 = NowUs();
+      if (pread(fd, buf, kReq, static_cast<off_t>(off)) != static_cast<ssize_t>(kReq)) break;
+      lat.push_back(NowUs() - t0);
+      bytes += kReq;
+    }
+    close(fd);
+  }
+  double secs = (NowUs() - start) / 1e6;
+  free(buf);
+  ReadResult r;
+  if (lat.empty()) {
+    fprintf(stderr, "bench tiers: disk baseline: nothing to read in %s\n", dir.c_str());
+    return r;
+  }
+  std::sort(lat.begin(), lat.end());
+  r.mbps = bytes / 1e6 / secs;
+  r.p50 = lat[lat.size() / 2];
+  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+  r.reqs = static_cast<int64_t>(lat.size());
+  r.avg_kib = kReq / 1024.0;
+  return r;
+}
+
+// Reads every handle (in a shuffled order, or in write order when seed is 0) into a caller buffer;
+// with `ahead` > 0 issues Prefetch that many entries ahead of each Get.
 ReadResult ReadBack(ChunkStore* store, const std::vector<StoreHandle>& hs, int ahead, uint64_t seed,
                     bool* ok) {
   std::vector<size_t> order(hs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+  if (seed) std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
   std::vector<unsigned char> dst(Codec::MaxEncodedSize(kChunk));
   std::vector<double> lat;
   lat.reserve(hs.size());
@@ -224,16 +277,28 @@ int Run(const Args& a) {
     printf("%zu chunks of 64 KiB bf16, encoded to %.1f MB (zrtier codec auto, %.3fx)\n", n,
            enc_bytes / 1e6, static_cast<double>(n * kChunk) / enc_bytes);
 
-  Report tiers({"tier", "read_mbps", "p50_us", "p99_us"});
-  auto add = [&](const std::string& name, const ReadResult& r) {
-    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1)});
+  Report tiers({"tier", "read_mbps", "p50_us", "p99_us", "reqs", "avg_req_kib"});
+  // `before`: the tier's request counts at the start of the read loop (store nullptr: RAM).
+  auto add = [&](const std::string& name, const ReadResult& r, const ExtentStore* store,
+                 const ExtentStore::IoCounts& before) {
+    std::string reqs = "-", avg = "-";
+    if (r.reqs >= 0) {
+      reqs = std::to_string(r.reqs);
+      avg = Fixed(r.avg_kib, 1);
+    } else if (store) {
+      ExtentStore::IoCounts now = store->io_counts();
+      uint64_t n = now.read_requests - before.read_requests;
+      reqs = std::to_string(n);
+      if (n) avg = Fixed((now.read_bytes - before.read_bytes) / 1024.0 / n, 1);
+    }
+    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1), reqs, avg});
   };
   bool ok = true;
   {
     RamStore ram(0, -1, Os::Default());
     std::vector<StoreHandle> hs;
     if (!Fill(&ram, enc, &hs)) return 1;
-    add("ram", ReadBack(&ram, hs, 0, 1, &ok));
+    add("ram", ReadBack(&ram, hs, 0, 1, &ok), nullptr, {});
   }
   // Lower tiers alone, then behind a TieredStore whose RAM tier is (nearly) full, with Prefetch.
   auto run_lower = [&](const char* name, std::unique_ptr<ExtentStore> store) {
@@ -242,11 +307,14 @@ int Run(const Args& a) {
       ok = false;
       return;
     }
-    add(name, ReadBack(store.get(), hs, 0, 2, &ok));
-    add(std::string(name) + "+batch", BatchReadBack(store.get(), hs, 4, &ok));
+    ExtentStore::IoCounts c0 = store->io_counts();
+    add(name, ReadBack(store.get(), hs, 0, 2, &ok), store.get(), c0);
+    c0 = store->io_counts();
+    add(std::string(name) + "+batch", BatchReadBack(store.get(), hs, 4, &ok), store.get(), c0);
     for (StoreHandle h : hs) store->Free(h);
   };
   auto run_prefetched = [&](const std::string& name, std::unique_ptr<ExtentStore> store) {
+    const ExtentStore* tier = store.get();  // owned by the stack from here on
     std::vector<std::unique_ptr<ExtentStore>> lower_tiers;
     lower_tiers.push_back(std::move(store));
     // A RAM tier of 64 KiB: every chunk falls through to the lower tier.
@@ -258,7 +326,12 @@ int Run(const Args& a) {
       return;
     }
     stack.WaitIdle();
-    add(name + "+prefetch", ReadBack(&stack, hs, a.ahead, 3, &ok));
+    ExtentStore::IoCounts c0 = tier->io_counts();
+    add(name + "+prefetch", ReadBack(&stack, hs, a.ahead, 3, &ok), tier, c0);
+    stack.WaitIdle();
+    c0 = tier->io_counts();
+    add(name + "+prefetch-seq", ReadBack(&stack, hs, a.ahead, 0, &ok), tier, c0);
+    if (name == "file") add("disk-dd-1m", DiskRead(a.dir, &ok), nullptr, {});
   };
   std::string zram_why = ZramDevice::UnavailableReason();
   for (int pass = 0; pass < 2; ++pass) {
