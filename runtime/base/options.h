@@ -67,7 +67,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kZramSize, "ZRAM_SIZE", kSize, "25%", "bytes", "", "",                                       \
     "disksize of the zram device the zram tier configures (its capacity for encoded chunks)")    \
   X(kLibrary, "LIBRARY", kString, "", "path", "", "",                                            \
-    "libzrtier.so for zrtier run to preload (default: found next to the zrtier binary)")
+    "libzrtier.so for zrtier run to preload (default: found next to the zrtier binary)")         \
+  X(kPolicy, "POLICY", kString, "reuse", "", "reuse|lru", "policy",                              \
+    "what leaves T0 first: reuse (the chunk predicted to be needed farthest ahead) or lru")
 // clang-format on
 
 enum class Opt : int {

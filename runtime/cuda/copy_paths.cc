@@ -525,7 +525,7 @@ bool Shim::PrefetchChunk(uint64_t region, uint64_t chunk) {
   uint64_t gen = backend_->Generation(addr);
   int slot = pool_->PinCached(region, chunk, gen);
   if (slot < 0) {
-    slot = pool_->Acquire(-1);
+    slot = pool_->AcquireForPrefetch(region, chunk);
     if (slot < 0) {
       pool_->Reap();
       return false;

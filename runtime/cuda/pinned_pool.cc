@@ -1,5 +1,6 @@
 #include "runtime/cuda/pinned_pool.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <string>
@@ -27,7 +28,16 @@ Status PinnedPool::Create(const CudaApi* api, size_t bytes, size_t slot_size,
 }
 
 PinnedPool::PinnedPool(const CudaApi* api, char* base, size_t slot_size, size_t n)
-    : api_(api), base_(base), slot_size_(slot_size), events_(api), slots_(n) {}
+    : api_(api),
+      base_(base),
+      slot_size_(slot_size),
+      events_(api),
+      slots_(n),
+      index_(n),
+      slack_(std::max<uint64_t>(64, n / 256)),
+      prefetch_reserve_(std::max<size_t>(1, n / 4)) {
+  for (size_t i = 0; i < n; ++i) RekeyLocked(static_cast<int>(i));
+}
 
 PinnedPool::~PinnedPool() {
   std::deque<Inflight> left;
@@ -44,13 +54,113 @@ PinnedPool::~PinnedPool() {
   api_->cudaFreeHost(base_);
 }
 
+void PinnedPool::RekeyLocked(int slot) {
+  const SlotMeta& s = slots_[slot];
+  if (SlotIsFree(s))
+    index_.Insert(slot, EvictKey(s, slot));
+  else
+    index_.Remove(slot);
+}
+
 void PinnedPool::DropCachedLocked(int slot) {
   SlotMeta& s = slots_[slot];
   if (!s.cached) return;
+  if (s.prefetched && oracle_) oracle_->OnPrefetchDropped(s.region, s.chunk);
+  s.prefetched = false;
   cache_.erase(Key{s.region, s.chunk});
   s.cached = false;
+  s.next_use = kNoNextUse;
   --cached_count_;
   StatSub(Stat::t0_bytes, slot_size_);
+  RekeyLocked(slot);
+}
+
+uint64_t PinnedPool::PredictLocked(uint64_t region, uint64_t chunk) const {
+  if (!oracle_) return kNoNextUse;
+  const uint64_t d = oracle_->NextUseDistance(region, chunk);
+  if (d == kNoNextUse) return kNoNextUse;
+  return std::min<uint64_t>(clock_.load(std::memory_order_relaxed) + d, kMaxPredictedTick);
+}
+
+void PinnedPool::NoteAccess(uint64_t chunks) {
+  uint64_t seen = max_access_.load(std::memory_order_relaxed);
+  while (chunks > seen && !max_access_.compare_exchange_weak(seen, chunks)) {
+  }
+  clock_.fetch_add(chunks, std::memory_order_relaxed);
+}
+
+bool PinnedPool::ExpiredLocked(int slot) const {
+  const SlotMeta& s = slots_[slot];
+  if (!s.cached || s.next_use == kNoNextUse) return false;
+  // Passed unused: later than 4x its predicted distance (the clock counts every stream's accesses,
+  // a plan's distance only its own stream's), plus the largest access (the clock jumps to the end
+  // of an access before its chunks are served) and the slack.
+  const uint64_t dist = s.next_use - std::min(s.next_use, s.predicted_at);
+  const uint64_t due = s.next_use + 3 * dist + slack_ + max_access_.load(std::memory_order_relaxed);
+  return due < clock_.load(std::memory_order_relaxed);
+}
+
+uint64_t PinnedPool::SlackLocked(uint64_t best_key) const {
+  const uint64_t now = clock_.load(std::memory_order_relaxed);
+  const uint64_t dist = best_key > now ? best_key - now : 0;
+  return std::min<uint64_t>(slack_, dist / 8);
+}
+
+int PinnedPool::PickLocked(int after) const {
+  int best = index_.Max();
+  if (best < 0) return -1;
+  uint64_t best_key = index_.Key(best);
+  // Every free slot holds a predicted chunk: a prediction that has passed unused goes first.
+  bool expired = false;
+  if (IsPredictedKey(best_key)) {
+    const int oldest = index_.Min();
+    if (ExpiredLocked(oldest)) {
+      best = oldest;
+      best_key = index_.Key(oldest);
+      expired = true;
+    }
+  }
+  const bool best_predicted = IsPredictedKey(best_key) && !expired;
+  const uint64_t slack = best_predicted ? SlackLocked(best_key) : 0;
+  // The next slot keeps the run contiguous (one DMA) if it is about as good a victim.
+  if (after >= 0 && after + 1 < static_cast<int>(slots_.size()) && index_.Contains(after + 1)) {
+    const int next = after + 1;
+    const SlotMeta& s = slots_[next];
+    const uint64_t key = index_.Key(next);
+    bool fine;
+    if (!s.cached || ExpiredLocked(next)) {
+      fine = true;  // nothing worth keeping
+    } else if (!IsPredictedKey(key)) {
+      // Cold (no predicted use): not used during the last half-pool of acquisitions.
+      fine = s.last_use + slots_.size() / 2 < tick_;
+    } else {
+      // Predicted: only instead of another predicted chunk needed about as late.
+      fine = best_predicted && key + slack >= best_key;
+    }
+    if (fine) return next;
+  }
+  if (!best_predicted) return best;
+  // Start of the run of slots with about the same key (filled in order by one copy), so that the
+  // following Acquire(after) calls continue it.
+  constexpr int kMaxRunWalk = 64;
+  for (int step = 0; step < kMaxRunWalk && best > 0; ++step) {
+    const int prev = best - 1;
+    if (!index_.Contains(prev)) break;
+    const uint64_t key = index_.Key(prev);
+    if (!IsPredictedKey(key) || ExpiredLocked(prev) || key + slack < best_key) break;
+    best = prev;
+  }
+  return best;
+}
+
+int PinnedPool::PinForFillLocked(int slot) {
+  DropCachedLocked(slot);
+  SlotMeta& s = slots_[slot];
+  s.pinned = 1;
+  s.prefetched = false;
+  s.last_use = ++tick_;
+  index_.Remove(slot);
+  return slot;
 }
 
 int PinnedPool::PinCached(uint64_t region, uint64_t chunk, uint64_t gen) {
@@ -69,6 +179,10 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   }
   ++s.pinned;
   s.last_use = ++tick_;
+  s.next_use = PredictLocked(region, chunk);
+  s.predicted_at = clock_.load(std::memory_order_relaxed);
+  s.prefetched = false;
+  index_.Remove(slot);
   return slot;
 }
 
@@ -78,21 +192,28 @@ int PinnedPool::Acquire(int after) {
 }
 
 int PinnedPool::AcquireLocked(int after) {
-  int slot = -1;
-  // The next slot keeps the run contiguous (one DMA), but only if it holds nothing worth keeping:
-  // uncached, or not used during the last half-pool of acquisitions (a recently used or freshly
-  // prefetched copy is left to the victim policy).
-  if (after >= 0 && after + 1 < static_cast<int>(slots_.size())) {
-    const SlotMeta& next = slots_[after + 1];
-    if (SlotIsFree(next) && (!next.cached || next.last_use + slots_.size() / 2 < tick_))
-      slot = after + 1;
-  }
-  if (slot < 0) slot = PickVictim(slots_);
+  const int slot = PickLocked(after);
   if (slot < 0) return -1;
-  DropCachedLocked(slot);
-  SlotMeta& s = slots_[slot];
-  s.pinned = 1;
-  s.last_use = ++tick_;
+  return PinForFillLocked(slot);
+}
+
+int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (index_.size() <= prefetch_reserve_) return -1;
+  const uint64_t want = PredictLocked(region, chunk);
+  int after = -1;
+  if (chunk > 0) {
+    auto it = cache_.find(Key{region, chunk - 1});
+    if (it != cache_.end()) after = it->second;
+  }
+  const int slot = PickLocked(after);
+  if (slot < 0) return -1;
+  const uint64_t key = index_.Key(slot);
+  // Never evict a chunk needed no later than the one fetched (an unpredicted fetch evicts only
+  // empty, cold or expired slots).
+  if (IsPredictedKey(key) && !ExpiredLocked(slot) && (want == kNoNextUse || key <= want)) return -1;
+  PinForFillLocked(slot);
+  slots_[slot].prefetched = true;  // until a copy hits it (Publish keeps the flag)
   return slot;
 }
 
@@ -113,9 +234,12 @@ void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64
   s.region = region;
   s.chunk = chunk;
   s.gen = gen;
+  s.next_use = PredictLocked(region, chunk);
+  s.predicted_at = clock_.load(std::memory_order_relaxed);
   cache_[Key{region, chunk}] = slot;
   ++cached_count_;
   StatAdd(Stat::t0_bytes, slot_size_);
+  RekeyLocked(slot);
 }
 
 void PinnedPool::Unpin(int slot) {
@@ -128,6 +252,7 @@ void PinnedPool::Unpin(int slot) {
 
 void PinnedPool::UnpinLocked(int slot) {
   --slots_[slot].pinned;
+  RekeyLocked(slot);
 }
 
 size_t PinnedPool::PinRun(uint64_t region, uint64_t first_chunk, size_t n, const uint64_t* gens,
@@ -165,12 +290,18 @@ void PinnedPool::UnpinRun(const int* slots, size_t n) {
 
 void PinnedPool::AddInflight(cudaEvent_t event, const std::vector<int>& slots) {
   std::lock_guard<std::mutex> l(mu_);
-  for (int s : slots) ++slots_[s].pending;
+  for (int s : slots) {
+    ++slots_[s].pending;
+    index_.Remove(s);
+  }
   inflight_.push_back(Inflight{event, slots, ++next_inflight_});
 }
 
 void PinnedPool::RetireLocked(Inflight& f) {
-  for (int s : f.slots) --slots_[s].pending;
+  for (int s : f.slots) {
+    --slots_[s].pending;
+    RekeyLocked(s);
+  }
 }
 
 void PinnedPool::Reap() {
@@ -220,6 +351,31 @@ void PinnedPool::DropRegion(uint64_t region) {
   std::lock_guard<std::mutex> l(mu_);
   for (size_t i = 0; i < slots_.size(); ++i)
     if (slots_[i].cached && slots_[i].region == region) DropCachedLocked(static_cast<int>(i));
+}
+
+void PinnedPool::SetOracle(SlotOracle* oracle) {
+  std::lock_guard<std::mutex> l(mu_);
+  oracle_ = oracle;
+}
+
+void PinnedPool::set_run_slack(uint64_t chunks) {
+  std::lock_guard<std::mutex> l(mu_);
+  slack_ = chunks;
+}
+
+void PinnedPool::set_prefetch_reserve(size_t slots) {
+  std::lock_guard<std::mutex> l(mu_);
+  prefetch_reserve_ = slots;
+}
+
+size_t PinnedPool::prefetch_reserve() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return prefetch_reserve_;
+}
+
+size_t PinnedPool::free_slots() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return index_.size();
 }
 
 uint64_t PinnedPool::cached_bytes() const {

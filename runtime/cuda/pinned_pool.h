@@ -5,12 +5,26 @@
 // of a chunk (region id, chunk index, Engine generation) so that a repeated H2D of unchanged data
 // is a pure DMA from the slot.
 //
-// Locking: mu_ guards slots_, cache_, inflight_ and tick_. CUDA is NEVER called with mu_ held:
-// host functions running on CUDA streams take mu_ (Publish/Unpin) and a copy call waiting inside
-// CUDA must not block them. Invariants: a slot in cache_ has cached == true and its key; a slot
+// Placement (slot_victim.h): the free slots sit in a VictimIndex ordered by eviction key, so a
+// victim is found in O(log n) without scanning the slots. With a SlotOracle (ZRTIER_POLICY=reuse
+// and the policy layer built in) a published or hit chunk is keyed by its predicted next use on the
+// pool's access clock (NoteAccess), and the victim is the free slot needed farthest in the future
+// (unpredicted chunks first, LRU among them); without one the pool is LRU. Acquire(after) still
+// prefers slot after+1 (one long DMA) when that slot is about as good a victim as the best one,
+// and a victim found in the index is moved back to the start of its run of similar keys so that the
+// next Acquire(after) continues the run. Prefetches take slots through AcquireForPrefetch, which
+// leaves a reserve of free slots to demand copies and never evicts a chunk needed sooner than the
+// one it fetches.
+//
+// Locking: mu_ guards slots_, index_, cache_, inflight_, tick_ and oracle_. CUDA is NEVER called
+// with mu_ held: host functions running on CUDA streams take mu_ (Publish/Unpin) and a copy call
+// waiting inside CUDA must not block them. The oracle IS called with mu_ held (lock order: pool,
+// then the oracle's own lock). Invariants: a slot in cache_ has cached == true and its key; a slot
+// is in index_ exactly when its pinned and pending counts are zero, with key EvictKey(slot); a slot
 // whose pinned or pending count is non-zero is never handed out by Acquire.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -45,9 +59,12 @@ class PinnedPool {
   // the slot index; otherwise -1 (a copy of an older generation is dropped).
   int PinCached(uint64_t region, uint64_t chunk, uint64_t gen);
   // Pins a free slot for filling and returns it, or -1 if every slot is held right now (the caller
-  // then issues what it has, or calls WaitForSlot if it holds nothing). Prefers `after`+1 so that
-  // consecutive chunks land in consecutive slots (one DMA for the run). The slot's cached copy, if
-  // any, is dropped.
+  // then issues what it has, or calls WaitForSlot if it holds nothing). The victim: an empty slot,
+  // else the cached chunk with no predicted use (least recently used), else one whose prediction
+  // passed unused, else the one predicted to be needed farthest ahead (without an oracle: LRU).
+  // Prefers `after`+1 when it is about as good a victim (see set_run_slack) so that consecutive
+  // chunks land in consecutive slots (one DMA for the run). The slot's cached copy, if any, is
+  // dropped. O(log slots).
   int Acquire(int after);
   // Records that `slot` (pinned by the caller) now holds the clean content of (region, chunk) at
   // generation `gen`.
@@ -82,6 +99,29 @@ class PinnedPool {
   // Drops every cached copy of `region` (the region was freed).
   void DropRegion(uint64_t region);
 
+  // Placement by predicted reuse. `oracle` (not owned; null = LRU) is asked, with mu_ held, for the
+  // next-use distance of every published or hit chunk. Returns when no query of the previous
+  // oracle is in progress, so the caller may then destroy it.
+  void SetOracle(SlotOracle* oracle);
+  // Advances the access clock: a copy of `chunks` chunks was just reported to the oracle (distances
+  // the oracle returns afterwards count from the end of that access). Any thread; lock-free.
+  void NoteAccess(uint64_t chunks);
+  // Like Acquire, for a prefetch of (region, chunk): returns -1 (take nothing) when at most
+  // prefetch_reserve() slots are free, or when the victim's chunk is predicted to be needed no
+  // later than this one. Prefers the slot after the one caching chunk-1 (a contiguous run). The
+  // slot is marked prefetched until a PinCached hits it; dropping it before that is reported to the
+  // oracle (SlotOracle::OnPrefetchDropped).
+  int AcquireForPrefetch(uint64_t region, uint64_t chunk);
+  // Free slots that prefetches leave to demand copies (default: a quarter of the pool).
+  void set_prefetch_reserve(size_t slots);
+  size_t prefetch_reserve() const;
+  // Keys within this many chunks (and within 1/8 of the best victim's distance) count as equally
+  // good victims, for the after+1 preference and run starts. Default max(64, slots / 256); 0 =
+  // exact farthest-next-use order (tests).
+  void set_run_slack(uint64_t chunks);
+  // Free (evictable) slots right now.
+  size_t free_slots() const;
+
   EventPool* events() { return &events_; }
   // Bytes of cached chunk copies.
   uint64_t cached_bytes() const;
@@ -106,6 +146,17 @@ class PinnedPool {
   void PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen);
   void UnpinLocked(int slot);
   void RetireLocked(Inflight& f);
+  // Puts `slot` into index_ with its current key if it is free, else takes it out.
+  void RekeyLocked(int slot);
+  // The predicted next-use tick of (region, chunk), or kNoNextUse.
+  uint64_t PredictLocked(uint64_t region, uint64_t chunk) const;
+  // The victim Acquire(after) would take, or -1. Does not change anything.
+  int PickLocked(int after) const;
+  // True when the slot's predicted next use passed unused long ago (a wrong prediction).
+  bool ExpiredLocked(int slot) const;
+  // How much earlier than `best_key` a key may be and still count as "as good a victim".
+  uint64_t SlackLocked(uint64_t best_key) const;
+  int PinForFillLocked(int slot);
 
   const CudaApi* api_;
   char* base_;
@@ -114,6 +165,14 @@ class PinnedPool {
   mutable std::mutex mu_;
   std::condition_variable unpinned_;
   std::vector<SlotMeta> slots_;
+  VictimIndex index_;
+  SlotOracle* oracle_ = nullptr;
+  std::atomic<uint64_t> clock_{0};
+  // The largest access reported: the clock jumps to the end of an access before its chunks are
+  // served, so a prediction is only "passed" once it is this much (and more) behind the clock.
+  std::atomic<uint64_t> max_access_{0};
+  uint64_t slack_;  // chunks: keys this close count as equal (runs, after+1, grace)
+  size_t prefetch_reserve_;
   std::unordered_map<Key, int, KeyHash> cache_;
   std::deque<Inflight> inflight_;
   uint64_t tick_ = 0;

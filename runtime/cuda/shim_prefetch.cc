@@ -10,9 +10,16 @@
 namespace zrtier {
 namespace {
 
-class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink {
+class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink, public SlotOracle {
  public:
-  PolicyPrefetch(Shim* shim, const policy::PrefetcherConfig& cfg) : shim_(shim), pf_(cfg, this) {}
+  PolicyPrefetch(Shim* shim, const policy::PrefetcherConfig& cfg, bool placement)
+      : shim_(shim), placement_(placement), pf_(cfg, this) {
+    if (placement_) shim_->pool()->SetOracle(this);
+  }
+  ~PolicyPrefetch() override {
+    // No pool query may reach the predictor once it is gone.
+    if (placement_) shim_->pool()->SetOracle(nullptr);
+  }
   void OnAccess(uint64_t region, uint64_t first, uint64_t count, bool d2h,
                 cudaStream_t stream) override {
     policy::Access a;
@@ -22,13 +29,20 @@ class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink {
     a.dir = d2h ? policy::Direction::kD2H : policy::Direction::kH2D;
     a.stream = reinterpret_cast<uintptr_t>(stream);
     pf_.OnAccess(a);
+    shim_->pool()->NoteAccess(a.chunk_count);
   }
   bool Prefetch(uint64_t region, uint64_t chunk) override {
     return shim_->PrefetchChunk(region, chunk);
   }
+  uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
+    const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
+    return d == policy::kNeverUsed ? kNoNextUse : d;
+  }
+  void OnPrefetchDropped(uint64_t region, uint64_t chunk) override { pf_.OnDropped(region, chunk); }
 
  private:
   Shim* shim_;
+  const bool placement_;
   policy::Prefetcher pf_;  // last: its workers stop (and stop calling Prefetch) first
 };
 
@@ -38,8 +52,10 @@ std::unique_ptr<ShimPrefetch> ShimPrefetch::Create(Shim* shim, const Options& op
                                                    uint64_t ahead_cap) {
   policy::PrefetcherConfig cfg = policy::PrefetcherConfig::FromOptions(opts);
   cfg.ahead_bytes = std::min<uint64_t>(cfg.ahead_bytes, ahead_cap);
-  if (cfg.ahead_bytes < cfg.chunk_size) return nullptr;
-  return std::make_unique<PolicyPrefetch>(shim, cfg);
+  if (cfg.ahead_bytes < cfg.chunk_size) cfg.ahead_bytes = 0;  // learn only
+  const bool placement = opts.String(Opt::kPolicy) != "lru";
+  if (!placement && cfg.ahead_bytes == 0) return nullptr;
+  return std::make_unique<PolicyPrefetch>(shim, cfg, placement);
 }
 
 }  // namespace zrtier

@@ -1,10 +1,18 @@
-// ShimPrefetch: connects the shim to the policy layer's Prefetcher (runtime/policy/prefetcher.h)
-// when that layer is built in: every H2D/D2H copy reports its chunk range (OnAccess), and the
-// prefetcher's workers ask the shim to make predicted chunks ready in T0 (Shim::PrefetchChunk:
-// pin a slot, Engine::Read into it, publish it as a clean cached copy). Without the policy layer,
-// or with ZRTIER_PREFETCH_AHEAD=0, Create returns null and the copy paths do not prefetch.
+// ShimPrefetch: connects the shim to the policy layer (runtime/policy/) when that layer is built
+// in: every H2D/D2H copy reports its chunk range (OnAccess) to the learned access predictor, which
+// then
+//   - answers the T0 pool's placement (ZRTIER_POLICY=reuse, the default): the pool keys every
+//     published or hit chunk by its predicted next use and evicts the one needed farthest ahead
+//     (PinnedPool::SetOracle, NoteAccess); this works with prefetching off (learn only);
+//   - with ZRTIER_PREFETCH_AHEAD > 0, drives the prefetcher's workers, which ask the shim to make
+//     predicted chunks ready in T0 (Shim::PrefetchChunk: PinnedPool::AcquireForPrefetch, which
+//     leaves a reserve of free slots to demand copies and never evicts a chunk needed sooner, then
+//     Engine::Read into the slot and publish it as a clean cached copy).
+// Without the policy layer, or with ZRTIER_POLICY=lru and ZRTIER_PREFETCH_AHEAD=0, Create returns
+// null and the copy paths neither learn nor prefetch (the pool is LRU).
 //
-// Thread safety: OnAccess may be called from any thread; it never blocks on a prefetch.
+// Thread safety: OnAccess may be called from any thread; it never blocks on a prefetch. The object
+// detaches itself from the pool in its destructor (before the predictor goes away).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,8 +32,9 @@ class ShimPrefetch {
   // A copy touches chunks [first, first+count) of `region` on `stream`.
   virtual void OnAccess(uint64_t region, uint64_t first, uint64_t count, bool d2h,
                         cudaStream_t stream) = 0;
-  // Null when prefetching is unavailable (no policy layer) or off (ZRTIER_PREFETCH_AHEAD=0).
-  // `ahead_cap` bounds the prefetch window (the shim passes half its pool).
+  // Null when the policy layer is unavailable, or when there is nothing to do (ZRTIER_POLICY=lru
+  // and ZRTIER_PREFETCH_AHEAD=0). `ahead_cap` bounds the prefetch window (the shim passes half its
+  // pool). REQUIRES: shim->pool() exists and outlives the returned object.
   static std::unique_ptr<ShimPrefetch> Create(Shim* shim, const Options& opts, uint64_t ahead_cap);
 };
 

@@ -2,20 +2,28 @@
 
 namespace zrtier {
 
-int PickVictim(const std::vector<SlotMeta>& slots) {
-  int best = -1;
-  uint64_t best_score = UINT64_MAX;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const SlotMeta& s = slots[i];
-    if (!SlotIsFree(s)) continue;
-    uint64_t score = s.cached ? s.last_use + 1 : 0;
-    if (score < best_score) {
-      best = static_cast<int>(i);
-      best_score = score;
-      if (score == 0) break;
-    }
+VictimIndex::VictimIndex(size_t slots) : it_(slots), parked_(slots), in_(slots, false) {
+  // Allocate every node once: insert, then park it.
+  for (size_t i = 0; i < slots; ++i) {
+    auto r = set_.emplace(0, static_cast<int>(i));
+    parked_[i] = set_.extract(r.first);
   }
-  return best;
+}
+
+void VictimIndex::Insert(int slot, uint64_t key) {
+  if (in_[slot]) {
+    if (it_[slot]->first == key) return;
+    parked_[slot] = set_.extract(it_[slot]);
+  }
+  parked_[slot].value().first = key;
+  it_[slot] = set_.insert(std::move(parked_[slot])).position;
+  in_[slot] = true;
+}
+
+void VictimIndex::Remove(int slot) {
+  if (!in_[slot]) return;
+  parked_[slot] = set_.extract(it_[slot]);
+  in_[slot] = false;
 }
 
 }  // namespace zrtier

@@ -55,6 +55,7 @@ uint32_t AccessPredictor::Intern(const Access& a) {
     // valid) and get a new plan epoch.
     nodes_.clear();
     node_ids_.clear();
+    chunk_nodes_.clear();
     order1_.clear();
     order2_.clear();
     for (auto& s : streams_) {
@@ -65,13 +66,22 @@ uint32_t AccessPredictor::Intern(const Access& a) {
     ++resets_;
   }
   auto [it, inserted] = node_ids_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
+  const uint32_t id = it->second;
   if (inserted) {
     nodes_.push_back(Node{a.region, a.first_chunk, a.chunk_count, a.dir});
     order1_.emplace_back();
   } else {
-    nodes_[it->second].chunk_count = a.chunk_count;
+    nodes_[id].chunk_count = a.chunk_count;
   }
-  return it->second;
+  Node& node = nodes_[id];
+  for (; node.mapped < node.chunk_count; ++node.mapped) {
+    ChunkNodes& cn = chunk_nodes_[ChunkKey{node.region, node.first_chunk + node.mapped}];
+    if (cn.first == kNone)
+      cn.first = id;
+    else
+      cn.more.push_back(id);
+  }
+  return id;
 }
 
 AccessPredictor::StreamState& AccessPredictor::StreamFor(uint64_t stream) {
@@ -107,14 +117,11 @@ bool AccessPredictor::Predict(uint32_t a, uint32_t b, uint32_t* next, float* con
 
 void AccessPredictor::PopFront(StreamState& s) {
   const Entry& e = s.plan.front();
-  const Node& node = nodes_[e.node];
-  for (uint32_t c = 0; c < e.chunk_count; ++c) {
-    auto it = s.uses.find(ChunkKey{node.region, node.first_chunk + c});
-    if (it == s.uses.end()) continue;
-    auto& v = it->second;
-    auto at = std::find(v.begin(), v.end(), e.raw_pos + c);
-    if (at != v.end()) v.erase(at);
-    if (v.empty()) s.uses.erase(it);
+  // The plan's first entry is its node's earliest.
+  auto it = s.uses.find(e.node);
+  if (it != s.uses.end()) {
+    if (!it->second.empty() && it->second.front().raw_pos == e.raw_pos) it->second.pop_front();
+    if (it->second.empty()) s.uses.erase(it);
   }
   s.plan_chunks -= e.chunk_count;
   s.plan.pop_front();
@@ -128,11 +135,9 @@ void AccessPredictor::TruncateAfter(StreamState& s, uint32_t a, uint32_t b) {
   if (k >= s.plan.size()) return;
   while (s.plan.size() > k) {
     const Entry& e = s.plan.back();
-    const Node& node = nodes_[e.node];
-    for (uint32_t c = 0; c < e.chunk_count; ++c) {
-      auto it = s.uses.find(ChunkKey{node.region, node.first_chunk + c});
-      if (it == s.uses.end()) continue;
-      if (!it->second.empty() && it->second.back() == e.raw_pos + c) it->second.pop_back();
+    auto it = s.uses.find(e.node);
+    if (it != s.uses.end()) {
+      if (!it->second.empty() && it->second.back().raw_pos == e.raw_pos) it->second.pop_back();
       if (it->second.empty()) s.uses.erase(it);
     }
     s.plan_chunks -= e.chunk_count;
@@ -175,9 +180,7 @@ void AccessPredictor::Extend(StreamState& s) {
       e.raw_pos = back.raw_pos + back.chunk_count;
       e.confidence = std::min(back.confidence, conf);
     }
-    const Node& node = nodes_[next];
-    for (uint32_t c = 0; c < e.chunk_count; ++c)
-      s.uses[ChunkKey{node.region, node.first_chunk + c}].push_back(e.raw_pos + c);
+    s.uses[next].push_back(NodeUse{e.raw_pos, e.chunk_count});
     s.plan_chunks += e.chunk_count;
     s.plan.push_back(e);
     s.tail2 = s.tail1;
@@ -280,12 +283,26 @@ uint64_t AccessPredictor::PlanEpoch(uint64_t stream) const {
 
 uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
   uint64_t best = kNeverUsed;
+  auto nodes = chunk_nodes_.find(key);
+  if (nodes == chunk_nodes_.end()) return best;
+  const ChunkNodes& cn = nodes->second;
   for (const auto& s : streams_) {
-    auto it = s.uses.find(key);
-    if (it == s.uses.end() || it->second.empty()) continue;
-    const int64_t at = static_cast<int64_t>(it->second.front()) + s.shift;
-    const uint64_t d = at > static_cast<int64_t>(s.pos) ? static_cast<uint64_t>(at) - s.pos : 0;
-    best = std::min(best, d);
+    if (s.uses.empty()) continue;
+    for (size_t k = 0; k <= cn.more.size(); ++k) {
+      const uint32_t id = k == 0 ? cn.first : cn.more[k - 1];
+      auto it = s.uses.find(id);
+      if (it == s.uses.end()) continue;
+      const uint64_t offset = key.chunk - nodes_[id].first_chunk;
+      // The node's earliest planned entry that covers the chunk (as planned; a grown node's
+      // older entries may be shorter).
+      for (const NodeUse& u : it->second) {
+        if (offset >= u.chunk_count) continue;
+        const int64_t at = static_cast<int64_t>(u.raw_pos + offset) + s.shift;
+        const uint64_t d = at > static_cast<int64_t>(s.pos) ? static_cast<uint64_t>(at) - s.pos : 0;
+        best = std::min(best, d);
+        break;
+      }
+    }
   }
   return best;
 }

@@ -105,6 +105,7 @@ class AccessPredictor : public NextUseOracle {
     uint64_t first_chunk;
     uint32_t chunk_count;
     Direction dir;
+    uint32_t mapped = 0;  // chunks [first_chunk, first_chunk + mapped) are in chunk_nodes_
   };
   struct NodeKey {
     uint64_t region, first_chunk;
@@ -122,6 +123,10 @@ class AccessPredictor : public NextUseOracle {
     uint64_t raw_pos;      // predicted position = raw_pos + StreamState::shift
     float confidence;
   };
+  struct NodeUse {
+    uint64_t raw_pos;
+    uint32_t chunk_count;  // as planned
+  };
   static constexpr uint32_t kNone = UINT32_MAX;
   struct StreamState {
     uint64_t id = 0;
@@ -137,8 +142,9 @@ class AccessPredictor : public NextUseOracle {
     uint64_t plan_chunks = 0;
     bool walk_ended = false;  // the tail reached an unknown context; retried after learning
     std::deque<Entry> plan;
-    // Raw positions at which each chunk is planned, ascending.
-    std::unordered_map<ChunkKey, std::vector<uint64_t>, ChunkKeyHash> uses;
+    // The plan entries of each node, by raw position, ascending (the bookkeeping is per access,
+    // not per chunk: a 4096-chunk layer costs one update per step of the plan).
+    std::unordered_map<uint32_t, std::deque<NodeUse>> uses;
   };
 
   uint32_t Intern(const Access& a);
@@ -156,6 +162,12 @@ class AccessPredictor : public NextUseOracle {
 
   PredictorConfig config_;
   std::vector<Node> nodes_;
+  // Which nodes contain each chunk (for NextUseDistance; filled when a node is interned or grows).
+  struct ChunkNodes {
+    uint32_t first = kNone;      // usually the only one
+    std::vector<uint32_t> more;  // overlapping accesses (split layers, ...)
+  };
+  std::unordered_map<ChunkKey, ChunkNodes, ChunkKeyHash> chunk_nodes_;
   std::unordered_map<NodeKey, uint32_t, NodeKeyHash> node_ids_;
   std::vector<SuccList> order1_;                   // indexed by node
   std::unordered_map<uint64_t, SuccList> order2_;  // key: prev2 << 32 | prev1

@@ -28,7 +28,8 @@ Prefetcher::Prefetcher(const PrefetcherConfig& config, PrefetchSink* sink)
       ahead_chunks_(config.chunk_size ? config.ahead_bytes / config.chunk_size : 0),
       sink_(sink),
       predictor_(config.predictor) {
-  const int n = ResolveWorkers(config.workers);
+  // Learn-only (no window): no workers, the predictor only answers next-use distances.
+  const int n = ahead_chunks_ ? ResolveWorkers(config.workers) : 0;
   threads_.reserve(n);
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
 }
@@ -78,7 +79,8 @@ void Prefetcher::OnAccess(const Access& a) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     predictor_.Observe(a);
-    for (uint32_t c = 0; c < a.chunk_count; ++c) {
+    const bool tracked = !pending_.empty() || !inflight_.empty() || !ready_.empty();
+    for (uint32_t c = 0; tracked && c < a.chunk_count; ++c) {
       const ChunkKey key{a.region, a.first_chunk + c};
       if (pending_.erase(key)) ++counters_.canceled;
       if (auto it = inflight_.find(key); it != inflight_.end()) it->second = true;

@@ -2,11 +2,25 @@
 // Belady's offline optimum at the same cache capacity, on synthetic layer orders (cyclic inference
 // scans and forward/backward training passes, clean, noisy and with order changes). See
 // runtime/policy/cache_sim.h for the exact rules and docs/PERFORMANCE.md for recorded results.
+//
+// `zrtier bench policy --pool`: the same question for the real T0 PinnedPool (runtime/cuda/),
+// driven the way the shim's copy path drives it (per layer copy: report the access, then per chunk
+// a cached hit or Acquire(prev) + Publish, unpinned piece by piece) over host memory (no GPU), with
+// the learned predictor in learn-only mode (ZRTIER_POLICY=reuse) or none (lru), beside Belady's
+// offline optimum at the same number of slots; plus the pool's cost per chunk (ns) at --slots.
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "runtime/cuda/pinned_pool.h"
 #include "runtime/policy/cache_sim.h"
+#include "runtime/policy/prefetcher.h"
 #include "runtime/policy/synthetic_trace.h"
 #include "tools/bench/bench.h"
 
@@ -25,6 +39,9 @@ struct PolicyArgs {
   uint32_t passes = 12;
   uint64_t ahead_chunks = 32;
   uint64_t seed = 1;
+  bool pool = false;
+  uint64_t slots = 50000;
+  uint32_t piece = 64;
 };
 
 struct Case {
@@ -84,6 +101,244 @@ void RunPolicy(const PolicyArgs& args) {
   report.Print(args.json);
 }
 
+// ---- --pool: the real PinnedPool over host memory ----
+
+cudaError_t HostAlloc(void** p, size_t n, unsigned) {
+  *p = malloc(n);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t FreeHost(void* p) {
+  free(p);
+  return cudaSuccess;
+}
+const CudaApi* HostApi() {
+  static const CudaApi api = [] {
+    CudaApi a;
+    a.cudaHostAlloc = &HostAlloc;
+    a.cudaFreeHost = &FreeHost;
+    return a;
+  }();
+  return &api;
+}
+
+// The shim's adapter (runtime/cuda/shim_prefetch.cc) without the shim.
+class LearnedOracle : public SlotOracle {
+ public:
+  LearnedOracle() : pf_(Config(), nullptr) {}
+  void OnAccess(const policy::Access& a) { pf_.OnAccess(a); }
+  uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
+    const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
+    return d == policy::kNeverUsed ? kNoNextUse : d;
+  }
+
+ private:
+  static policy::PrefetcherConfig Config() {
+    policy::PrefetcherConfig c;
+    c.ahead_bytes = 0;  // learn only
+    return c;
+  }
+  policy::Prefetcher pf_;
+};
+
+struct PoolRun {
+  std::vector<bool> hit;  // per chunk access
+  uint64_t runs = 0;      // DMA runs (consecutive slots of one piece) over the misses
+  uint64_t miss_chunks = 0;
+  double ns_per_chunk = 0;        // pool calls (PinCached, Acquire, Publish, Unpin) per chunk
+  double learn_ns_per_chunk = 0;  // Prefetcher::OnAccess + NoteAccess, per chunk
+};
+
+// Copies `trace` through a pool of `slots` slots like the shim does. reuse: with the learned
+// oracle.
+PoolRun RunPool(const std::vector<policy::Access>& trace, size_t slots, uint32_t piece,
+                bool reuse) {
+  PoolRun r;
+  std::unique_ptr<PinnedPool> pool;
+  if (!PinnedPool::Create(HostApi(), slots * 64, 64, &pool).ok()) return r;
+  std::unique_ptr<LearnedOracle> oracle;
+  if (reuse) {
+    oracle = std::make_unique<LearnedOracle>();
+    pool->SetOracle(oracle.get());
+  }
+  std::vector<int> held;
+  using Clock = std::chrono::steady_clock;
+  Clock::duration pool_time{}, learn_time{};
+  for (const policy::Access& a : trace) {
+    const auto t0 = Clock::now();
+    if (oracle) {
+      oracle->OnAccess(a);
+      pool->NoteAccess(a.chunk_count);
+    }
+    const auto t1 = Clock::now();
+    learn_time += t1 - t0;
+    int prev = -2;
+    bool in_run = false;
+    for (uint32_t i = 0; i < a.chunk_count; ++i) {
+      const uint64_t c = a.first_chunk + i;
+      int slot = pool->PinCached(a.region, c, 0);
+      r.hit.push_back(slot >= 0);
+      if (slot < 0) {
+        slot = pool->Acquire(prev < 0 ? -1 : prev);
+        if (slot < 0) {  // cannot happen: the piece is at most a quarter of the pool
+          fprintf(stderr, "pool: no free slot\n");
+          exit(1);
+        }
+        pool->Publish(slot, a.region, c, 0);
+        ++r.miss_chunks;
+        if (!in_run || slot != prev + 1) ++r.runs;
+        in_run = true;
+      } else {
+        in_run = false;
+      }
+      held.push_back(slot);
+      prev = slot;
+      if (held.size() == piece || i + 1 == a.chunk_count) {
+        for (int s : held) pool->Unpin(s);
+        held.clear();
+        prev = -2;
+        in_run = false;
+      }
+    }
+    pool_time += Clock::now() - t1;
+  }
+  const double n = r.hit.empty() ? 1 : static_cast<double>(r.hit.size());
+  r.ns_per_chunk = std::chrono::duration<double, std::nano>(pool_time).count() / n;
+  r.learn_ns_per_chunk = std::chrono::duration<double, std::nano>(learn_time).count() / n;
+  pool->SetOracle(nullptr);
+  return r;
+}
+
+// Belady's MIN with forced insertion (every miss takes a slot, like the pool): evict the cached
+// chunk whose next use is farthest. O(n log capacity). Per chunk access: hit or not.
+std::vector<bool> BeladyHits(const std::vector<policy::Access>& trace, size_t capacity) {
+  std::vector<policy::ChunkKey> chunks;
+  for (const policy::Access& a : trace)
+    for (uint32_t i = 0; i < a.chunk_count; ++i) chunks.push_back({a.region, a.first_chunk + i});
+  std::vector<uint64_t> next(chunks.size());
+  std::unordered_map<policy::ChunkKey, uint64_t, policy::ChunkKeyHash> seen;
+  for (size_t i = chunks.size(); i-- > 0;) {
+    auto it = seen.find(chunks[i]);
+    next[i] = it == seen.end() ? UINT64_MAX - i : it->second;  // distinct "never" keys
+    seen[chunks[i]] = i;
+  }
+  using Entry = std::pair<uint64_t, policy::ChunkKey>;  // (next use, chunk)
+  auto less = [](const Entry& x, const Entry& y) {
+    if (x.first != y.first) return x.first < y.first;
+    if (x.second.region != y.second.region) return x.second.region < y.second.region;
+    return x.second.chunk < y.second.chunk;
+  };
+  std::set<Entry, decltype(less)> order(less);
+  std::unordered_map<policy::ChunkKey, uint64_t, policy::ChunkKeyHash> cached;  // -> next use
+  std::vector<bool> hit(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    auto it = cached.find(chunks[i]);
+    hit[i] = it != cached.end();
+    if (hit[i]) {
+      order.erase({it->second, chunks[i]});
+    } else if (cached.size() >= capacity) {
+      auto victim = std::prev(order.end());
+      cached.erase(victim->second);
+      order.erase(victim);
+    }
+    cached[chunks[i]] = next[i];
+    order.insert({next[i], chunks[i]});
+  }
+  return hit;
+}
+
+// Hit ratio over the second half of the chunk accesses (learning done, steady state).
+double SteadyHitRatio(const std::vector<bool>& hit) {
+  const size_t from = hit.size() / 2;
+  uint64_t h = 0;
+  for (size_t i = from; i < hit.size(); ++i) h += hit[i];
+  return hit.size() > from ? double(h) / double(hit.size() - from) : 0;
+}
+
+void RunPoolBench(const PolicyArgs& args) {
+  Report report({"case", "pool_fraction", "reuse", "lru", "belady", "reuse_vs_belady",
+                 "reuse_chunks_per_dma", "lru_chunks_per_dma", "reuse_ns_per_chunk",
+                 "lru_ns_per_chunk", "learn_ns_per_chunk"});
+  const std::pair<const char*, policy::TraceShape> shapes[] = {
+      {"cyclic", policy::TraceShape::kCyclic}, {"fwdbwd", policy::TraceShape::kForwardBackward}};
+  for (const auto& [name, shape] : shapes) {
+    policy::TraceSpec spec;
+    spec.shape = shape;
+    spec.layers = args.layers;
+    spec.chunks_per_layer = args.chunks_per_layer;
+    spec.passes = args.passes;
+    spec.seed = args.seed;
+    const std::vector<policy::Access> trace = policy::MakeTrace(spec);
+    for (double f : {0.1, 0.5}) {
+      const size_t slots =
+          std::max<size_t>(4, static_cast<size_t>(f * policy::WorkingSetChunks(spec)));
+      const uint32_t piece = std::max<uint32_t>(1, std::min<uint32_t>(args.piece, slots / 4));
+      const PoolRun zr = RunPool(trace, slots, piece, true);
+      const PoolRun lru = RunPool(trace, slots, piece, false);
+      const double b = SteadyHitRatio(BeladyHits(trace, slots));
+      const double z = SteadyHitRatio(zr.hit);
+      report.AddRow({name, Fixed(f, 2), Fixed(z, 4), Fixed(SteadyHitRatio(lru.hit), 4), Fixed(b, 4),
+                     Fixed(b > 0 ? z / b : 0, 3),
+                     Fixed(zr.runs ? double(zr.miss_chunks) / double(zr.runs) : 0, 1),
+                     Fixed(lru.runs ? double(lru.miss_chunks) / double(lru.runs) : 0, 1),
+                     Fixed(zr.ns_per_chunk, 0), Fixed(lru.ns_per_chunk, 0),
+                     Fixed(zr.learn_ns_per_chunk, 0)});
+    }
+  }
+  // Cost per chunk at a large pool: a cyclic scan of twice --slots chunks in layers of 1024 chunks.
+  policy::TraceSpec big;
+  big.layers = static_cast<uint32_t>(std::max<uint64_t>(2, 2 * args.slots / 1024));
+  big.chunks_per_layer = 1024;
+  big.passes = 4;
+  const std::vector<policy::Access> big_trace = policy::MakeTrace(big);
+  const PoolRun zr = RunPool(big_trace, args.slots, args.piece, true);
+  const PoolRun lru = RunPool(big_trace, args.slots, args.piece, false);
+  report.AddRow({"cost_" + std::to_string(args.slots) + "_slots", "0.50",
+                 Fixed(SteadyHitRatio(zr.hit), 4), Fixed(SteadyHitRatio(lru.hit), 4), "-", "-",
+                 Fixed(zr.runs ? double(zr.miss_chunks) / double(zr.runs) : 0, 1),
+                 Fixed(lru.runs ? double(lru.miss_chunks) / double(lru.runs) : 0, 1),
+                 Fixed(zr.ns_per_chunk, 0), Fixed(lru.ns_per_chunk, 0),
+                 Fixed(zr.learn_ns_per_chunk, 0)});
+  // The victim choice before the VictimIndex: an LRU scan over every slot per Acquire.
+  std::vector<SlotMeta> metas(args.slots);
+  for (size_t i = 0; i < metas.size(); ++i) {
+    metas[i].cached = true;
+    metas[i].last_use = (i * 7919) % metas.size() + 1;
+  }
+  const int reps = 200;
+  volatile int sink = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) {
+    int best = -1;
+    uint64_t best_score = UINT64_MAX;
+    for (size_t i = 0; i < metas.size(); ++i) {
+      const SlotMeta& m = metas[i];
+      if (!SlotIsFree(m)) continue;
+      const uint64_t score = m.cached ? m.last_use + 1 : 0;
+      if (score < best_score) best = static_cast<int>(i), best_score = score;
+    }
+    sink = best;
+    metas[best].last_use += metas.size();
+  }
+  (void)sink;
+  const double scan_ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+      reps;
+  if (!args.json) {
+    printf(
+        "pool: %u layers x %u chunks, %u passes; hit ratios over the second half of the chunk "
+        "accesses; piece %u chunks\n",
+        args.layers, args.chunks_per_layer, args.passes, args.piece);
+    printf("chunks_per_dma = missed chunks per run of consecutive slots (one DMA each)\n");
+    printf(
+        "ns_per_chunk = pool calls per chunk: PinCached + (Acquire + Publish) + Unpin, with the "
+        "predictor's next-use query for reuse; learn_ns_per_chunk = Prefetcher::OnAccess per "
+        "chunk (learning, outside the pool lock); one thread\n");
+    printf("previous O(n) LRU scan per Acquire at %llu slots: %.0f ns\n",
+           static_cast<unsigned long long>(args.slots), scan_ns);
+  }
+  report.Print(args.json);
+}
+
 void AddPolicy(CLI::App* bench) {
   auto args = std::make_shared<PolicyArgs>();
   CLI::App* cmd = bench->add_subcommand(
@@ -96,7 +351,18 @@ void AddPolicy(CLI::App* bench) {
   cmd->add_option("--ahead", args->ahead_chunks, "prefetch window in chunks (zrtier_prefetch)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "noise seed")->capture_default_str();
-  cmd->callback([args] { RunPolicy(*args); });
+  cmd->add_flag("--pool", args->pool,
+                "drive the real T0 PinnedPool (reuse vs lru vs Belady, ns per chunk)");
+  cmd->add_option("--slots", args->slots, "--pool: slots of the large pool timed per chunk")
+      ->capture_default_str();
+  cmd->add_option("--piece", args->piece, "--pool: chunks pinned per piece (the shim's 4 MiB)")
+      ->capture_default_str();
+  cmd->callback([args] {
+    if (args->pool)
+      RunPoolBench(*args);
+    else
+      RunPolicy(*args);
+  });
 }
 
 }  // namespace
