@@ -39,6 +39,9 @@ struct H2DPiece {
 // oldest is finished and the GPU moves the one before.
 constexpr size_t kMaxWindow = 4;
 
+// Copies of at most this many chunks are reported to the predictor before their first piece.
+constexpr uint64_t kLearnFirstChunks = 1024;
+
 }  // namespace
 
 // Fills slots inside the stream (ordered mode): runs after every earlier operation of the stream,
@@ -253,9 +256,21 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   char* base = static_cast<char*>(r.base);
   const char* end = src + n;
   const uint64_t first = (src - base) / chunk_, last = (end - 1 - base) / chunk_;
-  if (prefetch_) prefetch_->OnAccess(r.id, first, last - first + 1, false, stream);
+  // The access is reported to the predictor before the chunks are keyed in the pool (placement
+  // keys each chunk by its predicted next use, counted from this access) -- except for long copies,
+  // where learning (~0.1 us per chunk, ~2 ms for 1 GiB) would delay the first DMA: those report
+  // once the first piece is on its way, so only that piece's few chunks are keyed one access early.
+  bool reported = prefetch_ == nullptr;
+  auto report = [&] {
+    if (!reported) prefetch_->OnAccess(r.id, first, last - first + 1, false, stream);
+    reported = true;
+  };
+  if (last - first + 1 <= kLearnFirstChunks) report();
   // A D2H into one of these chunks is still queued: its bytes exist only in stream order.
-  if (AnyPending(r.id, first, last)) return CopyFromRegionOrdered(dst, r, src, n, stream);
+  if (AnyPending(r.id, first, last)) {
+    report();
+    return CopyFromRegionOrdered(dst, r, src, n, stream);
+  }
 
   // Pipelined: plan piece i+1 (pin hits, take slots for misses, queue the misses' fill on the
   // workers) while the workers fill piece i and the GPU moves piece i-1. A piece holds at most
@@ -284,6 +299,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
                      pc.end, pc.failed.load(), /*publish=*/true, r.id, stream);
       StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
       inflight.pop_front();
+      report();
     }
     if (err != cudaSuccess || (cur >= end && inflight.empty())) break;
     // 2. Plan another piece while there is room in the window.
@@ -342,6 +358,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     workers_->Wait(*inflight.front()->fill);
     StatAdd(Stat::copy_wait_ns, MonotonicNs() - t_wait);
   }
+  report();
   // After an error: let the queued fills finish (they write into our slots), then release.
   for (auto& pc : inflight) {
     if (pc->fill) workers_->Wait(*pc->fill);
@@ -404,15 +421,21 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   char* base = static_cast<char*>(r.base);
   char* end = dst + n;
   char* cur = dst;
-  if (prefetch_) {
-    uint64_t first = (dst - base) / chunk_, last = (end - 1 - base) / chunk_;
-    prefetch_->OnAccess(r.id, first, last - first + 1, true, stream);
-  }
   uint64_t stall = 0;
   std::vector<PieceChunk> piece;
   std::vector<int> piece_slots(max_piece_chunks_);
   std::unique_ptr<bool[]> hits(new bool[max_piece_chunks_]);
   const uint64_t last = (end - 1 - base) / chunk_;
+  // Reported to the predictor first, or for long copies after the first piece (see
+  // CopyFromRegion).
+  bool reported = prefetch_ == nullptr;
+  auto report = [&] {
+    if (!reported)
+      prefetch_->OnAccess(r.id, (dst - base) / chunk_, last - (dst - base) / chunk_ + 1, true,
+                          stream);
+    reported = true;
+  };
+  if (last - (dst - base) / chunk_ + 1 <= kLearnFirstChunks) report();
   auto* group = new PublishGroup{this, r.id, {}, {}, {}};
   cudaError_t err = cudaSuccess;
   while (cur < end && err == cudaSuccess) {
@@ -499,8 +522,10 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       StartPublish(task);
     }
     StatAdd(Stat::copy_issue_ns, MonotonicNs() - t_issue);
+    report();
     cur = piece_end;
   }
+  report();
   cudaError_t eerr =
       err == cudaSuccess ? api_->cudaLaunchHostFunc(stream, &Shim::PublishEndFn, group) : err;
   if (eerr != cudaSuccess) {

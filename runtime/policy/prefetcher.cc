@@ -15,21 +15,13 @@ PrefetcherConfig PrefetcherConfig::FromOptions(const Options& options) {
   return c;
 }
 
-namespace {
-int ResolveWorkers(int requested) {
-  if (requested > 0) return requested;
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(2, cores / 2);
-}
-}  // namespace
-
 Prefetcher::Prefetcher(const PrefetcherConfig& config, PrefetchSink* sink)
     : config_(config),
       ahead_chunks_(config.chunk_size ? config.ahead_bytes / config.chunk_size : 0),
       sink_(sink),
       predictor_(config.predictor) {
   // Learn-only (no window): no workers, the predictor only answers next-use distances.
-  const int n = ahead_chunks_ ? ResolveWorkers(config.workers) : 0;
+  const int n = ahead_chunks_ ? zrtier::ResolveWorkers(config.workers) : 0;
   threads_.reserve(n);
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
 }

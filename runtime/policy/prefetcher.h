@@ -50,7 +50,7 @@ class PrefetchSink {
 struct PrefetcherConfig {
   uint64_t chunk_size = 64 << 10;
   uint64_t ahead_bytes = 256ull << 20;  // 0 = learn only, prefetch nothing (no worker threads)
-  int workers = 0;                      // 0 = half the cores, at least 2
+  int workers = 0;                      // 0 = ZRTIER_WORKERS default (ResolveWorkers)
   float min_confidence = 0.5f;
   PredictorConfig predictor;
 
