@@ -4,6 +4,7 @@
 #include "runtime/policy/prefetcher.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -239,9 +240,11 @@ TEST(PrefetcherConcurrencyTest, ConfigComesFromOptions) {
   EXPECT_EQ(c.workers, 3);
   FakeSink sink;
   PrefetcherConfig zero = c;
-  zero.workers = 0;  // half the cores, at least 2
+  zero.workers = 0;  // the ZRTIER_WORKERS default: all cores but two, at least 2
   Prefetcher p(zero, &sink);
-  EXPECT_EQ(p.workers(), std::max(2, static_cast<int>(std::thread::hardware_concurrency()) / 2));
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_EQ(p.workers(), std::max(2, cores - 2));
+  EXPECT_EQ(p.workers(), ResolveWorkers(0));
 }
 
 TEST(PrefetcherConcurrencyTest, StressManyStreamsSlotsAndReaders) {
