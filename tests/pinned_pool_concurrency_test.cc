@@ -23,24 +23,6 @@
 namespace zrtier {
 namespace {
 
-cudaError_t HostAlloc(void** p, size_t n, unsigned) {
-  *p = malloc(n);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t FreeHost(void* p) {
-  free(p);
-  return cudaSuccess;
-}
-const CudaApi* HostApi() {
-  static const CudaApi api = [] {
-    CudaApi a;
-    a.cudaHostAlloc = &HostAlloc;
-    a.cudaFreeHost = &FreeHost;
-    return a;
-  }();
-  return &api;
-}
-
 #ifdef ZRTIER_HAVE_POLICY
 class LearnedOracle : public SlotOracle {
  public:
@@ -81,7 +63,7 @@ TEST(PinnedPoolConcurrency, CopyThreadsNeverShareAFillSlotAndHitsHoldTheirBytes)
   printf("seed %llu\n", static_cast<unsigned long long>(seed));
   const size_t kSlots = 256;
   std::unique_ptr<PinnedPool> pool;
-  ASSERT_TRUE(PinnedPool::Create(HostApi(), kSlots * kSlotSize, kSlotSize, &pool).ok());
+  ASSERT_TRUE(PinnedPool::Create(HostMemoryCudaApi(), kSlots * kSlotSize, kSlotSize, &pool).ok());
   LearnedOracle oracle;
   pool->SetOracle(&oracle);
   pool->set_prefetch_reserve(kSlots / 4);

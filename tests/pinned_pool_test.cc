@@ -28,14 +28,6 @@ namespace zrtier {
 namespace {
 
 // Host-only CUDA: the pool's memory is malloc'ed; an event is an int that is non-zero once done.
-cudaError_t HostAlloc(void** p, size_t n, unsigned) {
-  *p = malloc(n);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t FreeHost(void* p) {
-  free(p);
-  return cudaSuccess;
-}
 cudaError_t EventQuery(cudaEvent_t e) {
   return *reinterpret_cast<int*>(e) ? cudaSuccess : cudaErrorNotReady;
 }
@@ -48,9 +40,7 @@ cudaError_t EventDestroy(cudaEvent_t) {
 }
 const CudaApi* HostApi() {
   static const CudaApi api = [] {
-    CudaApi a;
-    a.cudaHostAlloc = &HostAlloc;
-    a.cudaFreeHost = &FreeHost;
+    CudaApi a = *HostMemoryCudaApi();
     a.cudaEventQuery = &EventQuery;
     a.cudaEventSynchronize = &EventSync;
     a.cudaEventDestroy = &EventDestroy;

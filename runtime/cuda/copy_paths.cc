@@ -42,6 +42,13 @@ constexpr size_t kMaxWindow = 4;
 // Copies of at most this many chunks are reported to the predictor before their first piece.
 constexpr uint64_t kLearnFirstChunks = 1024;
 
+// Time a copy call waited for free slots.
+void RecordStall(uint64_t ns) {
+  if (!ns) return;
+  StatAdd(Stat::copy_stall_ns, ns);
+  HistRecord(Hist::copy_stall_latency, ns);
+}
+
 }  // namespace
 
 // Fills slots inside the stream (ordered mode): runs after every earlier operation of the stream,
@@ -366,10 +373,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   }
   if (err != cudaSuccess) return err;
   if (all_ready) StatAdd(Stat::copies_ready, 1);
-  if (stall) {
-    StatAdd(Stat::copy_stall_ns, stall);
-    HistRecord(Hist::copy_stall_latency, stall);
-  }
+  RecordStall(stall);
   return cudaSuccess;
 }
 
@@ -409,10 +413,7 @@ cudaError_t Shim::CopyFromRegionOrdered(void* dst, const RegionInfo& r, const ch
     if (err != cudaSuccess) return err;
     cur = piece_end;
   }
-  if (stall) {
-    StatAdd(Stat::copy_stall_ns, stall);
-    HistRecord(Hist::copy_stall_latency, stall);
-  }
+  RecordStall(stall);
   return cudaSuccess;
 }
 
@@ -534,10 +535,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     PublishEndFn(group);
     if (err == cudaSuccess) err = eerr;
   }
-  if (stall) {
-    StatAdd(Stat::copy_stall_ns, stall);
-    HistRecord(Hist::copy_stall_latency, stall);
-  }
+  RecordStall(stall);
   return err;
 }
 

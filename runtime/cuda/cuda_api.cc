@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -79,6 +80,27 @@ const CudaApi* RealCudaApi() {
 Status CudaApiStatus() {
   if (g_test_api.load(std::memory_order_acquire)) return Status::Ok();
   return TheReal().status;
+}
+
+namespace {
+cudaError_t MallocHostAlloc(void** p, size_t n, unsigned) {
+  *p = malloc(n);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t MallocFreeHost(void* p) {
+  free(p);
+  return cudaSuccess;
+}
+}  // namespace
+
+const CudaApi* HostMemoryCudaApi() {
+  static const CudaApi api = [] {
+    CudaApi a;
+    a.cudaHostAlloc = &MallocHostAlloc;
+    a.cudaFreeHost = &MallocFreeHost;
+    return a;
+  }();
+  return &api;
 }
 
 void SetCudaApiForTest(const CudaApi* api) {

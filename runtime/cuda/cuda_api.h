@@ -81,6 +81,10 @@ Status ResolveCudaApi(CudaApi* api);
 const CudaApi* RealCudaApi();
 Status CudaApiStatus();
 
+// A table for using the T0 pool without a GPU (benchmarks, tests): cudaHostAlloc and
+// cudaFreeHost are malloc and free; every other entry is null. Never null.
+const CudaApi* HostMemoryCudaApi();
+
 // Replaces the table (null = back to the real one). For tests; not thread-safe against callers.
 void SetCudaApiForTest(const CudaApi* api);
 

@@ -103,24 +103,6 @@ void RunPolicy(const PolicyArgs& args) {
 
 // ---- --pool: the real PinnedPool over host memory ----
 
-cudaError_t HostAlloc(void** p, size_t n, unsigned) {
-  *p = malloc(n);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t FreeHost(void* p) {
-  free(p);
-  return cudaSuccess;
-}
-const CudaApi* HostApi() {
-  static const CudaApi api = [] {
-    CudaApi a;
-    a.cudaHostAlloc = &HostAlloc;
-    a.cudaFreeHost = &FreeHost;
-    return a;
-  }();
-  return &api;
-}
-
 // The shim's adapter (runtime/cuda/shim_prefetch.cc) without the shim.
 class LearnedOracle : public SlotOracle {
  public:
@@ -154,7 +136,7 @@ PoolRun RunPool(const std::vector<policy::Access>& trace, size_t slots, uint32_t
                 bool reuse) {
   PoolRun r;
   std::unique_ptr<PinnedPool> pool;
-  if (!PinnedPool::Create(HostApi(), slots * 64, 64, &pool).ok()) return r;
+  if (!PinnedPool::Create(HostMemoryCudaApi(), slots * 64, 64, &pool).ok()) return r;
   std::unique_ptr<LearnedOracle> oracle;
   if (reuse) {
     oracle = std::make_unique<LearnedOracle>();
