@@ -17,11 +17,12 @@
 // one it fetches.
 //
 // Locking: mu_ guards slots_, index_, cache_, inflight_, tick_ and oracle_. CUDA is NEVER called
-// with mu_ held: host functions running on CUDA streams take mu_ (Publish/Unpin) and a copy call
-// waiting inside CUDA must not block them. The oracle IS called with mu_ held (lock order: pool,
-// then the oracle's own lock). Invariants: a slot in cache_ has cached == true and its key; a slot
-// is in index_ exactly when its pinned and pending counts are zero, with key EvictKey(slot); a slot
-// whose pinned or pending count is non-zero is never handed out by Acquire.
+// with mu_ held: the fill workers publishing a landed D2H piece take mu_ (PublishRun/UnpinRun)
+// and a copy call waiting inside CUDA for that piece must not block them. The oracle IS called with
+// mu_ held (lock order: pool, then the oracle's own lock). Invariants: a slot in cache_ has cached
+// == true and its key; a slot is in index_ exactly when its pinned and pending counts are zero,
+// with key EvictKey(slot); a slot whose pinned or pending count is non-zero is never handed out by
+// Acquire.
 #pragma once
 
 #include <atomic>
