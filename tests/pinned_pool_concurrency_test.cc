@@ -16,32 +16,12 @@
 #include "runtime/cuda/pinned_pool.h"
 
 #if __has_include("runtime/policy/prefetcher.h")
-#include "runtime/policy/prefetcher.h"
+#include "runtime/cuda/learned_oracle.h"
 #define ZRTIER_HAVE_POLICY 1
 #endif
 
 namespace zrtier {
 namespace {
-
-#ifdef ZRTIER_HAVE_POLICY
-class LearnedOracle : public SlotOracle {
- public:
-  LearnedOracle() : pf_(Config(), nullptr) {}
-  void OnAccess(const policy::Access& a) { pf_.OnAccess(a); }
-  uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
-    const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
-    return d == policy::kNeverUsed ? kNoNextUse : d;
-  }
-
- private:
-  static policy::PrefetcherConfig Config() {
-    policy::PrefetcherConfig c;
-    c.ahead_bytes = 0;
-    return c;
-  }
-  policy::Prefetcher pf_;
-};
-#endif
 
 constexpr size_t kSlotSize = 256;
 

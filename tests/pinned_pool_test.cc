@@ -19,8 +19,8 @@
 #include "runtime/cuda/slot_victim.h"
 
 #if __has_include("runtime/policy/prefetcher.h")
+#include "runtime/cuda/learned_oracle.h"
 #include "runtime/policy/cache_sim.h"
-#include "runtime/policy/prefetcher.h"
 #define ZRTIER_HAVE_POLICY 1
 #endif
 
@@ -381,25 +381,6 @@ TEST(PinnedPoolPlacement, PassedPredictionsLeaveBeforeFarOnes) {
 }
 
 #ifdef ZRTIER_HAVE_POLICY
-// The shim's adapter, minus the shim: the learned predictor answers the pool.
-class LearnedOracle : public SlotOracle {
- public:
-  explicit LearnedOracle(uint64_t chunk) : pf_(Config(chunk), nullptr) {}
-  void OnAccess(const policy::Access& a) { pf_.OnAccess(a); }
-  uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
-    const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
-    return d == policy::kNeverUsed ? kNoNextUse : d;
-  }
-
- private:
-  static policy::PrefetcherConfig Config(uint64_t chunk) {
-    policy::PrefetcherConfig c;
-    c.chunk_size = chunk;
-    c.ahead_bytes = 0;  // learn only
-    return c;
-  }
-  policy::Prefetcher pf_;
-};
 
 // Layer-by-layer copies the way the shim issues them: per piece of `piece` chunks, each chunk is a
 // cached hit or Acquire(prev) + fill + Publish; the piece's slots are unpinned after its "DMA".

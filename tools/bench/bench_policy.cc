@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/cuda/learned_oracle.h"
 #include "runtime/cuda/pinned_pool.h"
 #include "runtime/policy/cache_sim.h"
 #include "runtime/policy/prefetcher.h"
@@ -102,25 +103,6 @@ void RunPolicy(const PolicyArgs& args) {
 }
 
 // ---- --pool: the real PinnedPool over host memory ----
-
-// The shim's adapter (runtime/cuda/shim_prefetch.cc) without the shim.
-class LearnedOracle : public SlotOracle {
- public:
-  LearnedOracle() : pf_(Config(), nullptr) {}
-  void OnAccess(const policy::Access& a) { pf_.OnAccess(a); }
-  uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
-    const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
-    return d == policy::kNeverUsed ? kNoNextUse : d;
-  }
-
- private:
-  static policy::PrefetcherConfig Config() {
-    policy::PrefetcherConfig c;
-    c.ahead_bytes = 0;  // learn only
-    return c;
-  }
-  policy::Prefetcher pf_;
-};
 
 struct PoolRun {
   std::vector<bool> hit;  // per chunk access
