@@ -31,24 +31,6 @@ std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
   return v;
 }
 
-// Overwrites the result of the next `count` completions with -EIO after the real submission.
-class CqeFaultOs : public FaultyOs {
- public:
-  std::atomic<int> fail_cqes{0};
-  long IoUringSubmitAndWait(struct io_uring* ring, unsigned wait_nr) override {
-    long r = FaultyOs::IoUringSubmitAndWait(ring, wait_nr);
-    if (r >= 0 && fail_cqes.load() > 0) {
-      io_uring_cqe* cqe;
-      unsigned head;
-      io_uring_for_each_cqe(ring, head, cqe) {
-        if (fail_cqes.fetch_sub(1) <= 0) break;
-        cqe->res = -EIO;
-      }
-    }
-    return r;
-  }
-};
-
 class ExtentCoalescingTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -1,5 +1,7 @@
 #include "tests/testutil/faulty_os.h"
 
+#include <liburing.h>
+
 #include <sys/mman.h>
 
 namespace zrtier {
@@ -81,6 +83,19 @@ long FaultyOs::IoUringQueueInit(unsigned e, struct io_uring* r, unsigned f) {
 }
 long FaultyOs::IoUringSubmitAndWait(struct io_uring* r, unsigned w) {
   ZR_FAULTY(OsCall::kIoUringSubmitAndWait, Os::IoUringSubmitAndWait(r, w));
+}
+
+long CqeFaultOs::IoUringSubmitAndWait(struct io_uring* ring, unsigned wait_nr) {
+  long r = FaultyOs::IoUringSubmitAndWait(ring, wait_nr);
+  if (r >= 0 && fail_cqes.load() > 0) {
+    io_uring_cqe* cqe;
+    unsigned head;
+    io_uring_for_each_cqe(ring, head, cqe) {
+      if (fail_cqes.fetch_sub(1) <= 0) break;
+      cqe->res = -EIO;
+    }
+  }
+  return r;
 }
 
 }  // namespace zrtier

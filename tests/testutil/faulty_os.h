@@ -89,4 +89,12 @@ class FaultyOs : public Os {
   Rule rules_[static_cast<int>(OsCall::kCount)];
 };
 
+// A FaultyOs whose io_uring submissions really happen, after which the results of the next
+// `fail_cqes` completions are overwritten with -EIO: a device error on requests the kernel took.
+class CqeFaultOs : public FaultyOs {
+ public:
+  std::atomic<int> fail_cqes{0};
+  long IoUringSubmitAndWait(struct io_uring* ring, unsigned wait_nr) override;
+};
+
 }  // namespace zrtier
