@@ -18,7 +18,8 @@ TEST(FillWorkers, EveryItemRunsOnce) {
   for (int threads : {0, 1, 3}) {
     FillWorkers w(threads);
     std::vector<std::atomic<int>> hits(1000);
-    w.Run(hits.size(), [&](size_t i) { hits[i].fetch_add(1); });
+    auto b = w.Submit(hits.size(), [&](size_t i) { hits[i].fetch_add(1); });
+    w.Wait(*b);
     for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << i << " " << threads;
   }
 }

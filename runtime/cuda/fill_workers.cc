@@ -73,15 +73,6 @@ void FillWorkers::Wait(Batch& b) {
   done_.wait(l, [&] { return b.done(); });
 }
 
-void FillWorkers::Run(size_t count, const std::function<void(size_t)>& fn) {
-  if (count < 2 || threads_.empty()) {
-    for (size_t i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  auto b = Submit(count, [&fn](size_t i) { fn(i); });
-  Wait(*b);
-}
-
 void FillWorkers::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {

@@ -64,8 +64,6 @@ class FillWorkers {
                                 std::function<void()> then = nullptr);
   // Runs unclaimed items of `b` on the calling thread, then blocks until every item is finished.
   void Wait(Batch& b);
-  // Submit + Wait: fn(i) for every i in [0, count), on the caller and the workers.
-  void Run(size_t count, const std::function<void(size_t)>& fn);
 
  private:
   void Loop();
