@@ -297,6 +297,9 @@ bool Engine::Lookup(const void* p, RegionInfo* out) const {
 Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
   return impl_->Read(src, len, dst, zero);
 }
+Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+  return impl_->ReadChunk(chunk_start, dst, zero, gen);
+}
 Status Engine::Write(void* dst, const void* src, size_t len) {
   return impl_->Write(dst, src, len);
 }

@@ -46,6 +46,9 @@ struct EngineUsage {
   StoreUsage store;               // the store stack's own accounting
 };
 
+// Generation() of a chunk that must not be cached (dirty or in a transition).
+inline constexpr uint64_t kNoGeneration = ~0ull;
+
 class Engine {
  public:
   // Creates the engine from `opts` (ZRTIER_CHUNK, ZRTIER_ARENA, ZRTIER_RESIDENT_LIMIT, the codec
@@ -78,18 +81,28 @@ class Engine {
   // EINVAL if the range is not inside one region; EIO/EBADMSG if a store entry cannot be read
   // (the error names the chunk).
   Status Read(const void* src, size_t len, void* dst, bool* zero);
+  // Read of the whole chunk starting at `chunk_start`, for a copy to be cached (a T0 slot): a dirty
+  // chunk is write-protected first (clean from then on, so that the next CPU store faults and
+  // bumps the generation), and *gen is the generation the copied bytes belong to, to stamp the
+  // copy with -- kNoGeneration if it could not be protected (then the copy must not be cached).
+  Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen);
 
   // Publishes `len` bytes from `src` as the newest content of [dst, dst+len) (inside one region),
   // as a device-to-host copy landing there would: older copies of the chunks become garbage;
   // partially covered chunks are merged with their current content. Concurrent CPU faults on those
-  // chunks wait until the publish is complete.
+  // chunks wait until the publish is complete. Every chunk gets a new generation. One that was not
+  // resident is installed write-protected (clean: a copy of it may be cached and a later CPU
+  // store is seen); a resident one is written in place and left writable (dirty).
   Status Write(void* dst, const void* src, size_t len);
 
   // The generation of the chunk containing `p`: bumped by every CPU write to a clean chunk and by
-  // every Write. A cached copy made at generation g is valid while Generation() == g.
+  // every Write. A copy of the chunk's bytes made elsewhere (a T0 slot) at generation g is valid
+  // while Generation() == g, provided g was read before the bytes. kNoGeneration while the chunk
+  // is writable (dirty: CPU stores change it without a fault, so no generation can vouch for a
+  // copy) or in a transition: such a chunk must not be cached.
   uint64_t Generation(const void* p) const;
   // The generations of the `n` consecutive chunks starting with the one containing `p` (one region
-  // lookup for all). Chunks past the region's end, or outside any region, read 0.
+  // lookup for all), as Generation. Chunks past the region's end, or outside any region, read 0.
   void Generations(const void* p, size_t n, uint64_t* out) const;
 
   // Resident budget (0 = none). Lowering it makes the evictor catch up in the background.

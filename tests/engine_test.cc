@@ -142,9 +142,10 @@ TEST(EngineTest, CleanChunkEvictedAgainCostsNoCompression) {
   uint64_t g = e->Generation(p);
   p[10] = static_cast<char>(p[10] + 1);
   data[10] = static_cast<char>(data[10] + 1);
-  EXPECT_EQ(e->Generation(p), g + 1);
+  EXPECT_EQ(e->Generation(p), kNoGeneration);  // writable now
   EXPECT_EQ(e->Usage().store.entries, 3u);
   ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_EQ(e->Generation(p), g + 1);
   EXPECT_EQ(StatGet(Stat::bytes_encoded), enc0 + e->chunk_size());
   std::vector<char> out(r.size);
   ASSERT_TRUE(e->Read(r.base, r.size, out.data(), nullptr).ok());
@@ -187,6 +188,58 @@ TEST(EngineTest, WritePublishesAndMergesPartialChunks) {
   ASSERT_TRUE(e->Read(static_cast<char*>(r.base) + 4 * cs - 100, 200, out.data(), &zero).ok());
   EXPECT_FALSE(zero);
   EXPECT_EQ(0, memcmp(out.data(), model.data() + 4 * cs - 100, 200));
+}
+
+// A generation vouches for a copy made elsewhere only while every CPU store is seen: a writable
+// (dirty) chunk reports kNoGeneration; Write and ReadChunk leave chunks write-protected, so the
+// next store faults and bumps the generation.
+TEST(EngineTest, GenerationsVouchOnlyForProtectedChunks) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeEngine(TestOptions());
+  const size_t cs = e->chunk_size();
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(4 * cs, &r).ok());
+  char* p = static_cast<char*>(r.base);
+  EXPECT_EQ(e->Generation(p), 0u);  // never written: zeros, protected
+  p[10] = 1;                        // CPU store: dirty, writable
+  EXPECT_EQ(e->Generation(p), kNoGeneration);
+  std::vector<char> copy(cs);
+  bool zero = true;
+  uint64_t g = 0;
+  ASSERT_TRUE(e->ReadChunk(p, copy.data(), &zero, &g).ok());
+  EXPECT_FALSE(zero);
+  EXPECT_NE(g, kNoGeneration);
+  EXPECT_EQ(e->Generation(p), g);  // protected now
+  EXPECT_EQ(copy[10], 1);
+  EXPECT_GE(StatGet(Stat::chunks_cleaned), 1u);
+  p[11] = 2;  // faults: a new generation, then writable again
+  EXPECT_EQ(e->Generation(p), kNoGeneration);
+  ASSERT_TRUE(e->ReadChunk(p, copy.data(), &zero, &g).ok());
+  EXPECT_EQ(copy[11], 2);
+  const uint64_t g2 = g;
+  // Write (a D2H landing): a new generation; a resident chunk is left writable, one installed by
+  // the Write is protected.
+  std::vector<char> d(cs, 7);
+  ASSERT_TRUE(e->Write(p, d.data(), cs).ok());  // resident chunk
+  EXPECT_EQ(e->Generation(p), kNoGeneration);
+  ASSERT_TRUE(e->ReadChunk(p, copy.data(), &zero, &g).ok());
+  EXPECT_GT(g, g2);
+  EXPECT_EQ(copy[0], 7);
+  ASSERT_TRUE(e->Write(p + 2 * cs, d.data(), cs).ok());  // never-written chunk
+  const uint64_t g3 = e->Generation(p + 2 * cs);
+  EXPECT_NE(g3, kNoGeneration);
+  p[2 * cs + 5] = 9;  // seen: a new generation
+  EXPECT_EQ(e->Generation(p + 2 * cs), kNoGeneration);
+  ASSERT_TRUE(e->ReadChunk(p + 2 * cs, copy.data(), &zero, &g).ok());
+  EXPECT_GT(g, g3);
+  EXPECT_EQ(copy[5], 9);
+  // A stored chunk is protected too; ReadChunk of it installs nothing.
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_NE(e->Generation(p + 2 * cs), kNoGeneration);
+  ASSERT_TRUE(e->ReadChunk(p + 2 * cs, copy.data(), &zero, &g).ok());
+  EXPECT_EQ(g, e->Generation(p + 2 * cs));
+  EXPECT_EQ(e->Usage().resident_bytes, 0u);
+  EXPECT_FALSE(e->ReadChunk(p + 1, copy.data(), &zero, &g).ok());  // not a chunk start
 }
 
 TEST(EngineTest, ResidentBudgetIsKeptInTheBackground) {

@@ -68,7 +68,8 @@ enum class StatKind { kCounter, kGauge };
   X(copy_issue_ns, kCounter, "ns", "copy calls: issuing DMAs and events, releasing slots")         \
   X(copy_wait_ns, kCounter, "ns", "copy calls: waiting for (and helping) the fill of a piece")     \
   X(fill_ns, kCounter, "ns", "fill workers: reading chunks into T0 slots (all threads)")           \
-  X(publish_ns, kCounter, "ns", "fill workers: publishing landed D2H chunks (all threads)")
+  X(publish_ns, kCounter, "ns", "fill workers: publishing landed D2H chunks (all threads)")        \
+  X(chunks_cleaned, kCounter, "", "dirty chunks write-protected so that a T0 copy of them stays valid")
 // clang-format on
 
 enum class Stat : int {
@@ -115,7 +116,8 @@ struct Histogram {
 };
 
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
-inline constexpr uint32_t kStatsVersion = 2;  // 2: h2d_dma_ops and the copy-path profile counters
+// 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned
+inline constexpr uint32_t kStatsVersion = 3;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

@@ -338,7 +338,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
           raw->fill = workers_->Submit(raw->misses.size(), [this, raw](size_t k) {
             PieceChunk& c = raw->chunks[raw->misses[k]];
             uint64_t t0 = MonotonicNs();
-            Status st = backend_->Read(c.start, chunk_, pool_->SlotPtr(c.slot), &c.zero);
+            Status st = backend_->ReadChunk(c.start, pool_->SlotPtr(c.slot), &c.zero, &c.gen);
             StatAdd(Stat::fill_ns, MonotonicNs() - t0);
             if (!st.ok()) {
               Log(LogLevel::kError, "host-to-device copy from %p: %s",
@@ -554,7 +554,7 @@ bool Shim::PrefetchChunk(uint64_t region, uint64_t chunk) {
       return false;
     }
     bool zero = false;
-    Status st = backend_->Read(addr, chunk_, pool_->SlotPtr(slot), &zero);
+    Status st = backend_->ReadChunk(addr, pool_->SlotPtr(slot), &zero, &gen);
     if (st.ok() && !zero) pool_->Publish(slot, region, chunk, gen);
   }
   pool_->Unpin(slot);

@@ -11,6 +11,9 @@ class EngineBackend final : public RegionBackend {
   Status Allocate(size_t size, RegionInfo* out) override { return e_->Allocate(size, out); }
   Status Free(void* base) override { return e_->Free(base); }
   bool Lookup(const void* p, RegionInfo* out) const override { return e_->Lookup(p, out); }
+  Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) override {
+    return e_->ReadChunk(chunk_start, dst, zero, gen);
+  }
   Status Read(const void* src, size_t len, void* dst, bool* zero) override {
     return e_->Read(src, len, dst, zero);
   }

@@ -1,5 +1,7 @@
 #include "runtime/cuda/pinned_pool.h"
 
+#include "runtime/engine.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -7,6 +9,7 @@
 
 #include "runtime/base/options.h"
 #include "runtime/base/stats.h"
+#include "runtime/engine.h"
 
 namespace zrtier {
 
@@ -173,7 +176,7 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   if (it == cache_.end()) return -1;
   int slot = it->second;
   SlotMeta& s = slots_[slot];
-  if (s.gen != gen) {
+  if (s.gen != gen || gen == kNoGeneration) {
     if (s.pinned == 0) DropCachedLocked(slot);
     return -1;
   }
@@ -230,6 +233,7 @@ void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64
   }
   SlotMeta& s = slots_[slot];
   DropCachedLocked(slot);
+  if (gen == kNoGeneration) return;  // the chunk is writable: no generation vouches for the copy
   s.cached = true;
   s.region = region;
   s.chunk = chunk;

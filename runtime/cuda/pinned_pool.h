@@ -57,7 +57,8 @@ class PinnedPool {
   char* SlotPtr(int slot) const { return base_ + static_cast<size_t>(slot) * slot_size_; }
 
   // If a clean copy of (region, chunk) at generation `gen` is cached, pins its slot and returns
-  // the slot index; otherwise -1 (a copy of an older generation is dropped).
+  // the slot index; otherwise -1 (a copy of an older generation is dropped). kNoGeneration
+  // (runtime/engine.h: the chunk is writable) never hits.
   int PinCached(uint64_t region, uint64_t chunk, uint64_t gen);
   // Pins a free slot for filling and returns it, or -1 if every slot is held right now (the caller
   // then issues what it has, or calls WaitForSlot if it holds nothing). The victim: an empty slot,
@@ -68,7 +69,7 @@ class PinnedPool {
   // dropped. O(log slots).
   int Acquire(int after);
   // Records that `slot` (pinned by the caller) now holds the clean content of (region, chunk) at
-  // generation `gen`.
+  // generation `gen` (kNoGeneration: the slot is only emptied, nothing is cached).
   void Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen);
   void Unpin(int slot);
 

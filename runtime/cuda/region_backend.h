@@ -25,6 +25,12 @@ class RegionBackend {
   virtual bool Lookup(const void* p, RegionInfo* out) const = 0;
   virtual Status Read(const void* src, size_t len, void* dst, bool* zero) = 0;
   virtual Status Write(void* dst, const void* src, size_t len) = 0;
+  // Engine::ReadChunk. The default (for backends whose memory cannot change unseen): the
+  // generation, then the bytes.
+  virtual Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+    *gen = Generation(chunk_start);
+    return Read(chunk_start, chunk_size(), dst, zero);
+  }
   virtual uint64_t Generation(const void* p) const = 0;
   // Generation of `n` consecutive chunks from the one containing `p` (Engine::Generations).
   virtual void Generations(const void* p, size_t n, uint64_t* out) const {

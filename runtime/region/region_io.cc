@@ -9,6 +9,16 @@
 
 namespace zrtier {
 
+// The generation a copy may be stamped with: none while the pages are writable (kDirty) or a
+// transition owns the chunk (kBusy: it may end writable, after its generation bump). The state is
+// read after the generation, so a chunk seen protected was protected at that generation (every
+// move into kDirty bumps it first).
+static uint64_t CacheableGeneration(const Chunk& c) {
+  uint64_t g = c.gen.load();
+  ChunkState s = StateOf(c.word.load());
+  return s == kDirty || s == kBusy ? kNoGeneration : g;
+}
+
 Status Engine::Impl::Read(const void* src, size_t len, void* dst, bool* zero) {
   std::shared_ptr<Region> r;
   ZRTIER_RETURN_IF_ERROR(FindRange(src, len, &r));
@@ -69,6 +79,39 @@ Status Engine::Impl::Read(const void* src, size_t len, void* dst, bool* zero) {
   return Status::Ok();
 }
 
+Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(FindRange(chunk_start, chunk_, &r));
+  size_t i = r->table.IndexOf(chunk_start);
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  if (p != chunk_start) return Status::Error(EINVAL, "ReadChunk: not the start of a chunk");
+  // A dirty chunk becomes clean: write-protected, no store copy (a dirty chunk has none). A
+  // transition is waited out first (it may end dirty: a write fault resolving).
+  int spins = 0;
+  for (;;) {
+    uint32_t w = c.word.load();
+    ChunkState s = StateOf(w);
+    if (s == kBusy) {
+      Backoff(&spins);
+      continue;
+    }
+    if (s != kDirty) break;
+    if (!c.TryBusy(w)) {
+      Backoff(&spins);
+      continue;
+    }
+    long rc = WriteProtect(p, chunk_, true);
+    c.EndBusy(rc < 0 ? kDirty : kClean);
+    SignalParked();
+    if (rc < 0) break;  // stays dirty: the generation below says so
+    StatAdd(Stat::chunks_cleaned, 1);
+  }
+  // The generation first: a store after it bumps it, so the copy can only be older than its stamp.
+  *gen = CacheableGeneration(c);
+  return Read(chunk_start, chunk_, dst, zero);
+}
+
 Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
   std::shared_ptr<Region> r;
   ZRTIER_RETURN_IF_ERROR(FindRange(dst, len, &r));
@@ -94,6 +137,7 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
       Backoff(&spins);
     }
     ChunkState was = StateOf(w);
+    ChunkState end = kClean;
     if (IsResident(w)) {
       if (was == kClean) {
         long rc = WriteProtect(p, chunk_, false);
@@ -104,6 +148,9 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
         }
       }
       memcpy(from, s, n);
+      // Left writable (dirty): protecting it again would cost every repeated publish into the
+      // same buffer an ioctl and a TLB flush. ReadChunk protects it when a copy is to be cached.
+      end = kDirty;
     } else {
       char* buf = tl_raw.Get(chunk_);
       if (n != chunk_) {
@@ -119,7 +166,7 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
         }
       }
       memcpy(buf + off, s, n);
-      Status st = Copy(p, buf, chunk_, /*wp=*/false);
+      Status st = Copy(p, buf, chunk_, /*wp=*/true);
       if (!st.ok()) {
         c.EndBusy(was);
         SignalParked();
@@ -134,7 +181,7 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
     FreeHandle(r.get(), c);
     c.gen.fetch_add(1);
     c.referenced.store(1, std::memory_order_relaxed);
-    c.EndBusy(kDirty);
+    c.EndBusy(end);
     SignalParked();
     KickEvictor();
   }
@@ -145,13 +192,13 @@ void Engine::Impl::Generations(const void* p, size_t n, uint64_t* out) const {
   std::shared_ptr<Region> r = Find(p);
   size_t first = r ? r->table.IndexOf(p) : 0;
   for (size_t i = 0; i < n; ++i)
-    out[i] = r && first + i < r->table.n ? r->table.chunks[first + i].gen.load() : 0;
+    out[i] = r && first + i < r->table.n ? CacheableGeneration(r->table.chunks[first + i]) : 0;
 }
 
 uint64_t Engine::Impl::Generation(const void* p) const {
   std::shared_ptr<Region> r = Find(p);
   if (!r) return 0;
-  return r->table.chunks[r->table.IndexOf(p)].gen.load();
+  return CacheableGeneration(r->table.chunks[r->table.IndexOf(p)]);
 }
 
 }  // namespace zrtier

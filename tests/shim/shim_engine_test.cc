@@ -145,5 +145,59 @@ TEST_F(ShimEngineTest, D2HPublishesForTheCpuAndLaterCopies) {
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
+// T0 holds copies of chunks a D2H published or an H2D read. A CPU store to such a chunk must reach
+// the next H2D, whether the chunk was published by a D2H, or written by the CPU before (its pages
+// writable, so later stores take no fault).
+TEST_F(ShimEngineTest, CpuStoresAfterT0CopiesReachTheNextH2D) {
+  const size_t n = 24 * chunk_;
+  char* r = Region(n);
+  char* a = Device(n);
+  char* b = Device(n);
+  std::vector<char> data(n);
+  FillSample(SampleKind::kBf16Gaussian, 9, data.data(), n);
+  ASSERT_EQ(cudaMemcpy(a, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  // Chunk by chunk, against the direction of the copy before, so that the chunks the 16-slot pool
+  // still holds come first; returns how many were T0 hits.
+  auto h2d = [&](bool backwards) {
+    Junk(b, n);
+    uint64_t ready0 = StatGet(Stat::copies_ready);
+    for (size_t k = 0; k < n; k += chunk_) {
+      size_t i = backwards ? n - chunk_ - k : k;
+      EXPECT_EQ(shim_->Memcpy(b + i, r + i, chunk_, cudaMemcpyHostToDevice, s, false),
+                cudaSuccess);
+    }
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    return StatGet(Stat::copies_ready) - ready0;
+  };
+  auto cpu_store = [&](uint8_t x) {
+    for (size_t i = 0; i < n; i += 4096) r[i + 7] ^= x;  // every page
+  };
+
+  ASSERT_EQ(shim_->Memcpy(r, a, n, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(memcmp(r, data.data(), n), 0);  // the CPU sees the D2H
+  // Unchanged since the D2H: the chunks still in T0 are hits.
+  EXPECT_GE(h2d(/*backwards=*/true), 16u);
+  EXPECT_EQ(FromDevice(b, n), data);
+
+  cpu_store(0x5A);
+  std::vector<char> want(r, r + n);
+  EXPECT_EQ(h2d(/*backwards=*/false), 0u);  // every chunk changed: no T0 copy may be used
+  EXPECT_EQ(FromDevice(b, n), want);
+
+  // The H2D above read them from T1 and cached them (protecting them again): unchanged, they hit.
+  EXPECT_GE(h2d(/*backwards=*/true), 16u);
+  EXPECT_EQ(FromDevice(b, n), want);
+  // Stores again, then copies.
+  cpu_store(0x33);
+  want.assign(r, r + n);
+  EXPECT_EQ(h2d(/*backwards=*/false), 0u);
+  EXPECT_EQ(FromDevice(b, n), want);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace zrtier
