@@ -47,6 +47,11 @@ for stage in "${stages[@]}"; do
       LD_PRELOAD=$LIB $py scripts/examples/infer.py --out "$OUT/infer_zrtier.json" >"$OUT/infer_zrtier.log" 2>&1
       if $py scripts/examples/infer.py --compare "$OUT/infer_plain.json" "$OUT/infer_zrtier.json"; then
         record "infer.py logits bit-identical" PASS; else tail -5 "$OUT/infer_zrtier.log"; record "infer.py logits bit-identical" FAIL; fi
+      # CPU stores into pinned buffers between copies (self-checking; plain run as a sanity check).
+      if $py scripts/gpu/cpu_writes.py >"$OUT/cpu_writes_plain.log" 2>&1 &&
+         LD_PRELOAD=$LIB $py scripts/gpu/cpu_writes.py >"$OUT/cpu_writes_zrtier.log" 2>&1; then
+        record "cpu_writes.py: CPU stores reach the GPU" PASS
+      else tail -5 "$OUT"/cpu_writes_*.log; record "cpu_writes.py: CPU stores reach the GPU" FAIL; fi
       wb=$($py -c "import json; print(json.load(open('$OUT/infer_plain.json'))['weight_bytes'])" 2>/dev/null || echo 0)
       if ((wb > 0)); then
         # Pool and resident limit at 25 % of the weights, twice: the compressed rest in the RAM
