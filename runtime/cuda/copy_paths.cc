@@ -546,6 +546,9 @@ bool Shim::PrefetchChunk(uint64_t region, uint64_t chunk) {
   if (AnyPending(region, chunk, chunk)) return true;  // a queued D2H will publish newer bytes
   char* addr = static_cast<char*>(it->second.base) + chunk * chunk_;
   uint64_t gen = backend_->Generation(addr);
+  // A dirty chunk is left alone: caching it would write-protect it (ReadChunk), a cost a
+  // speculative fetch should not impose on the next CPU store or D2H; a demand copy reads it.
+  if (gen == kNoGeneration) return true;
   int slot = pool_->PinCached(region, chunk, gen);
   if (slot < 0) {
     slot = pool_->AcquireForPrefetch(region, chunk);

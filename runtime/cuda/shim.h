@@ -77,8 +77,8 @@ class Shim {
                        size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool sync);
 
   // Prefetch sink: makes chunk `chunk` of region `region` ready in T0 unless it already is, or is
-  // about to be overwritten by a queued D2H, or the region is gone. False when no slot is free
-  // now. Called from prefetch worker threads.
+  // about to be overwritten by a queued D2H, or is dirty (writable: see Engine::ReadChunk), or the
+  // region is gone. False when no slot is free now. Called from prefetch worker threads.
   bool PrefetchChunk(uint64_t region, uint64_t chunk);
 
   RegionBackend* backend() { return backend_.get(); }
