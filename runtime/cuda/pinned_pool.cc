@@ -176,7 +176,8 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   if (it == cache_.end()) return -1;
   int slot = it->second;
   SlotMeta& s = slots_[slot];
-  if (s.gen != gen || gen == kNoGeneration) {
+  if (gen == kNoGeneration) return -1;  // the chunk is busy or writable now: the copy may be fine
+  if (s.gen != gen) {
     if (s.pinned == 0) DropCachedLocked(slot);
     return -1;
   }

@@ -58,7 +58,7 @@ class PinnedPool {
 
   // If a clean copy of (region, chunk) at generation `gen` is cached, pins its slot and returns
   // the slot index; otherwise -1 (a copy of an older generation is dropped). kNoGeneration
-  // (runtime/engine.h: the chunk is writable) never hits.
+  // (runtime/engine.h: the chunk is writable or in a transition) never hits and drops nothing.
   int PinCached(uint64_t region, uint64_t chunk, uint64_t gen);
   // Pins a free slot for filling and returns it, or -1 if every slot is held right now (the caller
   // then issues what it has, or calls WaitForSlot if it holds nothing). The victim: an empty slot,
