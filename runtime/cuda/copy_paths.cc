@@ -36,8 +36,11 @@ struct H2DPiece {
 };
 
 // Pieces of one host-to-device copy in flight at once: enough to keep every worker busy while the
-// oldest is finished and the GPU moves the one before.
-constexpr size_t kMaxWindow = 4;
+// oldest is finished and the GPU moves the one before. The copy waits for its oldest piece, so the
+// workers run dry whenever that one lags and the window is full: on the 16-core H100 machine, 4
+// pieces gave compressed (T2) copies 8.5 / 10.8 GB/s (64 MiB / 1 GiB), 8 gave 14.1-16.3; 12 and 16
+// were no better than 8 (docs/PERFORMANCE.md). The pool bounds it too (half the slots at most).
+constexpr size_t kMaxWindow = 8;
 
 // Copies of at most this many chunks are reported to the predictor before their first piece.
 constexpr uint64_t kLearnFirstChunks = 1024;

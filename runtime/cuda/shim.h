@@ -7,7 +7,7 @@
 //   H2D  for each chunk piece take a slot holding the current bytes (cached hit, or Read into the
 //        slot by the fill workers), issue the real cudaMemcpyAsync from the slot on the caller's
 //        stream, record a pooled event that releases the slots; never-written chunks become
-//        cudaMemsetAsync. Pipelined: up to four pieces are in flight (planned, filling on the
+//        cudaMemsetAsync. Pipelined: up to eight pieces are in flight (planned, filling on the
 //        workers, on the wire), so decode never waits for the DMA or the planning. If a D2H into
 //        one of the chunks is still queued (not yet published) the fill itself is enqueued on the
 //        stream as a host function, so the copy sees the bytes in stream order.
