@@ -183,6 +183,7 @@ class Engine::Impl {
   // Read / Write / Generation: runtime/region/region_io.cc
   Status Read(const void* src, size_t len, void* dst, bool* zero);
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen);
+  Status ReadPart(Region* r, size_t i, size_t off, size_t n, char* d);
   Status Write(void* dst, const void* src, size_t len);
   uint64_t Generation(const void* p) const;
   void Generations(const void* p, size_t n, uint64_t* out) const;

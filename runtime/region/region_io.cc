@@ -37,46 +37,50 @@ Status Engine::Impl::Read(const void* src, size_t len, void* dst, bool* zero) {
   }
   char* out = static_cast<char*>(dst);
   for (size_t i = first; i <= last; ++i) {
-    Chunk& c = r->table.chunks[i];
     char* p = r->table.AddressOf(i);
     const char* from = std::max<const char*>(p, s0);
     const char* to = std::min<const char*>(p + chunk_, s0 + len);
-    size_t off = from - p, n = to - from;
-    char* d = out + (from - s0);
-    int spins = 0;
-    for (;;) {
-      if (c.TryPin()) {  // resident: pinned pages cannot be dropped while we copy
-        CopyFromRegion(d, from, n);
-        c.Unpin();
-        break;
-      }
-      uint32_t w = c.word.load();
-      ChunkState s = StateOf(w);
-      if (s == kEmpty) {
-        memset(d, 0, n);
-        break;
-      }
-      if (s == kFreed) return Status::Error(EINVAL, "Read: region freed");
-      if (s == kStored) {
-        if (!c.TryBusy(w)) continue;
-        char* buf = n == chunk_ ? d : tl_raw.Get(chunk_);
-        uint64_t t0 = MonotonicNs();
-        Status st = DecodeChunk(c, buf, "Read");
-        c.EndBusy(kStored);
-        SignalParked();
-        if (!st.ok()) {
-          char where[64];
-          snprintf(where, sizeof(where), " (chunk at %p)", static_cast<void*>(p));
-          return Status::Error(st.code(), st.message() + where);
-        }
-        HistRecord(Hist::restore_latency, MonotonicNs() - t0);
-        if (buf != d) memcpy(d, buf + off, n);
-        break;
-      }
-      Backoff(&spins);
-    }
+    ZRTIER_RETURN_IF_ERROR(ReadPart(r.get(), i, from - p, to - from, out + (from - s0)));
   }
   return Status::Ok();
+}
+
+// Copies bytes [off, off+n) of chunk `i` of `r` into `d` from whichever tier holds them.
+Status Engine::Impl::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d) {
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  int spins = 0;
+  for (;;) {
+    if (c.TryPin()) {  // resident: pinned pages cannot be dropped while we copy
+      CopyFromRegion(d, p + off, n);
+      c.Unpin();
+      return Status::Ok();
+    }
+    uint32_t w = c.word.load();
+    ChunkState s = StateOf(w);
+    if (s == kEmpty) {
+      memset(d, 0, n);
+      return Status::Ok();
+    }
+    if (s == kFreed) return Status::Error(EINVAL, "Read: region freed");
+    if (s == kStored) {
+      if (!c.TryBusy(w)) continue;
+      char* buf = n == chunk_ ? d : tl_raw.Get(chunk_);
+      uint64_t t0 = MonotonicNs();
+      Status st = DecodeChunk(c, buf, "Read");
+      c.EndBusy(kStored);
+      SignalParked();
+      if (!st.ok()) {
+        char where[64];
+        snprintf(where, sizeof(where), " (chunk at %p)", static_cast<void*>(p));
+        return Status::Error(st.code(), st.message() + where);
+      }
+      HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+      if (buf != d) memcpy(d, buf + off, n);
+      return Status::Ok();
+    }
+    Backoff(&spins);
+  }
 }
 
 Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
@@ -109,7 +113,11 @@ Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, u
   }
   // The generation first: a store after it bumps it, so the copy can only be older than its stamp.
   *gen = CacheableGeneration(c);
-  return Read(chunk_start, chunk_, dst, zero);
+  if (zero) {
+    *zero = StateOf(c.word.load()) == kEmpty;
+    if (*zero) return Status::Ok();
+  }
+  return ReadPart(r.get(), i, 0, chunk_, static_cast<char*>(dst));
 }
 
 Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
