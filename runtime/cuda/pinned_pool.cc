@@ -1,7 +1,5 @@
 #include "runtime/cuda/pinned_pool.h"
 
-#include "runtime/engine.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
