@@ -84,7 +84,9 @@ class Engine {
   // Read of the whole chunk starting at `chunk_start`, for a copy to be cached (a T0 slot): a dirty
   // chunk is write-protected first (clean from then on, so that the next CPU store faults and
   // bumps the generation), and *gen is the generation the copied bytes belong to, to stamp the
-  // copy with -- kNoGeneration if it could not be protected (then the copy must not be cached).
+  // copy with -- kNoGeneration if the chunk stays writable (then the copy must not be cached):
+  // when protecting it failed, or when the CPU has rewritten it twice after such a protect (a
+  // staging buffer, whose stores should not each pay a fault for a copy used once).
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen);
 
   // Publishes `len` bytes from `src` as the newest content of [dst, dst+len) (inside one region),

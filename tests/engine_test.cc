@@ -242,6 +242,41 @@ TEST(EngineTest, GenerationsVouchOnlyForProtectedChunks) {
   EXPECT_FALSE(e->ReadChunk(p + 1, copy.data(), &zero, &g).ok());  // not a chunk start
 }
 
+// A chunk the CPU rewrites after each cached read (a staging buffer) stops being protected for
+// caching after kMaxRewrites rewrites: its stores no longer fault, its copies are not cached, and
+// every read still returns the newest bytes.
+TEST(EngineTest, ARewrittenStagingChunkStaysWritableAndUncached) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeEngine(TestOptions());
+  const size_t cs = e->chunk_size();
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(2 * cs, &r).ok());
+  char* p = static_cast<char*>(r.base);
+  std::vector<char> copy(cs);
+  bool zero = false;
+  uint64_t g = 0;
+  for (int round = 0; round < 5; ++round) {
+    memset(p, 'a' + round, cs);  // the CPU fills the buffer
+    const uint64_t wp0 = StatGet(Stat::faults_wp), cleaned0 = StatGet(Stat::chunks_cleaned);
+    ASSERT_TRUE(e->ReadChunk(p, copy.data(), &zero, &g).ok());  // an H2D reads it
+    EXPECT_EQ(copy, std::vector<char>(cs, static_cast<char>('a' + round))) << round;
+    if (round < 2) {  // (kMaxRewrites = 2) protected for a cached copy; the next store faults
+      EXPECT_NE(g, kNoGeneration) << round;
+      EXPECT_EQ(StatGet(Stat::chunks_cleaned), cleaned0 + 1) << round;
+    } else {  // rewritten twice after that: left writable, not cached, no faults
+      EXPECT_EQ(g, kNoGeneration) << round;
+      EXPECT_EQ(StatGet(Stat::chunks_cleaned), cleaned0) << round;
+      memset(p, 'x', cs);
+      EXPECT_EQ(StatGet(Stat::faults_wp), wp0) << round;
+    }
+  }
+  // The other chunk, read once and never rewritten, stays cacheable.
+  p[cs] = 1;
+  ASSERT_TRUE(e->ReadChunk(p + cs, copy.data(), &zero, &g).ok());
+  EXPECT_NE(g, kNoGeneration);
+  EXPECT_EQ(e->Generation(p + cs), g);
+}
+
 TEST(EngineTest, ResidentBudgetIsKeptInTheBackground) {
   ZRTIER_SKIP_UNLESS_UFFD();
   auto e = MakeEngine(TestOptions("1M"));

@@ -47,9 +47,6 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
   auto e = MakeEngine();
   const size_t cs = e->chunk_size();
   constexpr size_t kStored = 8, kPublished = 4, kChunks = kStored + kPublished;
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(kChunks * cs, &r).ok());
-  char* base = static_cast<char*>(r.base);
   const size_t words_per_chunk = cs / 8;
 
   const int seconds = testing::StressSeconds(5);
@@ -58,6 +55,11 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
   std::vector<char> now(cs);
   while (MonotonicNs() < deadline) {
     ++rounds;
+    // A fresh region each round: a chunk rewritten after two cached reads stops being cached
+    // (Engine::ReadChunk), and the race between stores and that protect is what is checked.
+    RegionInfo r;
+    ASSERT_TRUE(e->Allocate(kChunks * cs, &r).ok());
+    char* base = static_cast<char*>(r.base);
     std::atomic<bool> stop{false};
     std::mutex mu;
     std::map<size_t, Stamped> copies;  // guarded by mu: the last stamped copy of each chunk
@@ -124,6 +126,7 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
                       << "stamped with the current generation " << s.gen;
       }
     }
+    ASSERT_TRUE(e->Free(r.base).ok());
   }
   printf("%llu rounds: %llu copies still current and checked, %llu superseded, %llu mismatched\n",
          static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(checked),

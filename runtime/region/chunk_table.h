@@ -35,6 +35,7 @@ enum ChunkState : uint32_t {
 };
 inline constexpr uint32_t kStateMask = 0xF;
 inline constexpr uint32_t kPin = 0x10;
+inline constexpr uint16_t kMaxRewrites = 2;
 
 inline ChunkState StateOf(uint32_t word) {
   return static_cast<ChunkState>(word & kStateMask);
@@ -48,6 +49,12 @@ struct Chunk {
   std::atomic<uint32_t> word{kEmpty};
   std::atomic<uint32_t> referenced{0};  // CLOCK reference bit: set on install and on write faults
   std::atomic<uint32_t> enc_len{0};     // encoded size of `handle`'s entry (stats only)
+  // Cached-copy bookkeeping (Engine::ReadChunk, the pager's write-protect faults): `cleaned` is set
+  // when ReadChunk write-protected the dirty chunk so that a copy of it could be cached;
+  // `rewrites` counts the CPU stores that undid that. A chunk rewritten kMaxRewrites times is a
+  // staging buffer: ReadChunk leaves it writable and its copies uncached from then on.
+  std::atomic<uint16_t> cleaned{0};
+  std::atomic<uint16_t> rewrites{0};
   std::atomic<uint64_t> gen{0};
   std::atomic<uint64_t> handle{0};
 

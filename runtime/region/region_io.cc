@@ -91,7 +91,9 @@ Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, u
   char* p = r->table.AddressOf(i);
   if (p != chunk_start) return Status::Error(EINVAL, "ReadChunk: not the start of a chunk");
   // A dirty chunk becomes clean: write-protected, no store copy (a dirty chunk has none). A
-  // transition is waited out first (it may end dirty: a write fault resolving).
+  // transition is waited out first (it may end dirty: a write fault resolving). A chunk the CPU
+  // keeps rewriting after that (a staging buffer) stays dirty instead: protecting it would cost
+  // each rewrite a fault, for a cached copy that is never used twice.
   int spins = 0;
   for (;;) {
     uint32_t w = c.word.load();
@@ -100,7 +102,7 @@ Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, u
       Backoff(&spins);
       continue;
     }
-    if (s != kDirty) break;
+    if (s != kDirty || c.rewrites.load(std::memory_order_relaxed) >= kMaxRewrites) break;
     if (!c.TryBusy(w)) {
       Backoff(&spins);
       continue;
@@ -109,6 +111,7 @@ Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, u
     c.EndBusy(rc < 0 ? kDirty : kClean);
     SignalParked();
     if (rc < 0) break;  // stays dirty: the generation below says so
+    c.cleaned.store(1, std::memory_order_relaxed);
     StatAdd(Stat::chunks_cleaned, 1);
   }
   // The generation first: a store after it bumps it, so the copy can only be older than its stamp.
