@@ -10,22 +10,11 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/engine.h"
+#include "tests/testutil/engine.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
 namespace {
-
-std::unique_ptr<Engine> MakeEngine() {
-  Options o;
-  EXPECT_TRUE(o.Set(Opt::kArena, "64G").ok());
-  EXPECT_TRUE(o.Set(Opt::kStoreLimit, "0").ok());
-  EXPECT_TRUE(o.Set(Opt::kWorkers, "2").ok());
-  EXPECT_TRUE(o.Set(Opt::kResidentLimit, "0").ok());
-  std::unique_ptr<Engine> e;
-  Status st = Engine::Create(o, Os::Default(), nullptr, &e);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return e;
-}
 
 // One writer stores increasing values into random words of two chunks and immediately reads each
 // back; an evictor thread evicts the same chunks in a loop. At the end every word holds its last
@@ -34,7 +23,7 @@ TEST(EvictionRaceTest, CpuStoresRacingEvictionAreNeverLost) {
   ZRTIER_SKIP_UNLESS_UFFD();
   const uint64_t seed = testing::TestSeed();
   printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  auto e = MakeEngine();
+  auto e = testing::MakeTestEngine();
   const size_t cs = e->chunk_size();
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(2 * cs, &r).ok());
@@ -82,7 +71,7 @@ TEST(EvictionRaceTest, ManyWritersManyEvictors) {
   ZRTIER_SKIP_UNLESS_UFFD();
   const uint64_t seed = testing::TestSeed();
   printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  auto e = MakeEngine();
+  auto e = testing::MakeTestEngine();
   const size_t cs = e->chunk_size();
   const int kWriters = 4;
   RegionInfo r;

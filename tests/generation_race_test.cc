@@ -14,22 +14,11 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/engine.h"
+#include "tests/testutil/engine.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
 namespace {
-
-std::unique_ptr<Engine> MakeEngine() {
-  Options o;
-  EXPECT_TRUE(o.Set(Opt::kArena, "64G").ok());
-  EXPECT_TRUE(o.Set(Opt::kStoreLimit, "0").ok());
-  EXPECT_TRUE(o.Set(Opt::kWorkers, "2").ok());
-  EXPECT_TRUE(o.Set(Opt::kResidentLimit, "0").ok());
-  std::unique_ptr<Engine> e;
-  Status st = Engine::Create(o, Os::Default(), nullptr, &e);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return e;
-}
 
 struct Stamped {
   uint64_t gen;
@@ -44,7 +33,7 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
   ZRTIER_SKIP_UNLESS_UFFD();
   const uint64_t seed = testing::TestSeed();
   printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  auto e = MakeEngine();
+  auto e = testing::MakeTestEngine();
   const size_t cs = e->chunk_size();
   constexpr size_t kStored = 8, kPublished = 4, kChunks = kStored + kPublished;
   const size_t words_per_chunk = cs / 8;
@@ -120,7 +109,8 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
       }
       ++checked;
       ASSERT_TRUE(e->Read(base + chunk * cs, cs, now.data(), nullptr).ok());
-      if (memcmp(now.data(), s.bytes.data(), cs) != 0 || memcmp(base + chunk * cs, now.data(), cs)) {
+      if (memcmp(now.data(), s.bytes.data(), cs) != 0 ||
+          memcmp(base + chunk * cs, now.data(), cs)) {
         ++mismatched;
         ADD_FAILURE() << "round " << rounds << ": chunk " << chunk << " differs from its copy "
                       << "stamped with the current generation " << s.gen;

@@ -177,7 +177,7 @@ Outcome Engine::Impl::HandleFault(const Fault& f, bool may_defer) {
       }
       if (!c.TryBusy(w)) continue;
       c.gen.fetch_add(1);
-      FreeHandle(r, c);  // the stored copy is garbage now
+      FreeHandle(r, c);             // the stored copy is garbage now
       if (c.cleaned.exchange(0)) {  // protected for a cached copy, rewritten: see ReadChunk
         uint16_t n = c.rewrites.load(std::memory_order_relaxed);
         if (n < kMaxRewrites) c.rewrites.store(n + 1, std::memory_order_relaxed);

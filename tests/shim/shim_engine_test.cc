@@ -165,8 +165,7 @@ TEST_F(ShimEngineTest, CpuStoresAfterT0CopiesReachTheNextH2D) {
     uint64_t ready0 = StatGet(Stat::copies_ready);
     for (size_t k = 0; k < n; k += chunk_) {
       size_t i = backwards ? n - chunk_ - k : k;
-      EXPECT_EQ(shim_->Memcpy(b + i, r + i, chunk_, cudaMemcpyHostToDevice, s, false),
-                cudaSuccess);
+      EXPECT_EQ(shim_->Memcpy(b + i, r + i, chunk_, cudaMemcpyHostToDevice, s, false), cudaSuccess);
     }
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     return StatGet(Stat::copies_ready) - ready0;
