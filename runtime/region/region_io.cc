@@ -148,7 +148,10 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
       Backoff(&spins);
     }
     ChunkState was = StateOf(w);
-    ChunkState end = kClean;
+    // A resident chunk is written in place and left writable (dirty): protecting it again would
+    // cost every repeated publish into the same buffer an ioctl and a TLB flush; ReadChunk protects
+    // it when a copy is to be cached. Any other chunk is installed write-protected (clean).
+    const ChunkState end = IsResident(w) ? kDirty : kClean;
     if (IsResident(w)) {
       if (was == kClean) {
         long rc = WriteProtect(p, chunk_, false);
@@ -159,9 +162,6 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
         }
       }
       memcpy(from, s, n);
-      // Left writable (dirty): protecting it again would cost every repeated publish into the
-      // same buffer an ioctl and a TLB flush. ReadChunk protects it when a copy is to be cached.
-      end = kDirty;
     } else {
       char* buf = tl_raw.Get(chunk_);
       if (n != chunk_) {
