@@ -14,26 +14,14 @@
 
 #include "runtime/base/stats.h"
 #include "tests/testutil/data.h"
+#include "tests/testutil/engine.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
 namespace {
 
-Options TestOptions(const char* resident = "0") {
-  Options o;
-  EXPECT_TRUE(o.Set(Opt::kArena, "64G").ok());
-  EXPECT_TRUE(o.Set(Opt::kResidentLimit, resident).ok());
-  EXPECT_TRUE(o.Set(Opt::kStoreLimit, "0").ok());
-  EXPECT_TRUE(o.Set(Opt::kWorkers, "2").ok());
-  return o;
-}
-
-std::unique_ptr<Engine> MakeEngine(const Options& o) {
-  std::unique_ptr<Engine> e;
-  Status st = Engine::Create(o, Os::Default(), nullptr, &e);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return e;
-}
+using testing::MakeTestEngine;
+using testing::TestEngineOptions;
 
 std::vector<char> Sample(SampleKind kind, uint64_t seed, size_t len) {
   std::vector<char> v(len);
@@ -43,7 +31,7 @@ std::vector<char> Sample(SampleKind kind, uint64_t seed, size_t len) {
 
 TEST(EngineTest, FreshRegionReadsZeroAndCostsNothing) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(1000000, &r).ok());
   EXPECT_EQ(r.size % e->chunk_size(), 0u);
@@ -68,7 +56,7 @@ class EngineKindTest : public ::testing::TestWithParam<SampleKind> {};
 
 TEST_P(EngineKindTest, WriteEvictReadBackExactly) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   const size_t sizes[] = {1, 4096, 65536, 65537, 3 * 65536 + 777, 1 << 20};
   for (size_t size : sizes) {
     RegionInfo r;
@@ -102,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, EngineKindTest, ::testing::ValuesIn(AllSample
 
 TEST(EngineTest, ZeroChunksStayFreeAfterEviction) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(8 * e->chunk_size(), &r).ok());
   char* p = static_cast<char*>(r.base);
@@ -122,7 +110,7 @@ TEST(EngineTest, ZeroChunksStayFreeAfterEviction) {
 
 TEST(EngineTest, CleanChunkEvictedAgainCostsNoCompression) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(4 * e->chunk_size(), &r).ok());
   std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 1, r.size);
@@ -154,7 +142,7 @@ TEST(EngineTest, CleanChunkEvictedAgainCostsNoCompression) {
 
 TEST(EngineTest, WritePublishesAndMergesPartialChunks) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   const size_t cs = e->chunk_size();
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(5 * cs, &r).ok());
@@ -195,7 +183,7 @@ TEST(EngineTest, WritePublishesAndMergesPartialChunks) {
 // next store faults and bumps the generation.
 TEST(EngineTest, GenerationsVouchOnlyForProtectedChunks) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   const size_t cs = e->chunk_size();
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(4 * cs, &r).ok());
@@ -247,7 +235,7 @@ TEST(EngineTest, GenerationsVouchOnlyForProtectedChunks) {
 // every read still returns the newest bytes.
 TEST(EngineTest, ARewrittenStagingChunkStaysWritableAndUncached) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   const size_t cs = e->chunk_size();
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(2 * cs, &r).ok());
@@ -281,7 +269,7 @@ TEST(EngineTest, ARewrittenStagingChunkStaysWritableAndUncached) {
 
 TEST(EngineTest, ResidentBudgetIsKeptInTheBackground) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions("1M"));
+  auto e = MakeTestEngine(TestEngineOptions("1M"));
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(32 << 20, &r).ok());
   std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 9, r.size);
@@ -296,7 +284,7 @@ TEST(EngineTest, ResidentBudgetIsKeptInTheBackground) {
 
 TEST(EngineTest, FreeReleasesEverythingAndRangesAreReused) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(1 << 20, &r).ok());
   std::vector<char> data = Sample(SampleKind::kRandom, 5, r.size);
@@ -322,9 +310,9 @@ TEST(EngineTest, FreeReleasesEverythingAndRangesAreReused) {
 
 TEST(EngineTest, ArenaFullIsEnomem) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  Options o = TestOptions();
+  Options o = TestEngineOptions();
   ASSERT_TRUE(o.Set(Opt::kArena, "64M").ok());
-  auto e = MakeEngine(o);
+  auto e = MakeTestEngine(o);
   RegionInfo a, b;
   ASSERT_TRUE(e->Allocate(48 << 20, &a).ok());
   Status st = e->Allocate(32 << 20, &b);
@@ -336,7 +324,7 @@ TEST(EngineTest, ArenaFullIsEnomem) {
 
 TEST(EngineTest, ReadAndWriteRejectRangesOutsideARegion) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(e->chunk_size(), &r).ok());
   char buf[16];
@@ -347,7 +335,7 @@ TEST(EngineTest, ReadAndWriteRejectRangesOutsideARegion) {
 
 TEST(EngineTest, ForkedChildTouchingARegionGetsSigsegv) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(1 << 20, &r).ok());
   memset(r.base, 0x5a, 4096);
@@ -384,7 +372,7 @@ TEST(EngineTest, TouchAfterFreeGetsSigbusAndTheRangeIsReusable) {
   if (pid == 0) {
     alarm(20);  // a hang fails the test instead of blocking it
     std::unique_ptr<Engine> e;
-    if (!Engine::Create(TestOptions(), Os::Default(), nullptr, &e).ok()) _exit(3);
+    if (!Engine::Create(TestEngineOptions(), Os::Default(), nullptr, &e).ok()) _exit(3);
     RegionInfo r;
     if (!e->Allocate(1 << 20, &r).ok() || !e->Free(r.base).ok()) _exit(3);
     struct sigaction sa {};
@@ -418,7 +406,7 @@ namespace {
 
 TEST(EngineTest, StatsGaugesAndRegionRowsFollowTheRegion) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   uint64_t regions0 = StatGet(Stat::regions), bytes0 = StatGet(Stat::region_bytes);
   uint64_t res0 = StatGet(Stat::resident_bytes);
   RegionInfo r;
@@ -460,7 +448,7 @@ namespace {
 // tensor) need no per-region registration; UMap's per-range registration fails near 950.
 TEST(EngineTest, ThousandsOfRegions) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeEngine(TestOptions());
+  auto e = MakeTestEngine(TestEngineOptions());
   const int kRegions = 3000;
   std::vector<RegionInfo> rs(kRegions);
   for (int i = 0; i < kRegions; ++i) {

@@ -1,6 +1,7 @@
 // An Engine for tests: real userfaultfd, the default RAM store without a limit, a 64 GiB arena,
 // two workers, and no resident limit unless `resident` is given (a size as ZRTIER_* options take).
-// Adds a test failure (and returns null) if the engine cannot be created.
+// TestEngineOptions returns those options (to adjust before MakeTestEngine); MakeTestEngine adds a
+// test failure (and returns null) if the engine cannot be created.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,12 +12,16 @@
 
 namespace zrtier::testing {
 
-inline std::unique_ptr<Engine> MakeTestEngine(const char* resident = "0") {
+inline Options TestEngineOptions(const char* resident = "0") {
   Options o;
   EXPECT_TRUE(o.Set(Opt::kArena, "64G").ok());
   EXPECT_TRUE(o.Set(Opt::kStoreLimit, "0").ok());
   EXPECT_TRUE(o.Set(Opt::kWorkers, "2").ok());
   EXPECT_TRUE(o.Set(Opt::kResidentLimit, resident).ok());
+  return o;
+}
+
+inline std::unique_ptr<Engine> MakeTestEngine(const Options& o = TestEngineOptions()) {
   std::unique_ptr<Engine> e;
   Status st = Engine::Create(o, Os::Default(), nullptr, &e);
   EXPECT_TRUE(st.ok()) << st.ToString();
