@@ -163,7 +163,8 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
       }
       memcpy(from, s, n);
     } else {
-      char* buf = tl_raw.Get(chunk_);
+      // A whole chunk is installed straight from the caller's bytes; a partial one is merged.
+      char* buf = n == chunk_ ? const_cast<char*>(s) : tl_raw.Get(chunk_);
       if (n != chunk_) {
         if (was == kStored) {
           Status st = DecodeChunk(c, buf, "Write (merging a partial chunk)");
@@ -176,7 +177,7 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
           memset(buf, 0, chunk_);
         }
       }
-      memcpy(buf + off, s, n);
+      if (buf != s) memcpy(buf + off, s, n);
       Status st = Copy(p, buf, chunk_, /*wp=*/true);
       if (!st.ok()) {
         c.EndBusy(was);
