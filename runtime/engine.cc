@@ -300,6 +300,15 @@ Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
 Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
   return impl_->ReadChunk(chunk_start, dst, zero, gen);
 }
+
+void Engine::PrepareRead(const void* p, size_t len) {
+  impl_->Reprotect(p, len, true);
+}
+
+void Engine::PrepareWrite(void* p, size_t len) {
+  impl_->Reprotect(p, len, false);
+}
+
 Status Engine::Write(void* dst, const void* src, size_t len) {
   return impl_->Write(dst, src, len);
 }

@@ -97,6 +97,21 @@ class Engine {
   // store is seen); a resident one is written in place and left writable (dirty).
   Status Write(void* dst, const void* src, size_t len);
 
+  // Batched protection changes, for copies of many chunks at once. Each changes the write
+  // protection of whole runs of consecutive chunks with one UFFDIO_WRITEPROTECT (one TLB flush)
+  // per run, where ReadChunk and Write would each pay one per chunk. Both are hints: they change
+  // no bytes, touch only chunks wholly inside [p, p+len) (inside one region, else nothing), and
+  // leave chunks in a transition or in the wrong state to ReadChunk and Write, which stay correct
+  // either way.
+  //
+  // PrepareRead write-protects the dirty chunks (clean from then on; a later CPU store faults and
+  // bumps the generation), so that a ReadChunk of them can stamp its copy without an ioctl.
+  // Chunks ReadChunk would leave writable (rewritten staging buffers) are left alone.
+  void PrepareRead(const void* p, size_t len);
+  // PrepareWrite makes the write-protected resident chunks writable (dirty: new generation, older
+  // store copies freed), so that a Write of them that follows is a plain memcpy.
+  void PrepareWrite(void* p, size_t len);
+
   // The generation of the chunk containing `p`: bumped by every CPU write to a clean chunk and by
   // every Write. A copy of the chunk's bytes made elsewhere (a T0 slot) at generation g is valid
   // while Generation() == g, provided g was read before the bytes. kNoGeneration while the chunk

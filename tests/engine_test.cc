@@ -15,6 +15,7 @@
 #include "runtime/base/stats.h"
 #include "tests/testutil/data.h"
 #include "tests/testutil/engine.h"
+#include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
@@ -228,6 +229,80 @@ TEST(EngineTest, GenerationsVouchOnlyForProtectedChunks) {
   EXPECT_EQ(g, e->Generation(p + 2 * cs));
   EXPECT_EQ(e->Usage().resident_bytes, 0u);
   EXPECT_FALSE(e->ReadChunk(p + 1, copy.data(), &zero, &g).ok());  // not a chunk start
+}
+
+// PrepareRead / PrepareWrite change the protection of a run of chunks with one ioctl; the bytes
+// never change, the generations say what the protection is, and ReadChunk / Write of the prepared
+// chunks need no ioctl of their own. Partial chunks at either end are left alone.
+TEST(EngineTest, PrepareReadAndWriteReprotectWholeRunsInOneIoctl) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  FaultyOs os;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestEngineOptions(), &os, nullptr, &e).ok());
+  const size_t cs = e->chunk_size(), n = 8;
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
+  char* p = static_cast<char*>(r.base);
+  std::vector<char> want(n * cs);
+  FillSample(SampleKind::kRandom, 42, want.data(), want.size());
+  memcpy(p, want.data(), want.size());  // CPU stores: every chunk dirty
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(e->Generation(p + i * cs), kNoGeneration);
+
+  // A range that starts and ends mid-chunk: chunks 1..6 are wholly inside.
+  const uint64_t cleaned0 = StatGet(Stat::chunks_cleaned);
+  int ioctls = os.Count(OsCall::kIoctl);
+  e->PrepareRead(p + cs / 2, n * cs - cs);
+  EXPECT_EQ(os.Count(OsCall::kIoctl) - ioctls, 1);
+  EXPECT_EQ(StatGet(Stat::chunks_cleaned) - cleaned0, n - 2);
+  EXPECT_EQ(e->Generation(p), kNoGeneration);
+  EXPECT_EQ(e->Generation(p + (n - 1) * cs), kNoGeneration);
+  std::vector<uint64_t> g(n);
+  e->Generations(p, n, g.data());
+  for (size_t i = 1; i + 1 < n; ++i) EXPECT_NE(g[i], kNoGeneration) << i;
+  // ReadChunk of a prepared chunk stamps it without an ioctl, with the same generation.
+  std::vector<char> copy(cs);
+  bool zero = true;
+  uint64_t gen = 0;
+  ioctls = os.Count(OsCall::kIoctl);
+  ASSERT_TRUE(e->ReadChunk(p + 3 * cs, copy.data(), &zero, &gen).ok());
+  EXPECT_EQ(os.Count(OsCall::kIoctl), ioctls);
+  EXPECT_EQ(gen, g[3]);
+  EXPECT_EQ(memcmp(copy.data(), want.data() + 3 * cs, cs), 0);
+  // A CPU store to a prepared chunk is seen: a new generation.
+  p[2 * cs + 1] ^= 1;
+  want[2 * cs + 1] ^= 1;
+  EXPECT_EQ(e->Generation(p + 2 * cs), kNoGeneration);
+  ASSERT_TRUE(e->ReadChunk(p + 2 * cs, copy.data(), &zero, &gen).ok());
+  EXPECT_GT(gen, g[2]);
+
+  // PrepareWrite of everything: the protected chunks (1..6) become writable in one ioctl, with new
+  // generations; a Write over them then needs no ioctl.
+  ioctls = os.Count(OsCall::kIoctl);
+  e->PrepareWrite(p, n * cs);
+  EXPECT_EQ(os.Count(OsCall::kIoctl) - ioctls, 1);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(e->Generation(p + i * cs), kNoGeneration) << i;
+  EXPECT_EQ(memcmp(p, want.data(), want.size()), 0);
+  const uint64_t wp_faults = StatGet(Stat::faults_wp);
+  p[4 * cs] ^= 1;  // writable: no fault
+  want[4 * cs] ^= 1;
+  EXPECT_EQ(StatGet(Stat::faults_wp), wp_faults);
+  std::vector<char> d(n * cs);
+  FillSample(SampleKind::kRandom, 43, d.data(), d.size());
+  ioctls = os.Count(OsCall::kIoctl);
+  ASSERT_TRUE(e->Write(p + cs, d.data() + cs, (n - 2) * cs).ok());
+  EXPECT_EQ(os.Count(OsCall::kIoctl), ioctls);
+  memcpy(want.data() + cs, d.data() + cs, (n - 2) * cs);
+  EXPECT_EQ(memcmp(p, want.data(), want.size()), 0);
+
+  // Stored and never-written chunks are not resident: neither call touches them; nor ranges
+  // outside any region.
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  ioctls = os.Count(OsCall::kIoctl);
+  e->PrepareWrite(p, n * cs);
+  e->PrepareRead(p, n * cs);
+  e->PrepareRead(want.data(), cs);
+  EXPECT_EQ(os.Count(OsCall::kIoctl), ioctls);
+  EXPECT_EQ(memcmp(p, want.data(), want.size()), 0);
 }
 
 // A chunk the CPU rewrites after each cached read (a staging buffer) stops being protected for

@@ -26,9 +26,10 @@ struct Stamped {
 };
 
 // Rounds of a few milliseconds: two threads store into chunks 0..7 (each into its own words), one
-// publishes whole chunks 8..11 with Write, one evicts random chunks, two take stamped copies of
-// random chunks 0..11. Between rounds, with everything stopped, every copy whose stamp is still the
-// chunk's generation must equal the chunk, read through Read and through CPU loads.
+// publishes whole chunks 8..11 with Write, one evicts random chunks, one changes the protection of
+// random runs with PrepareRead / PrepareWrite, two take stamped copies of random chunks 0..11.
+// Between rounds, with everything stopped, every copy whose stamp is still the chunk's generation
+// must equal the chunk, read through Read and through CPU loads.
 TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
   ZRTIER_SKIP_UNLESS_UFFD();
   const uint64_t seed = testing::TestSeed();
@@ -78,6 +79,16 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
       while (!stop.load(std::memory_order_relaxed)) {
         Status st = e->EvictRange(base + (rng() % kChunks) * cs, cs);
         if (!st.ok()) ADD_FAILURE() << st.ToString();
+      }
+    });
+    ts.emplace_back([&] {
+      std::mt19937_64 rng(seed + rounds * 16 + 6);
+      while (!stop.load(std::memory_order_relaxed)) {
+        size_t first = rng() % kChunks, n = 1 + rng() % std::min<size_t>(4, kChunks - first);
+        if (rng() % 2)
+          e->PrepareRead(base + first * cs, n * cs);
+        else
+          e->PrepareWrite(base + first * cs, n * cs);
       }
     });
     for (int c = 0; c < 2; ++c)

@@ -322,6 +322,8 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       // and slots taken for misses (one pool lock); stops early when every slot is held.
       const uint64_t first_index = (cur - base) / chunk_;
       const size_t want = std::min<uint64_t>(piece_chunks, last - first_index + 1);
+      // Dirty chunks are protected for caching in one ioctl for the piece, not one per fill.
+      backend_->PrepareRead(base + first_index * chunk_, want * chunk_);
       backend_->Generations(base + first_index * chunk_, want, gens.data());
       size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), max_piece_chunks_, -1,
                                  piece_slots.data(), hits.get());
@@ -460,6 +462,8 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       piece.push_back(PieceChunk{base + (first_index + i) * chunk_, first_index + i, 0,
                                  piece_slots[i], false, false});
     char* piece_end = std::min<char*>(base + (first_index + got) * chunk_, end);
+    // Protected chunks are made writable in one ioctl for the piece, not one per publish.
+    backend_->PrepareWrite(cur, piece_end - cur);
     uint64_t t_issue = MonotonicNs();
     StatAdd(Stat::copy_plan_ns, t_issue - t_plan);
 

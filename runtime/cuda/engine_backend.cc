@@ -18,6 +18,8 @@ class EngineBackend final : public RegionBackend {
     return e_->Read(src, len, dst, zero);
   }
   Status Write(void* dst, const void* src, size_t len) override { return e_->Write(dst, src, len); }
+  void PrepareRead(const void* p, size_t len) override { e_->PrepareRead(p, len); }
+  void PrepareWrite(void* p, size_t len) override { e_->PrepareWrite(p, len); }
   uint64_t Generation(const void* p) const override { return e_->Generation(p); }
   void Generations(const void* p, size_t n, uint64_t* out) const override {
     e_->Generations(p, n, out);

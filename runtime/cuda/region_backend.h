@@ -31,6 +31,9 @@ class RegionBackend {
     *gen = Generation(chunk_start);
     return Read(chunk_start, chunk_size(), dst, zero);
   }
+  // Engine::PrepareRead / PrepareWrite (hints; the default does nothing).
+  virtual void PrepareRead(const void* p, size_t len) {}
+  virtual void PrepareWrite(void* p, size_t len) {}
   virtual uint64_t Generation(const void* p) const = 0;
   // Generation of `n` consecutive chunks from the one containing `p` (Engine::Generations).
   virtual void Generations(const void* p, size_t n, uint64_t* out) const {

@@ -185,6 +185,7 @@ class Engine::Impl {
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen);
   Status ReadPart(Region* r, size_t i, size_t off, size_t n, char* d);
   Status Write(void* dst, const void* src, size_t len);
+  void Reprotect(const void* p, size_t len, bool wp);
   uint64_t Generation(const void* p) const;
   void Generations(const void* p, size_t n, uint64_t* out) const;
 

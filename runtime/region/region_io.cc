@@ -200,6 +200,52 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
   return Status::Ok();
 }
 
+// PrepareRead (wp) and PrepareWrite (!wp): claims runs of consecutive eligible chunks, one ioctl
+// per run, then ends each chunk in its new state. A chunk that cannot be claimed at once ends the
+// run; it is left to ReadChunk / Write.
+void Engine::Impl::Reprotect(const void* p, size_t len, bool wp) {
+  std::shared_ptr<Region> r;
+  if (len == 0 || !FindRange(p, len, &r).ok()) return;
+  // Chunks [first, last) lie wholly inside [p, p+len).
+  const size_t off = static_cast<const char*>(p) - r->table.AddressOf(0);
+  const size_t first = (off + chunk_ - 1) / chunk_;
+  const size_t last = std::min<size_t>((off + len) / chunk_, r->table.n);
+  auto eligible = [&](const Chunk& c, uint32_t w) {
+    return wp ? StateOf(w) == kDirty && c.rewrites.load(std::memory_order_relaxed) < kMaxRewrites
+              : StateOf(w) == kClean;
+  };
+  for (size_t i = first; i < last;) {
+    size_t end = i;
+    for (; end < last; ++end) {
+      Chunk& c = r->table.chunks[end];
+      uint32_t w = c.word.load();
+      if (!eligible(c, w) || !c.TryBusy(w)) break;
+      if (!wp) c.gen.fetch_add(1);  // writable from now on: no copy may carry the old stamp
+    }
+    if (end == i) {
+      ++i;
+      continue;
+    }
+    long rc = WriteProtect(r->table.AddressOf(i), (end - i) * chunk_, wp);
+    for (size_t k = i; k < end; ++k) {
+      Chunk& c = r->table.chunks[k];
+      if (rc < 0) {
+        c.EndBusy(wp ? kDirty : kClean);
+      } else if (wp) {
+        c.cleaned.store(1, std::memory_order_relaxed);
+        c.EndBusy(kClean);
+      } else {
+        FreeHandle(r.get(), c);
+        c.referenced.store(1, std::memory_order_relaxed);
+        c.EndBusy(kDirty);
+      }
+    }
+    if (rc >= 0 && wp) StatAdd(Stat::chunks_cleaned, end - i);
+    SignalParked();
+    i = end;
+  }
+}
+
 void Engine::Impl::Generations(const void* p, size_t n, uint64_t* out) const {
   std::shared_ptr<Region> r = Find(p);
   size_t first = r ? r->table.IndexOf(p) : 0;
