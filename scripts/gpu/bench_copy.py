@@ -4,7 +4,8 @@ case is measured in the same process, so ratios to raw pinned memory are within 
 
   copy mode   : H2D and D2H GB/s of one SIZE copy: raw pinned (cudaHostRegister'd, which zrtier
                 passes through), pageable, and zrtier regions with the data in T0 (pool hit),
-                T1 (resident pages) and T2 (compressed).
+                T1 (resident pages) and T2 (compressed); and zrtier_cycle, a D2H then an H2D of
+                the same buffer, repeated (offloaded activations: save_on_cpu).
   stream mode : cyclic streaming of TOTAL bytes of bf16 layers (LAYER bytes each) host->GPU, as
                 offloaded inference does, from raw pinned memory and from zrtier regions; the pool
                 size is set by the caller (ZRTIER_PINNED_POOL). Reports the prefetch hit ratio.
@@ -147,6 +148,27 @@ def copy_mode(size, iters):
     assert torch.equal(gpu2, ref), "zrtier_t2: H2D bytes differ"
     emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
          **profile_since(p0, iters))
+
+    # The save_on_cpu cycle: each iteration a D2H into the buffer, then an H2D back from it, so
+    # every D2H lands on chunks an H2D has just read and every H2D reads chunks a D2H has just
+    # written (medians of the iterations, each direction on its own).
+    p0, td, th = profile_now(), [], []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        z.copy_(gpu, non_blocking=True)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        gpu2.copy_(z, non_blocking=True)
+        torch.cuda.synchronize()
+        td.append(t1 - t0)
+        th.append(time.perf_counter() - t1)
+        assert torch.equal(gpu2, ref), "zrtier_cycle: bytes differ"
+    prof = profile_since(p0, iters)
+    for d, ts in (("d2h", td), ("h2d", th)):
+        ts.sort()
+        emit(mode="copy", case="zrtier_cycle", dir=d, bytes=size, gbps=size / ts[len(ts) // 2] / 1e9,
+             **prof)
 
 
 def stream_mode(total, layer, passes):
