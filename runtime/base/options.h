@@ -68,9 +68,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "disksize of the zram device the zram tier configures (its capacity for encoded chunks)")    \
   X(kLibrary, "LIBRARY", kString, "", "path", "", "",                                            \
     "libzrtier.so for zrtier run to preload (default: found next to the zrtier binary)")         \
-  X(kPolicy, "POLICY", kString, "lru", "", "reuse|lru", "policy",                                \
-    "what leaves T0 first: lru, or reuse (the chunk predicted to be needed farthest ahead; not "  \
-    "yet the default: slower than lru on the GPU, docs/PERFORMANCE.md)")
+  X(kPolicy, "POLICY", kString, "reuse", "", "reuse|lru", "policy",                              \
+    "what leaves T0 first: reuse (the chunk predicted to be needed farthest ahead; least "        \
+    "recently used while nothing is learned), or lru")
 // clang-format on
 
 enum class Opt : int {
