@@ -75,7 +75,7 @@ uint32_t AccessPredictor::Intern(const Access& a) {
   }
   Node& node = nodes_[id];
   for (; node.mapped < node.chunk_count; ++node.mapped) {
-    ChunkNodes& cn = chunk_nodes_[ChunkKey{node.region, node.first_chunk + node.mapped}];
+    ChunkNodes& cn = ChunkNodesFor(ChunkKey{node.region, node.first_chunk + node.mapped});
     if (cn.first == kNone)
       cn.first = id;
     else
@@ -281,11 +281,28 @@ uint64_t AccessPredictor::PlanEpoch(uint64_t stream) const {
   return s ? s->epoch : 0;
 }
 
+const AccessPredictor::ChunkNodes* AccessPredictor::FindChunkNodes(const ChunkKey& key) const {
+  auto it = chunk_nodes_.find(key.region);
+  if (it == chunk_nodes_.end()) return nullptr;
+  const uint64_t page = key.chunk / kChunkPage;
+  if (page >= it->second.size() || !it->second[page]) return nullptr;
+  const ChunkNodes& cn = (*it->second[page])[key.chunk % kChunkPage];
+  return cn.first == kNone ? nullptr : &cn;
+}
+
+AccessPredictor::ChunkNodes& AccessPredictor::ChunkNodesFor(const ChunkKey& key) {
+  std::vector<std::unique_ptr<ChunkPage>>& pages = chunk_nodes_[key.region];
+  const uint64_t page = key.chunk / kChunkPage;
+  if (page >= pages.size()) pages.resize(page + 1);
+  if (!pages[page]) pages[page] = std::make_unique<ChunkPage>();
+  return (*pages[page])[key.chunk % kChunkPage];
+}
+
 uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
   uint64_t best = kNeverUsed;
-  auto nodes = chunk_nodes_.find(key);
-  if (nodes == chunk_nodes_.end()) return best;
-  const ChunkNodes& cn = nodes->second;
+  const ChunkNodes* found = FindChunkNodes(key);
+  if (!found) return best;
+  const ChunkNodes& cn = *found;
   for (const auto& s : streams_) {
     if (s.uses.empty()) continue;
     for (size_t k = 0; k <= cn.more.size(); ++k) {
