@@ -91,6 +91,18 @@ def timed(fn, iters, before=None):
     return best[len(best) // 2]  # median
 
 
+def cycle_times(host, gpu, gpu2):
+    """A D2H of `gpu` into `host`, then an H2D of `host` into `gpu2`: the seconds of each."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    host.copy_(gpu, non_blocking=True)
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    gpu2.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    return t1 - t0, time.perf_counter() - t1
+
+
 def emit(**kw):
     print(json.dumps(kw), flush=True)
 
@@ -154,15 +166,9 @@ def copy_mode(size, iters):
     # written (medians of the iterations, each direction on its own).
     p0, td, th = profile_now(), [], []
     for _ in range(iters):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        z.copy_(gpu, non_blocking=True)
-        torch.cuda.synchronize()
-        t1 = time.perf_counter()
-        gpu2.copy_(z, non_blocking=True)
-        torch.cuda.synchronize()
-        td.append(t1 - t0)
-        th.append(time.perf_counter() - t1)
+        d, h = cycle_times(z, gpu, gpu2)
+        td.append(d)
+        th.append(h)
         assert torch.equal(gpu2, ref), "zrtier_cycle: bytes differ"
     prof = profile_since(p0, iters)
     for d, ts in (("d2h", td), ("h2d", th)):

@@ -10,10 +10,14 @@ cycles of a D2H followed by an H2D (offloaded activations). Prints GB/s per step
 workers' time (zrtier's publish_ns counter); checks the bytes after the H2Ds.
 """
 import ctypes
+import os
 import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_copy import cycle_times  # noqa: E402
 
 l = ctypes.CDLL(None)
 try:
@@ -53,14 +57,7 @@ torch.cuda.synchronize()
 assert torch.equal(g2, gpu), "H2D bytes differ"
 d2h("after-h2d")
 for i in range(6):
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    z.copy_(gpu, non_blocking=True)
-    torch.cuda.synchronize()
-    t1 = time.perf_counter()
-    g2.copy_(z, non_blocking=True)
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
-    print(f"cycle#{i} d2h {size / (t1 - t0) / 1e9:.1f} GB/s h2d {size / (t2 - t1) / 1e9:.1f} GB/s "
+    td, th = cycle_times(z, gpu, g2)
+    print(f"cycle#{i} d2h {size / td / 1e9:.1f} GB/s h2d {size / th / 1e9:.1f} GB/s "
           f"chunks_cleaned {stat('chunks_cleaned')}", flush=True)
     assert torch.equal(g2, gpu), "H2D bytes differ"
