@@ -3,7 +3,8 @@
 // pinned memory (the baseline, same fake DMA) and from a region with the data in T0 (cache hit), T1
 // (resident: Read = memcpy into slots) and T2 (evicted: decode into slots), each as a ratio to the
 // baseline. On a GPU machine the DMA itself is the ceiling; this isolates what zrtier adds on the
-// CPU. Usage: FAKE_CUDA_COPY_US=0 shim_copy_bench [MiB=128] [passes=3] [workers=2]
+// CPU. Usage: FAKE_CUDA_COPY_US=0 [ZRTIER_POLICY=reuse|lru] shim_copy_bench [MiB=128] [passes=3]
+// [workers=2]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,8 +62,11 @@ int main(int argc, char** argv) {
   std::unique_ptr<PinnedPool> pool;
   st = PinnedPool::Create(api, n + (8 << 20), chunk, &pool);
   if (!st.ok()) return 1;
+  // Placement and prefetch options as libzrtier.so reads them (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD).
+  Options policy = Options::FromEnvironment();
   ShimConfig cfg;
   cfg.workers = workers - 1;
+  cfg.prefetch_options = &policy;
   Shim shim(api, MakeEngineBackend(std::move(engine)), std::move(pool), cfg);
 
   void *pinned = nullptr, *dev = nullptr, *region = nullptr;
