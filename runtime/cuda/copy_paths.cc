@@ -322,9 +322,13 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       // and slots taken for misses (one pool lock); stops early when every slot is held.
       const uint64_t first_index = (cur - base) / chunk_;
       const size_t want = std::min<uint64_t>(piece_chunks, last - first_index + 1);
-      // Dirty chunks are protected for caching in one ioctl for the piece, not one per fill.
-      backend_->PrepareRead(base + first_index * chunk_, want * chunk_);
       backend_->Generations(base + first_index * chunk_, want, gens.data());
+      // Dirty chunks (no generation) are protected for caching with one ioctl for the piece, not
+      // one per fill; then their generations are read again.
+      if (std::find(gens.begin(), gens.begin() + want, kNoGeneration) != gens.begin() + want) {
+        backend_->PrepareRead(base + first_index * chunk_, want * chunk_);
+        backend_->Generations(base + first_index * chunk_, want, gens.data());
+      }
       size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), max_piece_chunks_, -1,
                                  piece_slots.data(), hits.get());
       for (size_t i = 0; i < got; ++i) {

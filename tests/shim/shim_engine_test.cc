@@ -12,6 +12,7 @@
 #include "runtime/cuda/shim.h"
 #include "runtime/engine.h"
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
@@ -26,7 +27,7 @@ class ShimEngineTest : public ::testing::Test {
     ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
     ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
     std::unique_ptr<Engine> engine;
-    Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
+    Status st = Engine::Create(opts, &os_, nullptr, &engine);
     ASSERT_TRUE(st.ok()) << st.ToString();
     engine_ = engine.get();
     chunk_ = engine->chunk_size();
@@ -65,6 +66,7 @@ class ShimEngineTest : public ::testing::Test {
     ASSERT_EQ(cudaMemcpy(d, j.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
   }
 
+  FaultyOs os_;  // the real kernel, counting calls
   Engine* engine_ = nullptr;
   size_t chunk_ = 0;
   std::unique_ptr<Shim> shim_;
@@ -116,6 +118,32 @@ TEST_F(ShimEngineTest, ExactBytesFromEveryTier) {
   EXPECT_EQ(engine_->Usage().resident_bytes, 0u) << "the copy should decode into T0, not install";
   // And the CPU still sees everything.
   EXPECT_EQ(memcmp(r, data.data(), n), 0);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
+// An H2D of CPU-written (writable) chunks protects them for caching with one ioctl per piece of
+// the copy, not one per chunk (Engine::PrepareRead), and a D2H into the chunks an H2D has just read
+// makes them writable the same way (Engine::PrepareWrite). Every byte stays exact.
+TEST_F(ShimEngineTest, ProtectionChangesAreBatchedPerPiece) {
+  const size_t chunks = 64, n = chunks * chunk_;
+  char* r = Region(n);
+  char* d = Device(n);
+  std::vector<char> data(n), other(n);
+  FillSample(SampleKind::kBf16Gaussian, 9, data.data(), n);
+  FillSample(SampleKind::kBf16Relu, 10, other.data(), n);
+  memcpy(r, data.data(), n);  // CPU stores: every chunk writable
+  const uint64_t cleaned = StatGet(Stat::chunks_cleaned);
+  int ioctls = os_.Count(OsCall::kIoctl);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(FromDevice(d, n), data);
+  EXPECT_EQ(StatGet(Stat::chunks_cleaned) - cleaned, chunks);
+  // The 16-slot pool makes pieces of at most 4 chunks: 16 ioctls, against 64 one per chunk.
+  EXPECT_LE(os_.Count(OsCall::kIoctl) - ioctls, static_cast<int>(chunks / 2));
+  ASSERT_EQ(cudaMemcpy(d, other.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ioctls = os_.Count(OsCall::kIoctl);
+  ASSERT_EQ(shim_->Memcpy(r, d, n, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
+  EXPECT_LE(os_.Count(OsCall::kIoctl) - ioctls, static_cast<int>(chunks / 2));
+  EXPECT_EQ(memcmp(r, other.data(), n), 0);
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
