@@ -164,8 +164,9 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
       memcpy(from, s, n);
     } else {
       // A whole chunk is installed straight from the caller's bytes; a partial one is merged.
-      char* buf = n == chunk_ ? const_cast<char*>(s) : tl_raw.Get(chunk_);
+      const char* bytes = s;
       if (n != chunk_) {
+        char* buf = tl_raw.Get(chunk_);
         if (was == kStored) {
           Status st = DecodeChunk(c, buf, "Write (merging a partial chunk)");
           if (!st.ok()) {
@@ -176,9 +177,10 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
         } else {
           memset(buf, 0, chunk_);
         }
+        memcpy(buf + off, s, n);
+        bytes = buf;
       }
-      if (buf != s) memcpy(buf + off, s, n);
-      Status st = Copy(p, buf, chunk_, /*wp=*/true);
+      Status st = Copy(p, bytes, chunk_, /*wp=*/true);
       if (!st.ok()) {
         c.EndBusy(was);
         SignalParked();
