@@ -74,8 +74,12 @@ Engine::Impl::~Impl() {
 // ---- lookup -------------------------------------------------------------------------------
 
 std::shared_ptr<Region> Engine::Impl::Find(const void* p) const {
-  uintptr_t a = reinterpret_cast<uintptr_t>(p);
   std::shared_lock<std::shared_mutex> lock(regions_mu_);
+  return FindLocked(p);
+}
+
+std::shared_ptr<Region> Engine::Impl::FindLocked(const void* p) const {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
   auto it = regions_.upper_bound(a);
   if (it == regions_.begin()) return nullptr;
   --it;
@@ -128,11 +132,13 @@ Status Engine::Impl::Allocate(size_t size, RegionInfo* out) {
   if (len < size) return Status::Error(ENOMEM, "zrtier: region size overflows");
   char* base = nullptr;
   ZRTIER_RETURN_IF_ERROR(arena_->Reserve(len, &base));
-  if (poisoned_.load()) os_->Madvise(base, len, MADV_DONTNEED);  // clears stale poison markers
   auto r = std::make_shared<Region>(next_id_.fetch_add(1) + 1, base, len, chunk_);
   r->stats_row = StatsRegionAcquire(reinterpret_cast<uint64_t>(base), len);
   {
     std::unique_lock<std::shared_mutex> lock(regions_mu_);
+    // Stale poison markers (Stray) are cleared under the lock: Stray poisons only while it holds
+    // the lock shared and sees no live region there, so none can land after this.
+    if (poisoned_.load()) os_->Madvise(base, len, MADV_DONTNEED);
     regions_[reinterpret_cast<uintptr_t>(base)] = r;
     snapshot_stale_ = true;
   }

@@ -145,6 +145,7 @@ class Engine::Impl {
   void Start();
   ~Impl();
   std::shared_ptr<Region> Find(const void* p) const;
+  std::shared_ptr<Region> FindLocked(const void* p) const;  // REQUIRES: regions_mu_ held
   Status FindRange(const void* p, size_t len, std::shared_ptr<Region>* out) const;
   void RebuildSnapshotLocked();
   std::shared_ptr<Snapshot> GetSnapshot();
@@ -163,7 +164,8 @@ class Engine::Impl {
   Status Copy(char* dst, const char* src, size_t len, bool wp, bool dontwake = false);
   long WriteProtect(char* p, size_t len, bool wp);
   void Wake(char* p, size_t len);
-  void Stray(uint64_t addr);
+  void Stray(uint64_t addr, bool wp);
+  void Poison(uint64_t addr);
   Status DecodeChunk(Chunk& c, char* dst, const char* what);
   Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0);
   Outcome HandleFault(const Fault& f, bool may_defer);

@@ -74,11 +74,10 @@ void Engine::Impl::Wake(char* p, size_t len) {
 }
 
 // A fault outside every live region (a use after free): SIGBUS through UFFDIO_POISON.
-void Engine::Impl::Stray(uint64_t addr) {
+// Makes the page at `addr` raise SIGBUS in the threads that touch it: UFFDIO_POISON where the
+// kernel has it (else they are only woken, and fault again).
+void Engine::Impl::Poison(uint64_t addr) {
   char* page = reinterpret_cast<char*>(addr & ~(kPage - 1));
-  ZRTIER_LOG_ONCE(LogLevel::kError,
-                  "access to zrtier arena memory outside any live region (%p): use after free?",
-                  reinterpret_cast<void*>(addr));
   if (arena_->poison_supported()) {
     uffdio_poison p{};
     p.range.start = reinterpret_cast<uint64_t>(page);
@@ -88,6 +87,26 @@ void Engine::Impl::Stray(uint64_t addr) {
     if (r == 0 || r == -EEXIST) return;
   }
   Wake(page, kPage);
+}
+
+// A fault outside any live region. The event may be stale: its thread was woken before the pager
+// read it (an unprotect or an install of the range wakes every thread waiting on it) and the
+// region was freed since. A write-protect fault is always stale here (its page was present in a
+// live region, and Release dropped every page): it is only woken. A missing fault is a touch of
+// freed memory (or, rarely, stale): the page is poisoned. The range may be handed out again at
+// any moment, so the check and the poison happen under regions_mu_ (Allocate clears stale poison
+// under it too), and a page that belongs to a live region by now is only woken.
+void Engine::Impl::Stray(uint64_t addr, bool wp) {
+  std::shared_lock<std::shared_mutex> lock(regions_mu_);
+  if (wp || FindLocked(reinterpret_cast<void*>(addr))) {
+    lock.unlock();
+    Wake(reinterpret_cast<char*>(addr & ~(kPage - 1)), kPage);
+    return;
+  }
+  ZRTIER_LOG_ONCE(LogLevel::kError,
+                  "access to zrtier arena memory outside any live region (%p): use after free?",
+                  reinterpret_cast<void*>(addr));
+  Poison(addr);
 }
 
 // ---- the pager -----------------------------------------------------------------------------
@@ -116,7 +135,7 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
       c.EndBusy(from);
       Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
           static_cast<void*>(p), st.ToString().c_str());
-      Stray(reinterpret_cast<uint64_t>(p));
+      Poison(reinterpret_cast<uint64_t>(p));
       return Outcome::kDone;
     }
     src = buf;
@@ -156,7 +175,7 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
 Outcome Engine::Impl::HandleFault(const Fault& f, bool may_defer) {
   Region* r = f.region.get();
   if (!r || r->dead.load()) {
-    Stray(f.addr);
+    Stray(f.addr, f.wp);
     return Outcome::kDone;
   }
   size_t i = r->table.IndexOf(reinterpret_cast<void*>(f.addr));
@@ -167,7 +186,7 @@ Outcome Engine::Impl::HandleFault(const Fault& f, bool may_defer) {
     ChunkState s = StateOf(w);
     if (s == kBusy) return Outcome::kPark;
     if (s == kFreed) {
-      Stray(f.addr);
+      Stray(f.addr, f.wp);
       return Outcome::kDone;
     }
     if (f.wp) {
