@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<PinnedPool> pool;
   st = PinnedPool::Create(api, n + (8 << 20), chunk, &pool);
   if (!st.ok()) return 1;
-  // Placement and prefetch options as libzrtier.so reads them (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD).
+  // Placement and prefetch options as libzrtier.so reads them (ZRTIER_POLICY,
+  // ZRTIER_PREFETCH_AHEAD).
   Options policy = Options::FromEnvironment();
   ShimConfig cfg;
   cfg.workers = workers - 1;
