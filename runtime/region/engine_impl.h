@@ -188,6 +188,7 @@ class Engine::Impl {
   Status ReadPart(Region* r, size_t i, size_t off, size_t n, char* d);
   Status Write(void* dst, const void* src, size_t len);
   void Reprotect(const void* p, size_t len, bool wp);
+  long ReprotectClaimed(Region* r, size_t first, size_t end, bool wp);
   uint64_t Generation(const void* p) const;
   void Generations(const void* p, size_t n, uint64_t* out) const;
 

@@ -73,7 +73,6 @@ void Engine::Impl::Wake(char* p, size_t len) {
   os_->Ioctl(uffd_, UFFDIO_WAKE, &r);
 }
 
-// A fault outside every live region (a use after free): SIGBUS through UFFDIO_POISON.
 // Makes the page at `addr` raise SIGBUS in the threads that touch it: UFFDIO_POISON where the
 // kernel has it (else they are only woken, and fault again).
 void Engine::Impl::Poison(uint64_t addr) {

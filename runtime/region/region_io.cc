@@ -9,6 +9,12 @@
 
 namespace zrtier {
 
+// Whether a chunk in state word `w` is write-protected for caching (ReadChunk, PrepareRead): a
+// dirty one, unless the CPU rewrote it kMaxRewrites times after such a protect (a staging buffer).
+static bool Protectable(const Chunk& c, uint32_t w) {
+  return StateOf(w) == kDirty && c.rewrites.load(std::memory_order_relaxed) < kMaxRewrites;
+}
+
 // The generation a copy may be stamped with: none while the pages are writable (kDirty) or a
 // transition owns the chunk (kBusy: it may end writable, after its generation bump). The state is
 // read after the generation, so a chunk seen protected was protected at that generation (every
@@ -97,22 +103,17 @@ Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, u
   int spins = 0;
   for (;;) {
     uint32_t w = c.word.load();
-    ChunkState s = StateOf(w);
-    if (s == kBusy) {
+    if (StateOf(w) == kBusy) {
       Backoff(&spins);
       continue;
     }
-    if (s != kDirty || c.rewrites.load(std::memory_order_relaxed) >= kMaxRewrites) break;
+    if (!Protectable(c, w)) break;
     if (!c.TryBusy(w)) {
       Backoff(&spins);
       continue;
     }
-    long rc = WriteProtect(p, chunk_, true);
-    c.EndBusy(rc < 0 ? kDirty : kClean);
-    SignalParked();
-    if (rc < 0) break;  // stays dirty: the generation below says so
-    c.cleaned.store(1, std::memory_order_relaxed);
-    StatAdd(Stat::chunks_cleaned, 1);
+    if (ReprotectClaimed(r.get(), i, i + 1, true) < 0)
+      break;  // stays dirty: the generation says so
   }
   // The generation first: a store after it bumps it, so the copy can only be older than its stamp.
   *gen = CacheableGeneration(c);
@@ -202,9 +203,33 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
   return Status::Ok();
 }
 
-// PrepareRead (wp) and PrepareWrite (!wp): claims runs of consecutive eligible chunks, one ioctl
-// per run, then ends each chunk in its new state. A chunk that cannot be claimed at once ends the
-// run; it is left to ReadChunk / Write.
+// Changes the protection of chunks [first, end) of `r`, claimed (kBusy) by the caller -- for !wp
+// with their generations already bumped -- with one ioctl, and ends each in its new state: wp,
+// clean (a copy may be cached; `cleaned` for the staging-buffer count); !wp, dirty with its store
+// copy freed. On failure each goes back to its old state. Returns the ioctl's result.
+long Engine::Impl::ReprotectClaimed(Region* r, size_t first, size_t end, bool wp) {
+  long rc = WriteProtect(r->table.AddressOf(first), (end - first) * chunk_, wp);
+  for (size_t k = first; k < end; ++k) {
+    Chunk& c = r->table.chunks[k];
+    if (rc < 0) {
+      c.EndBusy(wp ? kDirty : kClean);
+    } else if (wp) {
+      c.cleaned.store(1, std::memory_order_relaxed);
+      c.EndBusy(kClean);
+    } else {
+      FreeHandle(r, c);
+      c.referenced.store(1, std::memory_order_relaxed);
+      c.EndBusy(kDirty);
+    }
+  }
+  if (rc >= 0 && wp) StatAdd(Stat::chunks_cleaned, end - first);
+  SignalParked();
+  return rc;
+}
+
+// PrepareRead (wp) and PrepareWrite (!wp): claims runs of consecutive eligible chunks and changes
+// each run with ReprotectClaimed. A chunk that cannot be claimed at once ends the run; it is left
+// to ReadChunk / Write.
 void Engine::Impl::Reprotect(const void* p, size_t len, bool wp) {
   std::shared_ptr<Region> r;
   if (len == 0 || !FindRange(p, len, &r).ok()) return;
@@ -213,8 +238,7 @@ void Engine::Impl::Reprotect(const void* p, size_t len, bool wp) {
   const size_t first = (off + chunk_ - 1) / chunk_;
   const size_t last = std::min<size_t>((off + len) / chunk_, r->table.n);
   auto eligible = [&](const Chunk& c, uint32_t w) {
-    return wp ? StateOf(w) == kDirty && c.rewrites.load(std::memory_order_relaxed) < kMaxRewrites
-              : StateOf(w) == kClean;
+    return wp ? Protectable(c, w) : StateOf(w) == kClean;
   };
   for (size_t i = first; i < last;) {
     size_t end = i;
@@ -228,22 +252,7 @@ void Engine::Impl::Reprotect(const void* p, size_t len, bool wp) {
       ++i;
       continue;
     }
-    long rc = WriteProtect(r->table.AddressOf(i), (end - i) * chunk_, wp);
-    for (size_t k = i; k < end; ++k) {
-      Chunk& c = r->table.chunks[k];
-      if (rc < 0) {
-        c.EndBusy(wp ? kDirty : kClean);
-      } else if (wp) {
-        c.cleaned.store(1, std::memory_order_relaxed);
-        c.EndBusy(kClean);
-      } else {
-        FreeHandle(r.get(), c);
-        c.referenced.store(1, std::memory_order_relaxed);
-        c.EndBusy(kDirty);
-      }
-    }
-    if (rc >= 0 && wp) StatAdd(Stat::chunks_cleaned, end - i);
-    SignalParked();
+    ReprotectClaimed(r.get(), i, end, wp);
     i = end;
   }
 }
