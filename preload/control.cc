@@ -28,7 +28,7 @@ ZRTIER_CONTROL int zrtier_t0_drop(const void* p, size_t len) {
   if (!shim) return -ENODEV;
   RegionInfo r;
   if (!shim->backend()->Lookup(p, &r)) return -EINVAL;
-  shim->pool()->DropRegion(r.id);
+  shim->DropT0(r.id);
   return 0;
 }
 

@@ -169,7 +169,7 @@ Status Engine::Impl::Free(void* base) {
 // returns the range to the arena.
 void Engine::Impl::Release(Region* r) {
   r->dead.store(true);
-  uint64_t resident = 0, stored = 0;
+  uint64_t resident = 0, stored = 0, external = 0;
   for (size_t i = 0; i < r->table.n; ++i) {
     Chunk& c = r->table.chunks[i];
     int spins = 0;
@@ -183,6 +183,7 @@ void Engine::Impl::Release(Region* r) {
       if (!c.word.compare_exchange_weak(w, (w & ~kStateMask) | kFreed)) continue;
       if (IsResident(w)) resident += chunk_;
       if (s == kStored) stored += chunk_;
+      if (s == kExternal) external += chunk_;
       break;
     }
     StoreHandle h = c.handle.exchange(0);
@@ -192,6 +193,7 @@ void Engine::Impl::Release(Region* r) {
   AddResident(r, -static_cast<int64_t>(resident));
   r->stored_raw.fetch_sub(stored);
   stored_raw_.fetch_sub(stored);
+  AddExternal(r, -static_cast<int64_t>(external));
   if (r->stats_row >= 0) StatsRegionRelease(r->stats_row);
   region_bytes_.fetch_sub(r->size);
   regions_count_.fetch_sub(1);
@@ -251,7 +253,8 @@ EngineUsage Engine::Impl::Usage() const {
   u.resident_bytes = resident_.load();
   u.resident_limit = limit_.load();
   u.stored_raw_bytes = stored_raw_.load();
-  uint64_t used = u.resident_bytes + u.stored_raw_bytes;
+  u.external_bytes = external_.load();
+  uint64_t used = u.resident_bytes + u.stored_raw_bytes + u.external_bytes;
   u.empty_bytes = u.region_bytes > used ? u.region_bytes - used : 0;
   u.store = store_->Usage();
   return u;
@@ -333,6 +336,15 @@ Status Engine::EvictTo(uint64_t target) {
 }
 Status Engine::EvictRange(const void* p, size_t len) {
   return impl_->EvictRange(p, len);
+}
+void Engine::SetExternalCopies(ExternalCopies* x) {
+  impl_->external_copies_.store(x, std::memory_order_release);
+}
+Status Engine::Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) {
+  return impl_->Adopt(p, n, gens, registered);
+}
+Status Engine::Attach(void* chunk_start, uint64_t gen, const void* bytes) {
+  return impl_->Attach(chunk_start, gen, bytes);
 }
 EngineUsage Engine::Usage() const {
   return impl_->Usage();

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "runtime/base/options.h"
@@ -42,12 +43,27 @@ struct EngineUsage {
   uint64_t resident_bytes = 0;    // T1: chunks installed in region pages
   uint64_t resident_limit = 0;    // 0 = none
   uint64_t stored_raw_bytes = 0;  // original bytes of chunks whose newest copy is in the store
+  uint64_t external_bytes = 0;    // bytes of chunks whose newest copy is an external one (Adopt)
   uint64_t empty_bytes = 0;       // bytes of chunks never written (or evicted as all-zero)
   StoreUsage store;               // the store stack's own accounting
 };
 
 // Generation() of a chunk that must not be cached (dirty or in a transition).
 inline constexpr uint64_t kNoGeneration = ~0ull;
+
+// Holder of external chunk copies (Engine::Adopt): the shim's T0 pool, whose slots a D2H copy
+// landed in. The engine asks it for the bytes whenever a chunk in the external state is read or
+// faulted in.
+class ExternalCopies {
+ public:
+  virtual ~ExternalCopies() = default;
+  // If the copy of chunk `chunk` of region `region` at generation `gen` is held, calls use(bytes)
+  // (chunk_size bytes, valid and unchanged during the call) and returns true; false if it is not
+  // held (given back or superseded: the chunk has left the external state at `gen` by then).
+  // Called from the pager thread and from Read/Write callers; never calls into the engine.
+  virtual bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
+                         const std::function<void(const char* bytes)>& use) = 0;
+};
 
 class Engine {
  public:
@@ -129,6 +145,22 @@ class Engine {
   // Synchronously evicts the chunks overlapping [p, p+len) (inside one region).
   Status EvictRange(const void* p, size_t len);
 
+  // Adopted chunks (DESIGN.md section 4: the slot a D2H copy landed in becomes the chunk's newest
+  // copy, with no copy into the region). SetExternalCopies names the holder, once, before any
+  // Adopt (null: none; chunks still external then read as errors and fault with SIGBUS).
+  void SetExternalCopies(ExternalCopies* x);
+  // The `n` chunks from `p` (a chunk start; inside one region) become external: their pages are
+  // dropped, their store copies freed, their generations bumped into gens[0..n), and then, while
+  // every one of them is still claimed -- so no fault or Read sees one external before its copy is
+  // known -- `registered()` runs (the holder records its copies at those generations). Concurrent
+  // faults on those chunks wait and are then served from the holder. EINVAL outside a region.
+  Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered);
+  // Gives an external chunk its bytes back: if the chunk starting at `chunk_start` is still
+  // external at generation `gen`, installs `bytes` write-protected (clean, same generation).
+  // Returns OK (the holder may forget its copy) also when the chunk is no longer external at `gen`
+  // (written, installed or freed meanwhile: then nothing changes); an error (UFFDIO_COPY failed)
+  // means the chunk is still external and the holder must keep its copy.
+  Status Attach(void* chunk_start, uint64_t gen, const void* bytes);
   EngineUsage Usage() const;
   const Codec& codec() const;
 

@@ -15,6 +15,7 @@
 #include "runtime/base/stats.h"
 #include "tests/testutil/data.h"
 #include "tests/testutil/engine.h"
+#include "tests/testutil/external_holder.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
 
@@ -303,6 +304,105 @@ TEST(EngineTest, PrepareReadAndWriteReprotectWholeRunsInOneIoctl) {
   e->PrepareRead(want.data(), cs);
   EXPECT_EQ(os.Count(OsCall::kIoctl), ioctls);
   EXPECT_EQ(memcmp(p, want.data(), want.size()), 0);
+}
+
+// Adopt (a landed D2H slot becomes a chunk's newest copy): chunks of every state become external
+// with new generations, their pages and store copies go; Read, CPU loads and stores, a partial
+// Write and Attach then take the bytes from the holder, and Free forgets them.
+TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  FaultyOs os;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestEngineOptions(), &os, nullptr, &e).ok());
+  const size_t cs = e->chunk_size(), n = 6;
+  testing::ExternalHolder holder(cs);
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
+  char* p = static_cast<char*>(r.base);
+  std::vector<uint64_t> gens(n);
+  EXPECT_EQ(e->Adopt(p, 1, gens.data(), [] {}).code(), ENOTSUP) << "no holder yet";
+  e->SetExternalCopies(&holder);
+
+  // Chunk 0 dirty, 1 clean, 2 stored, 3 never written; 4 and 5 stay as they are.
+  std::vector<char> old = Sample(SampleKind::kBf16Gaussian, 50, n * cs);
+  memcpy(p, old.data(), 3 * cs);
+  memcpy(p + 4 * cs, old.data() + 4 * cs, 2 * cs);
+  e->PrepareRead(p + cs, cs);
+  ASSERT_TRUE(e->EvictRange(p + 2 * cs, cs).ok());
+  std::vector<uint64_t> before(n);
+  e->Generations(p, n, before.data());
+  const EngineUsage u0 = e->Usage();
+  std::vector<char> x = Sample(SampleKind::kFp32Gaussian, 51, 4 * cs);
+  bool registered = false;
+  ASSERT_TRUE(e->Adopt(p, 4, gens.data(), [&] {
+                 registered = true;
+                 for (size_t k = 0; k < 4; ++k) holder.Hold(r.id, k, gens[k], x.data() + k * cs);
+               }).ok());
+  EXPECT_TRUE(registered);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(e->Generation(p + k * cs), gens[k]) << k;
+    if (before[k] != kNoGeneration) {
+      EXPECT_GT(gens[k], before[k]) << k;
+    }
+  }
+  EngineUsage u = e->Usage();
+  EXPECT_EQ(u.external_bytes, 4 * cs);
+  EXPECT_EQ(u.resident_bytes, u0.resident_bytes - 2 * cs);  // chunks 0 and 1
+  EXPECT_EQ(u.stored_raw_bytes, u0.stored_raw_bytes - cs);  // chunk 2
+
+  std::vector<char> want = old;
+  memcpy(want.data(), x.data(), 4 * cs);
+  std::vector<char> got(n * cs);
+  bool zero = true;
+  ASSERT_TRUE(e->Read(p, n * cs, got.data(), &zero).ok());
+  EXPECT_FALSE(zero);
+  EXPECT_EQ(got, want);
+
+  // A CPU load of chunk 0 installs it clean at the same generation; a store into chunk 3
+  // installs it dirty.
+  const uint64_t missing = StatGet(Stat::faults_missing);
+  EXPECT_EQ(memcmp(p, want.data(), cs), 0);
+  EXPECT_EQ(e->Generation(p), gens[0]);
+  p[3 * cs + 5] ^= 0x21;
+  want[3 * cs + 5] ^= 0x21;
+  EXPECT_EQ(e->Generation(p + 3 * cs), kNoGeneration);
+  EXPECT_EQ(StatGet(Stat::faults_missing) - missing, 2u);
+  EXPECT_EQ(e->Usage().external_bytes, 2 * cs);
+
+  // A partial Write into chunk 1 merges with the held copy.
+  std::vector<char> y = Sample(SampleKind::kRandom, 52, cs / 2);
+  ASSERT_TRUE(e->Write(p + cs + cs / 4, y.data(), cs / 2).ok());
+  memcpy(want.data() + cs + cs / 4, y.data(), cs / 2);
+  EXPECT_EQ(e->Usage().external_bytes, cs);
+
+  // Attach: a copy whose chunk moved on changes nothing; chunk 2's installs its bytes, clean.
+  const int ioctls = os.Count(OsCall::kIoctl);
+  EXPECT_TRUE(e->Attach(p + cs, gens[1], x.data() + cs).ok());
+  EXPECT_TRUE(e->Attach(p + 2 * cs, gens[2] + 1, x.data() + 2 * cs).ok());
+  EXPECT_EQ(os.Count(OsCall::kIoctl), ioctls);
+  EXPECT_TRUE(e->Attach(p + 2 * cs, gens[2], x.data() + 2 * cs).ok());
+  EXPECT_EQ(os.Count(OsCall::kIoctl), ioctls + 1);
+  EXPECT_EQ(e->Generation(p + 2 * cs), gens[2]);
+  EXPECT_EQ(e->Usage().external_bytes, 0u);
+  EXPECT_EQ(memcmp(p, want.data(), n * cs), 0);
+  ASSERT_TRUE(e->Read(p, n * cs, got.data(), nullptr).ok());
+  EXPECT_EQ(got, want);
+
+  // A holder that lost a copy it must keep is an error, not a hang.
+  uint64_t g1;
+  ASSERT_TRUE(e->Adopt(p + 4 * cs, 1, &g1, [&] { holder.Hold(r.id, 4, g1, x.data()); }).ok());
+  holder.Forget(r.id, 4, g1);
+  EXPECT_EQ(e->Read(p + 4 * cs, cs, got.data(), nullptr).code(), EIO);
+
+  // Adopting again supersedes; Free forgets external chunks.
+  ASSERT_TRUE(e->Adopt(p + 4 * cs, 2, gens.data(), [&] {
+                 for (size_t k = 0; k < 2; ++k) holder.Hold(r.id, 4 + k, gens[k], x.data());
+               }).ok());
+  EXPECT_GT(gens[0], g1);
+  EXPECT_EQ(e->Usage().external_bytes, 2 * cs);
+  ASSERT_TRUE(e->Free(r.base).ok());
+  EXPECT_EQ(e->Usage().external_bytes, 0u);
+  e->SetExternalCopies(nullptr);
 }
 
 // A chunk the CPU rewrites after each cached read (a staging buffer) stops being protected for

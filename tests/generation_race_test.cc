@@ -15,6 +15,7 @@
 #include "runtime/base/stats.h"
 #include "runtime/engine.h"
 #include "tests/testutil/engine.h"
+#include "tests/testutil/external_holder.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
@@ -26,8 +27,10 @@ struct Stamped {
 };
 
 // Rounds of a few milliseconds: two threads store into chunks 0..7 (each into its own words), one
-// publishes whole chunks 8..11 with Write, one evicts random chunks, one changes the protection of
-// random runs with PrepareRead / PrepareWrite, two take stamped copies of random chunks 0..11.
+// publishes whole chunks 8..11 with Write, one adopts random runs of chunks 0..11 (the D2H
+// publish: the holder gets the bytes) and attaches held copies back, one evicts random chunks, one
+// changes the protection of random runs with PrepareRead / PrepareWrite, two take stamped copies
+// of random chunks 0..11.
 // Between rounds, with everything stopped, every copy whose stamp is still the chunk's generation
 // must equal the chunk, read through Read and through CPU loads.
 TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
@@ -36,6 +39,9 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
   printf("seed %llu\n", static_cast<unsigned long long>(seed));
   auto e = testing::MakeTestEngine();
   const size_t cs = e->chunk_size();
+  testing::ExternalHolder holder(cs);
+  e->SetExternalCopies(&holder);
+  uint64_t adopted = 0, attached = 0;
   constexpr size_t kStored = 8, kPublished = 4, kChunks = kStored + kPublished;
   const size_t words_per_chunk = cs / 8;
 
@@ -72,6 +78,32 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
         size_t chunk = kStored + rng() % kPublished;
         Status st = e->Write(base + chunk * cs, d.data(), cs);
         if (!st.ok()) ADD_FAILURE() << st.ToString();
+      }
+    });
+    ts.emplace_back([&] {
+      std::mt19937_64 rng(seed + rounds * 16 + 7);
+      std::vector<char> d(4 * cs);
+      std::vector<uint64_t> gens(4);
+      std::vector<char> held;
+      while (!stop.load(std::memory_order_relaxed)) {
+        size_t first = rng() % kChunks, n = 1 + rng() % std::min<size_t>(4, kChunks - first);
+        if (rng() % 2) {
+          for (size_t k = 0; k < n * cs; k += 8) d[k] = static_cast<char>(rng());
+          Status st = e->Adopt(base + first * cs, n, gens.data(), [&] {
+            for (size_t k = 0; k < n; ++k)
+              if (gens[k] != kNoGeneration)
+                holder.Hold(r.id, first + k, gens[k], d.data() + k * cs);
+          });
+          if (!st.ok()) ADD_FAILURE() << st.ToString();
+          ++adopted;
+        } else {
+          uint64_t g;
+          if (!holder.Get(r.id, first, &g, &held)) continue;
+          Status st = e->Attach(base + first * cs, g, held.data());
+          if (!st.ok()) ADD_FAILURE() << st.ToString();
+          holder.Forget(r.id, first, g);
+          ++attached;
+        }
       }
     });
     ts.emplace_back([&] {
@@ -129,9 +161,15 @@ TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
     }
     ASSERT_TRUE(e->Free(r.base).ok());
   }
-  printf("%llu rounds: %llu copies still current and checked, %llu superseded, %llu mismatched\n",
-         static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(checked),
-         static_cast<unsigned long long>(superseded), static_cast<unsigned long long>(mismatched));
+  e->SetExternalCopies(nullptr);
+  printf(
+      "%llu rounds: %llu copies still current and checked, %llu superseded, %llu mismatched; "
+      "%llu adoptions, %llu attaches\n",
+      static_cast<unsigned long long>(rounds), static_cast<unsigned long long>(checked),
+      static_cast<unsigned long long>(superseded), static_cast<unsigned long long>(mismatched),
+      static_cast<unsigned long long>(adopted), static_cast<unsigned long long>(attached));
+  EXPECT_GT(adopted, 0u);
+  EXPECT_GT(attached, 0u);
   EXPECT_GT(checked, 0u) << "no copy survived a round: the test checked nothing";
   EXPECT_GT(superseded, 0u) << "no copy went stale: the writers did not race the copies";
   EXPECT_EQ(mismatched, 0u);

@@ -69,7 +69,9 @@ enum class StatKind { kCounter, kGauge };
   X(copy_wait_ns, kCounter, "ns", "copy calls: waiting for (and helping) the fill of a piece")     \
   X(fill_ns, kCounter, "ns", "fill workers: reading chunks into T0 slots (all threads)")           \
   X(publish_ns, kCounter, "ns", "fill workers: publishing landed D2H chunks (all threads)")        \
-  X(chunks_cleaned, kCounter, "", "dirty chunks write-protected so that a T0 copy of them stays valid")
+  X(chunks_cleaned, kCounter, "", "dirty chunks write-protected so that a T0 copy of them stays valid") \
+  X(t0_owned_bytes, kGauge, "bytes", "bytes of chunks whose only copy is the T0 slot a D2H landed in") \
+  X(t0_writebacks, kCounter, "", "owned T0 slots written back into their regions")
 // clang-format on
 
 enum class Stat : int {
@@ -117,7 +119,7 @@ struct Histogram {
 
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned
-inline constexpr uint32_t kStatsVersion = 3;
+inline constexpr uint32_t kStatsVersion = 4;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

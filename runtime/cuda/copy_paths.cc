@@ -94,6 +94,9 @@ struct Shim::PublishTask {
     uint64_t gen = 0;  // the chunk's generation after the publish (0: not published)
   };
   std::vector<Op> ops;
+  // For the first op of each run of whole consecutive chunks, the run's length (0 elsewhere): the
+  // run is adopted by that op's item.
+  std::vector<size_t> run_len;
   bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
 };
 
@@ -114,24 +117,63 @@ void Shim::FillFn(void* p) {
   delete t;
 }
 
+void Shim::WriteOp(PublishTask* t, size_t i) {
+  PublishTask::Op& op = t->ops[i];
+  Status st = backend_->Write(op.dst, op.src, op.len);
+  if (!st.ok()) {
+    Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
+        static_cast<void*>(op.dst), op.len, st.ToString().c_str());
+  } else if (op.full) {
+    op.gen = backend_->Generation(op.chunk_start);
+  }
+}
+
+void Shim::AdoptOps(PublishTask* t, size_t i, size_t n) {
+  std::vector<uint64_t> gens(n, kNoGeneration);
+  Status st = backend_->Adopt(t->ops[i].chunk_start, n, gens.data(), [&] {
+    std::vector<PinnedPool::PublishItem> items;
+    for (size_t k = 0; k < n; ++k)
+      if (gens[k] != kNoGeneration)
+        items.push_back({t->ops[i + k].slot, t->ops[i + k].index, gens[k]});
+    pool_->AdoptRun(t->group->region, items.data(), items.size());
+  });
+  if (!st.ok() && st.code() != ENOTSUP)
+    ZRTIER_LOG_ONCE(LogLevel::kWarn, "adopting landed D2H slots failed (%s): the bytes are copied",
+                    st.ToString().c_str());
+  for (size_t k = 0; k < n; ++k)
+    if (!st.ok() || gens[k] == kNoGeneration) WriteOp(t, i + k);
+}
+
 void Shim::StartPublish(PublishTask* t) {
   PublishGroup* g = t->group;
+  const size_t n = t->ops.size();
+  t->run_len.assign(n, 0);
+  for (size_t i = 0; i < n;) {
+    size_t e = i;
+    while (e < n && t->ops[e].full && (e == i || t->ops[e].index == t->ops[e - 1].index + 1)) ++e;
+    if (e == i) {
+      ++i;
+      continue;
+    }
+    t->run_len[i] = e - i;
+    i = e;
+  }
   auto batch = workers_->Submit(
-      t->ops.size(),
+      n,
       [this, t](size_t i) {
-        PublishTask::Op& op = t->ops[i];
         if (t->cancelled) return;
+        const PublishTask::Op& op = t->ops[i];
+        if (op.full && t->run_len[i] == 0) return;  // adopted with its run
         uint64_t t0 = MonotonicNs();
-        Status st = backend_->Write(op.dst, op.src, op.len);
-        if (!st.ok()) {
-          Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
-              static_cast<void*>(op.dst), op.len, st.ToString().c_str());
-        } else if (op.full) {
-          op.gen = backend_->Generation(op.chunk_start);
+        if (op.full) {
+          AdoptOps(t, i, t->run_len[i]);
+        } else {
+          WriteOp(t, i);
         }
         StatAdd(Stat::publish_ns, MonotonicNs() - t0);
       },
-      // Then, once for the piece: whole chunks become clean cached copies, every slot is released.
+      // Then, once for the piece: whole chunks written (not adopted) become clean cached copies,
+      // every slot is released (an owned one stays out of the victims).
       [this, t, g] {
         std::vector<PinnedPool::PublishItem> items;
         std::vector<int> slots;
@@ -141,6 +183,7 @@ void Shim::StartPublish(PublishTask* t) {
         }
         pool_->PublishRun(g->region, items.data(), items.size());
         pool_->UnpinRun(slots.data(), slots.size());
+        MaybeWriteBack();
       });
   {
     std::lock_guard<std::mutex> l(g->mu);
@@ -466,8 +509,6 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       piece.push_back(PieceChunk{base + (first_index + i) * chunk_, first_index + i, 0,
                                  piece_slots[i], false, false});
     char* piece_end = std::min<char*>(base + (first_index + got) * chunk_, end);
-    // Protected chunks are made writable in one ioctl for the piece, not one per publish.
-    backend_->PrepareWrite(cur, piece_end - cur);
     uint64_t t_issue = MonotonicNs();
     StatAdd(Stat::copy_plan_ns, t_issue - t_plan);
 
@@ -550,6 +591,60 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   return err;
 }
 
+size_t Shim::WriteBack(uint64_t region, size_t keep) {
+  size_t done = 0;
+  while (pool_->owned_slots() > keep) {
+    uint64_t rid, chunk, gen;
+    const int slot = pool_->TakeOwned(region, &rid, &chunk, &gen);
+    if (slot < 0) break;
+    Status st;
+    {
+      // Held shared while attaching: FreeHost cannot free the region meanwhile.
+      std::shared_lock<std::shared_mutex> l(regions_mu_);
+      auto it = regions_.find(rid);
+      if (it != regions_.end())  // else freed: the copy is garbage
+        st = backend_->Attach(static_cast<char*>(it->second.base) + chunk * chunk_, gen,
+                              pool_->SlotPtr(slot));
+    }
+    pool_->ReleaseOwned(slot, st.ok());
+    if (!st.ok()) {
+      ZRTIER_LOG_ONCE(LogLevel::kError,
+                      "writing an owned T0 slot back into its region failed: %s (it stays in T0)",
+                      st.ToString().c_str());
+      break;
+    }
+    StatAdd(Stat::t0_writebacks, 1);
+    ++done;
+  }
+  return done;
+}
+
+void Shim::MaybeWriteBack() {
+  const size_t limit = pool_->slots() / 2;
+  if (pool_->owned_slots() <= limit) return;
+  std::lock_guard<std::mutex> l(writeback_mu_);
+  if (writeback_ && !writeback_->done()) return;  // one job at a time; it rechecks as it goes
+  // Down to 3/8 of the pool, so that the next copies do not trigger it again at once; every
+  // worker takes part (each write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per thread).
+  writeback_ = workers_->Submit(std::max(1, workers_->threads()), [this, limit](size_t) {
+    WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
+  });
+}
+
+void Shim::WaitForWriteBack() {
+  std::shared_ptr<FillWorkers::Batch> b;
+  {
+    std::lock_guard<std::mutex> l(writeback_mu_);
+    b = writeback_;
+  }
+  if (b) workers_->Wait(*b);
+}
+
+void Shim::DropT0(uint64_t region) {
+  WriteBack(region, 0);
+  pool_->DropRegion(region);
+}
+
 bool Shim::PrefetchChunk(uint64_t region, uint64_t chunk) {
   std::shared_lock<std::shared_mutex> l(regions_mu_);
   auto it = regions_.find(region);
@@ -588,6 +683,7 @@ cudaError_t Shim::CopyHostHost(void* dst, const void* src, size_t n, cudaStream_
     st = backend_->Read(src, n, dst, &zero);
     if (st.ok() && zero) memset(dst, 0, n);
   } else if (dreg && !sreg) {
+    backend_->PrepareWrite(dst, n);  // protected chunks made writable in one ioctl, not one each
     st = backend_->Write(dst, src, n);
   } else {
     // Region to region (possibly the same one): bounce through a chunk-sized buffer; overlapping

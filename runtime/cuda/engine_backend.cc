@@ -25,6 +25,14 @@ class EngineBackend final : public RegionBackend {
     e_->Generations(p, n, out);
   }
   Status EvictRange(const void* p, size_t len) override { return e_->EvictRange(p, len); }
+  void SetExternalCopies(ExternalCopies* x) override { e_->SetExternalCopies(x); }
+  Status Adopt(void* p, size_t n, uint64_t* gens,
+               const std::function<void()>& registered) override {
+    return e_->Adopt(p, n, gens, registered);
+  }
+  Status Attach(void* chunk_start, uint64_t gen, const void* bytes) override {
+    return e_->Attach(chunk_start, gen, bytes);
+  }
 
  private:
   std::unique_ptr<Engine> e_;

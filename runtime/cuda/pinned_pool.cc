@@ -51,6 +51,7 @@ PinnedPool::~PinnedPool() {
     events_.Put(f.event);
   }
   StatSub(Stat::t0_bytes, cached_count_ * slot_size_);
+  StatSub(Stat::t0_owned_bytes, owned_count_.load() * slot_size_);
   StatSub(Stat::pinned_pool_bytes, bytes());
   api_->cudaFreeHost(base_);
 }
@@ -63,8 +64,17 @@ void PinnedPool::RekeyLocked(int slot) {
     index_.Remove(slot);
 }
 
+void PinnedPool::DisownLocked(int slot) {
+  SlotMeta& s = slots_[slot];
+  if (!s.owned) return;
+  s.owned = false;
+  owned_count_.fetch_sub(1, std::memory_order_relaxed);
+  StatSub(Stat::t0_owned_bytes, slot_size_);
+}
+
 void PinnedPool::DropCachedLocked(int slot) {
   SlotMeta& s = slots_[slot];
+  DisownLocked(slot);  // callers drop an owned copy only once it is superseded or its region gone
   if (!s.cached) return;
   if (s.prefetched && oracle_) oracle_->OnPrefetchDropped(s.region, s.chunk);
   s.prefetched = false;
@@ -176,7 +186,9 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   SlotMeta& s = slots_[slot];
   if (gen == kNoGeneration) return -1;  // the chunk is busy or writable now: the copy may be fine
   if (s.gen != gen) {
-    if (s.pinned == 0) DropCachedLocked(slot);
+    // An owned copy is dropped only when a newer generation proves it superseded (`gen` may have
+    // been read before the Adopt that made the slot owned).
+    if (s.pinned == 0 && (!s.owned || gen > s.gen)) DropCachedLocked(slot);
     return -1;
   }
   ++s.pinned;
@@ -226,11 +238,17 @@ void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen
 
 void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen) {
   auto it = cache_.find(Key{region, chunk});
+  SlotMeta& s = slots_[slot];
   if (it != cache_.end() && it->second != slot) {
+    const SlotMeta& other = slots_[it->second];
+    if (other.owned && (gen == kNoGeneration || other.gen >= gen)) {
+      // The chunk's owned copy is as new (this slot was filled from it): it stays the copy.
+      DropCachedLocked(slot);
+      return;
+    }
     // An older copy of the same chunk in another slot: the newer one wins.
     DropCachedLocked(it->second);
   }
-  SlotMeta& s = slots_[slot];
   DropCachedLocked(slot);
   if (gen == kNoGeneration) return;  // the chunk is writable: no generation vouches for the copy
   s.cached = true;
@@ -354,6 +372,86 @@ void PinnedPool::DropRegion(uint64_t region) {
   std::lock_guard<std::mutex> l(mu_);
   for (size_t i = 0; i < slots_.size(); ++i)
     if (slots_[i].cached && slots_[i].region == region) DropCachedLocked(static_cast<int>(i));
+}
+
+void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
+  if (n == 0) return;
+  std::lock_guard<std::mutex> l(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    const int slot = items[i].slot;
+    PublishLocked(slot, region, items[i].chunk, items[i].gen);
+    SlotMeta& s = slots_[slot];
+    if (!s.cached) continue;  // (not reached: an adopted generation is newer than any copy)
+    s.owned = true;
+    s.owned_seq = ++next_owned_seq_;
+    owned_fifo_.emplace_back(slot, s.owned_seq);
+    owned_count_.fetch_add(1, std::memory_order_relaxed);
+    StatAdd(Stat::t0_owned_bytes, slot_size_);
+    index_.Remove(slot);
+  }
+  if (owned_fifo_.size() > 2 * slots_.size() + 64) {
+    // Mostly stale entries (repeated D2H copies into one buffer supersede their own slots).
+    std::deque<std::pair<int, uint64_t>> live;
+    for (const auto& e : owned_fifo_)
+      if (slots_[e.first].owned && slots_[e.first].owned_seq == e.second) live.push_back(e);
+    owned_fifo_.swap(live);
+  }
+}
+
+int PinnedPool::TakeOwned(uint64_t region, uint64_t* out_region, uint64_t* chunk, uint64_t* gen) {
+  std::lock_guard<std::mutex> l(mu_);
+  int slot = -1;
+  if (region == kAnyRegion) {
+    while (!owned_fifo_.empty()) {
+      auto [sl, seq] = owned_fifo_.front();
+      owned_fifo_.pop_front();
+      if (slots_[sl].owned && slots_[sl].owned_seq == seq) {
+        slot = sl;
+        break;
+      }
+    }
+  } else {
+    for (size_t i = 0; i < slots_.size() && slot < 0; ++i)
+      if (slots_[i].owned && slots_[i].region == region) slot = static_cast<int>(i);
+  }
+  if (slot < 0) return -1;
+  SlotMeta& s = slots_[slot];
+  ++s.pinned;
+  *out_region = s.region;
+  *chunk = s.chunk;
+  *gen = s.gen;
+  return slot;
+}
+
+void PinnedPool::ReleaseOwned(int slot, bool written) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    SlotMeta& s = slots_[slot];
+    if (written) {
+      DisownLocked(slot);
+    } else if (s.owned) {
+      s.owned_seq = ++next_owned_seq_;  // back in line, last
+      owned_fifo_.emplace_back(slot, s.owned_seq);
+    }
+    UnpinLocked(slot);
+  }
+  unpinned_.notify_all();
+}
+
+bool PinnedPool::WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
+                           const std::function<void(const char*)>& use) {
+  int slot;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = cache_.find(Key{region, chunk});
+    if (it == cache_.end() || slots_[it->second].gen != gen) return false;
+    slot = it->second;
+    ++slots_[slot].pinned;
+    index_.Remove(slot);
+  }
+  use(SlotPtr(slot));
+  Unpin(slot);
+  return true;
 }
 
 void PinnedPool::SetOracle(SlotOracle* oracle) {

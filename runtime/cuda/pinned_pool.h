@@ -16,6 +16,13 @@
 // leaves a reserve of free slots to demand copies and never evicts a chunk needed sooner than the
 // one it fetches.
 //
+// Owned slots (DESIGN.md section 4): the slot a whole-chunk D2H landed in becomes the chunk's only
+// copy (Engine::Adopt; the engine reads it through WithBytes) instead of being copied into the
+// region. An owned slot is cached like any other (an H2D of it is a hit) but is never a victim: it
+// leaves only when the shim writes it back (TakeOwned, Engine::Attach, ReleaseOwned), when a newer
+// generation of its chunk proves it superseded, or when its region is freed. A generation is not
+// proof while it is kNoGeneration or older than the slot's (read before the Adopt).
+//
 // Locking: mu_ guards slots_, index_, cache_, inflight_, tick_ and oracle_. CUDA is NEVER called
 // with mu_ held: the fill workers publishing a landed D2H piece take mu_ (PublishRun/UnpinRun)
 // and a copy call waiting inside CUDA for that piece must not block them. The oracle IS called with
@@ -39,10 +46,11 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/event_pool.h"
 #include "runtime/cuda/slot_victim.h"
+#include "runtime/engine.h"
 
 namespace zrtier {
 
-class PinnedPool {
+class PinnedPool final : public ExternalCopies {
  public:
   // Allocates `bytes` (rounded down to whole slots, at least one slot) of real pinned memory with
   // api->cudaHostAlloc(cudaHostAllocPortable). ENOMEM naming ZRTIER_PINNED_POOL if that fails.
@@ -98,8 +106,26 @@ class PinnedPool {
   // flight: every slot pinned by other calls or host functions) waits for an Unpin. Returns the
   // nanoseconds waited. REQUIRES: the caller holds no pinned slot (so progress never needs it).
   uint64_t WaitForSlot();
-  // Drops every cached copy of `region` (the region was freed).
+  // Drops every cached copy of `region`, owned ones included (the region was freed; before
+  // dropping a live region's copies write its owned slots back: TakeOwned).
   void DropRegion(uint64_t region);
+
+  // Owned slots. AdoptRun: every item's slot (pinned by the caller, holding the chunk's whole
+  // content at items[i].gen) becomes the owned copy of (region, item.chunk); an older copy of the
+  // chunk in another slot is dropped. Called from inside Engine::Adopt's registration.
+  void AdoptRun(uint64_t region, const PublishItem* items, size_t n);
+  // Pins the owned slot adopted longest ago (region == kAnyRegion) or any owned slot of `region`,
+  // fills its chunk and generation, and returns it; -1 if there is none.
+  static constexpr uint64_t kAnyRegion = UINT64_MAX;
+  int TakeOwned(uint64_t region, uint64_t* out_region, uint64_t* chunk, uint64_t* gen);
+  // Ends a TakeOwned: `written` (Engine::Attach succeeded) makes the slot a plain clean cached
+  // copy, evictable like any other; otherwise it stays owned. Unpins it.
+  void ReleaseOwned(int slot, bool written);
+  size_t owned_slots() const { return owned_count_.load(std::memory_order_relaxed); }
+  // ExternalCopies (the engine reading an adopted chunk): pins the slot caching (region, chunk)
+  // at `gen`, runs use() on its bytes without the lock, unpins it.
+  bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
+                 const std::function<void(const char*)>& use) override;
 
   // Placement by predicted reuse. `oracle` (not owned; null = LRU) is asked, with mu_ held, for the
   // next-use distance of every published or hit chunk. Returns when no query of the previous
@@ -159,6 +185,7 @@ class PinnedPool {
   // How much earlier than `best_key` a key may be and still count as "as good a victim".
   uint64_t SlackLocked(uint64_t best_key) const;
   int PinForFillLocked(int slot);
+  void DisownLocked(int slot);
 
   const CudaApi* api_;
   char* base_;
@@ -180,6 +207,11 @@ class PinnedPool {
   uint64_t tick_ = 0;
   uint64_t next_inflight_ = 0;
   uint64_t cached_count_ = 0;
+  // Owned slots, oldest adoption first, as (slot, owned_seq): an entry whose slot is no longer
+  // owned at that sequence is stale and skipped (compacted when it outgrows the pool).
+  std::deque<std::pair<int, uint64_t>> owned_fifo_;
+  uint64_t next_owned_seq_ = 0;
+  std::atomic<size_t> owned_count_{0};
 };
 
 }  // namespace zrtier

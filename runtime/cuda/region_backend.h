@@ -40,6 +40,15 @@ class RegionBackend {
     for (size_t i = 0; i < n; ++i)
       out[i] = Generation(static_cast<const char*>(p) + i * chunk_size());
   }
+  // Engine::SetExternalCopies / Adopt / Attach. Backends without adoption return ENOTSUP from
+  // Adopt (the D2H publish then writes the bytes into the region instead).
+  virtual void SetExternalCopies(ExternalCopies* x) {}
+  virtual Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) {
+    return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
+  }
+  virtual Status Attach(void* chunk_start, uint64_t gen, const void* bytes) {
+    return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
+  }
   // Compresses the chunks of [p, p+len) out of T1 now (Engine::EvictRange). Backends without
   // tiers return ENOTSUP.
   virtual Status EvictRange(const void* p, size_t len) {

@@ -23,13 +23,16 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   if (max_piece_chunks_ == 0) max_piece_chunks_ = 1;
   if (cfg_.prefetch_options)
     prefetch_ = ShimPrefetch::Create(this, *cfg_.prefetch_options, pool_->bytes() / 2);
+  backend_->SetExternalCopies(pool_.get());
 }
 
 Shim::~Shim() {
   prefetch_.reset();
   api_->cudaDeviceSynchronize();
   watcher_.reset();
+  WaitForWriteBack();
   workers_.reset();
+  backend_->SetExternalCopies(nullptr);
   pool_.reset();
   backend_.reset();
 }
@@ -75,8 +78,8 @@ cudaError_t Shim::FreeHost(void* p) {
       std::unique_lock<std::shared_mutex> l(regions_mu_);  // waits for prefetches reading it
       regions_.erase(r.id);
     }
-    pool_->DropRegion(r.id);
     Status st = backend_->Free(p);
+    pool_->DropRegion(r.id);  // after the engine let go of the region's owned slots
     if (!st.ok()) {
       Log(LogLevel::kError, "cudaFreeHost(%p): %s", p, st.ToString().c_str());
       return cudaErrorInvalidValue;

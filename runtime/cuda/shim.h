@@ -13,10 +13,12 @@
 //        stream as a host function, so the copy sees the bytes in stream order.
 //   D2H  real copies into slots on the caller's stream and an event behind each piece; when the
 //        event watcher sees a piece land it hands the slots to the fill workers, which publish
-//        them with RegionBackend::Write (the engine merges partial chunks) and release the slots
-//        while the next piece's DMA runs; the copy's one host function waits for all of them, so
-//        the stream completes only once every byte is in the region. Host functions never call
-//        CUDA.
+//        them: a slot holding a whole chunk is adopted (RegionBackend::Adopt: the slot becomes the
+//        chunk's owned copy, nothing is copied), a partial chunk is merged with
+//        RegionBackend::Write; the copy's one host function waits for all of them, so the stream
+//        completes only once every byte is published. Once more than half the pool is owned, the
+//        oldest owned slots are written back into their regions on a worker. Host functions never
+//        call CUDA.
 //   H2H  the stream is synchronized, then a CPU copy through Read/Write.
 // Copies on a capturing stream fail with cudaErrorStreamCaptureUnsupported and one stderr line.
 //
@@ -81,6 +83,12 @@ class Shim {
   // region is gone. False when no slot is free now. Called from prefetch worker threads.
   bool PrefetchChunk(uint64_t region, uint64_t chunk);
 
+  // Drops every T0 copy of region `region` (zrtier_t0_drop), writing its owned slots back into
+  // the region first, so the next copy of it must fill slots again.
+  void DropT0(uint64_t region);
+  // Waits until the write-back of owned slots in progress (if any) has finished.
+  void WaitForWriteBack();
+
   RegionBackend* backend() { return backend_.get(); }
   PinnedPool* pool() { return pool_.get(); }
 
@@ -102,6 +110,16 @@ class Shim {
                            cudaStream_t stream);
   cudaError_t CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream);
   bool IsDevicePointer(const void* p) const;
+  // Publishes ops [i, i+n) of `task` (whole consecutive chunks) by adoption: their slots become
+  // the chunks' owned copies; a chunk the backend does not adopt is written instead.
+  void AdoptOps(PublishTask* task, size_t i, size_t n);
+  // Writes op `i` of `task` into the region (RegionBackend::Write).
+  void WriteOp(PublishTask* task, size_t i);
+  // Writes owned slots back (oldest first; of `region` only unless PinnedPool::kAnyRegion) until
+  // at most `keep` are owned. Returns how many were written back.
+  size_t WriteBack(uint64_t region, size_t keep);
+  // Once more than half the pool is owned, writes the oldest back on a worker.
+  void MaybeWriteBack();
   // Queued-but-unpublished D2H copies per chunk.
   void MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta);
   bool AnyPending(uint64_t region, uint64_t first, uint64_t last);
@@ -117,7 +135,9 @@ class Shim {
   // prefetch reads a freed region.
   std::shared_mutex regions_mu_;
   std::unordered_map<uint64_t, RegionInfo> regions_;
-  std::unique_ptr<ShimPrefetch> prefetch_;  // null = no prefetching; destroyed first
+  std::unique_ptr<ShimPrefetch> prefetch_;         // null = no prefetching; destroyed first
+  std::mutex writeback_mu_;                        // guards writeback_
+  std::shared_ptr<FillWorkers::Batch> writeback_;  // the last write-back job (MaybeWriteBack)
   size_t chunk_;
   size_t max_piece_chunks_;
 

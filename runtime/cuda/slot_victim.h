@@ -31,13 +31,15 @@ struct SlotMeta {
   uint64_t predicted_at = 0;  // access clock when next_use was predicted
   bool cached = false;        // holds a clean chunk copy (key/gen valid)
   bool prefetched = false;    // filled by a prefetch and not yet hit by a copy
+  bool owned = false;         // the chunk's only copy (a landed D2H, Engine::Adopt): never a victim
+  uint64_t owned_seq = 0;     // which owned_fifo_ entry is current
   uint64_t region = 0;
   uint64_t chunk = 0;
   uint64_t gen = 0;
 };
 
 inline bool SlotIsFree(const SlotMeta& s) {
-  return s.pinned == 0 && s.pending == 0;
+  return s.pinned == 0 && s.pending == 0 && !s.owned;
 }
 
 inline constexpr uint64_t kNoNextUse = UINT64_MAX;

@@ -9,6 +9,8 @@
 //   kBusy    a transition (load, eviction, publish, stored read, WP resolution) owns the chunk;
 //            faults on it are parked and retried when the owner ends the transition.
 //   kFreed   the region is being freed.
+//   kExternal not installed, no store entry; the newest copy (current generation) is held outside
+//            the engine (Engine::Adopt: a T0 slot) and read through ExternalCopies.
 // Invariants:
 //   - Only the thread that moved a chunk into kBusy changes `handle`, `enc_len` and the pages; it
 //     leaves kBusy with EndBusy(), which keeps the pin count.
@@ -31,7 +33,8 @@ enum ChunkState : uint32_t {
   kClean = 2,
   kDirty = 3,
   kBusy = 4,
-  kFreed = 5
+  kFreed = 5,
+  kExternal = 6
 };
 inline constexpr uint32_t kStateMask = 0xF;
 inline constexpr uint32_t kPin = 0x10;

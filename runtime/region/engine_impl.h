@@ -117,6 +117,7 @@ struct Region {
   std::atomic<uint64_t> resident{0};      // bytes of kClean/kDirty chunks
   std::atomic<uint64_t> stored_raw{0};    // bytes of kStored chunks
   std::atomic<uint64_t> stored_bytes{0};  // encoded bytes of live store entries
+  std::atomic<uint64_t> external{0};      // bytes of kExternal chunks
 };
 
 // The evictors' view of the live regions; holding it keeps the chunk tables alive.
@@ -192,6 +193,14 @@ class Engine::Impl {
   uint64_t Generation(const void* p) const;
   void Generations(const void* p, size_t n, uint64_t* out) const;
 
+  // Adopted chunks (kExternal): runtime/region/external.cc
+  Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered);
+  Status Attach(void* chunk_start, uint64_t gen, const void* bytes);
+  // Calls use(bytes) with the external copy of chunk `i` of `r` at generation `gen`; false if the
+  // holder has none (or there is no holder).
+  bool WithExternal(Region* r, size_t i, uint64_t gen, const std::function<void(const char*)>& use);
+  void AddExternal(Region* r, int64_t delta);
+
   // the watchdog: runtime/region/watchdog.cc
   void PublishStats();
   void WatchdogLoop();
@@ -226,6 +235,8 @@ class Engine::Impl {
 
   std::atomic<uint64_t> resident_{0};
   std::atomic<uint64_t> stored_raw_{0};
+  std::atomic<uint64_t> external_{0};
+  std::atomic<ExternalCopies*> external_copies_{nullptr};
   std::atomic<uint64_t> limit_{0};
   std::atomic<bool> stalled_{false};  // the evictor cannot make progress: do not throttle faults
   std::atomic<bool> poisoned_{false};

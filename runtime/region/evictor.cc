@@ -158,7 +158,7 @@ Status Engine::Impl::EvictRange(const void* p, size_t len) {
     for (;;) {
       uint32_t w = c.word.load();
       ChunkState s = StateOf(w);
-      if (s == kEmpty || s == kStored || s == kFreed) break;
+      if (s == kEmpty || s == kStored || s == kFreed || s == kExternal) break;
       if (s == kBusy || (w & ~kStateMask)) {
         Backoff(&spins);
         continue;

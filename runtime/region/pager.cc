@@ -122,10 +122,43 @@ Status Engine::Impl::DecodeChunk(Chunk& c, char* dst, const char* what) {
   return Status::Ok();
 }
 
-// Missing fault on a chunk claimed (kBusy) from `from` (kEmpty or kStored). A fault raised by a
-// store installs the chunk writable and dirty right away (the write is about to happen: saves the
-// write-protect fault that would follow); a load installs it write-protected and clean.
+// Missing fault on a chunk claimed (kBusy) from `from` (kEmpty, kStored or kExternal). A fault
+// raised by a store installs the chunk writable and dirty right away (the write is about to happen:
+// saves the write-protect fault that would follow); a load installs it write-protected and clean.
+// An external chunk is installed straight from its holder's copy (no decode, no scratch copy).
 Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
+  if (from == kExternal) {
+    Status st;
+    if (!WithExternal(r, r->table.IndexOf(p), c.gen.load(), [&](const char* b) {
+          st = Copy(p, b, chunk_, /*wp=*/!write, /*dontwake=*/true);
+        })) {
+      c.EndBusy(from);
+      SignalParked();
+      Log(LogLevel::kError,
+          "chunk %p is held outside the engine and its holder has no copy: the touching thread "
+          "gets SIGBUS",
+          static_cast<void*>(p));
+      Poison(reinterpret_cast<uint64_t>(p));
+      return Outcome::kDone;
+    }
+    if (!st.ok()) {
+      c.EndBusy(from);
+      SignalParked();
+      if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
+      ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
+      return Outcome::kPark;
+    }
+    c.referenced.store(1, std::memory_order_relaxed);
+    AddResident(r, chunk_);
+    AddExternal(r, -static_cast<int64_t>(chunk_));
+    StatAdd(Stat::faults_missing, 1);
+    if (write) c.gen.fetch_add(1);
+    c.EndBusy(write ? kDirty : kClean);
+    Wake(p, chunk_);
+    SignalParked();
+    KickEvictor();
+    return Outcome::kDone;
+  }
   const char* src = zero_;
   if (from == kStored) {
     char* buf = tl_raw.Get(chunk_);

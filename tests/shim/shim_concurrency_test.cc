@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/base/stats.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/shim.h"
 #include "runtime/engine.h"
@@ -30,7 +31,8 @@ std::vector<char> Random(size_t n, uint64_t seed) {
   return v;
 }
 
-void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend) {
+// `cpu_reads`: the region's memory is its content (the engine), so the CPU may read it directly.
+void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend, bool cpu_reads) {
   ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
   const CudaApi* api = RealCudaApi();
   const size_t kChunk = backend->chunk_size();
@@ -104,6 +106,11 @@ void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend) {
         ADD_FAILURE() << "thread " << t << ": wrong bytes after op " << ops.load();
         ++failures;
       }
+      // Now and then the CPU reads the region too (faults chunks in from owned T0 slots).
+      if (cpu_reads && rng() % 4 == 0 && memcmp(r, region_shadow.data(), n) != 0) {
+        ADD_FAILURE() << "thread " << t << ": the CPU sees wrong bytes after op " << ops.load();
+        ++failures;
+      }
       ++ops;
     }
     cudaStreamSynchronize(s);
@@ -114,7 +121,9 @@ void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
   for (auto& th : threads) th.join();
-  printf("%llu rounds\n", static_cast<unsigned long long>(ops.load()));
+  printf("%llu rounds, %llu owned T0 slots written back\n",
+         static_cast<unsigned long long>(ops.load()),
+         static_cast<unsigned long long>(StatGet(Stat::t0_writebacks)));
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(ops.load(), 0u);
   EXPECT_EQ(fakecudaPageableAsyncCopies(), pageable0) << "region memory was handed to a DMA";
@@ -123,12 +132,13 @@ void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend) {
 }
 
 TEST(ShimConcurrency, HeapBackendThreadsAndStreamsShareAScarcePool) {
-  ThreadsAndStreams(std::make_unique<testing::HeapBackend>(64 << 10));
+  ThreadsAndStreams(std::make_unique<testing::HeapBackend>(64 << 10), false);
 }
 
 #ifdef ZRTIER_HAVE_ENGINE
 // The same over the real engine (userfaultfd regions) with a small resident budget, so copies
-// race the evictor and read chunks back from the compressed store.
+// race the evictor and read chunks back from the compressed store, D2H slots are adopted and
+// written back, and CPU loads fault chunks in from owned slots.
 TEST(ShimConcurrency, EngineThreadsAndStreamsShareAScarcePool) {
   ZRTIER_SKIP_UNLESS_UFFD();
   Options opts;
@@ -137,7 +147,7 @@ TEST(ShimConcurrency, EngineThreadsAndStreamsShareAScarcePool) {
   std::unique_ptr<Engine> engine;
   Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  ThreadsAndStreams(MakeEngineBackend(std::move(engine)));
+  ThreadsAndStreams(MakeEngineBackend(std::move(engine)), true);
 }
 #endif
 

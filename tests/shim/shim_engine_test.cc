@@ -122,8 +122,9 @@ TEST_F(ShimEngineTest, ExactBytesFromEveryTier) {
 }
 
 // An H2D of CPU-written (writable) chunks protects them for caching with one ioctl per piece of
-// the copy, not one per chunk (Engine::PrepareRead), and a D2H into the chunks an H2D has just read
-// makes them writable the same way (Engine::PrepareWrite). Every byte stays exact.
+// the copy, not one per chunk (Engine::PrepareRead), and a D2H into chunks an H2D has just read
+// adopts its slots: no protection change and no copy at all, only their pages dropped (one madvise
+// per piece). Every byte stays exact.
 TEST_F(ShimEngineTest, ProtectionChangesAreBatchedPerPiece) {
   const size_t chunks = 64, n = chunks * chunk_;
   char* r = Region(n);
@@ -139,11 +140,85 @@ TEST_F(ShimEngineTest, ProtectionChangesAreBatchedPerPiece) {
   EXPECT_EQ(StatGet(Stat::chunks_cleaned) - cleaned, chunks);
   // The 16-slot pool makes pieces of at most 4 chunks: 16 ioctls, against 64 one per chunk.
   EXPECT_LE(os_.Count(OsCall::kIoctl) - ioctls, static_cast<int>(chunks / 2));
-  ASSERT_EQ(cudaMemcpy(d, other.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  // Half the pool (more would be written back into the region, one UFFDIO_COPY per chunk).
+  const size_t half = 8 * chunk_;
+  ASSERT_EQ(cudaMemcpy(d, other.data(), half, cudaMemcpyHostToDevice), cudaSuccess);
   ioctls = os_.Count(OsCall::kIoctl);
+  const int madvises = os_.Count(OsCall::kMadvise);
+  const uint64_t owned = StatGet(Stat::t0_owned_bytes);
+  ASSERT_EQ(shim_->Memcpy(r, d, half, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
+  EXPECT_EQ(os_.Count(OsCall::kIoctl) - ioctls, 0);
+  EXPECT_LE(os_.Count(OsCall::kMadvise) - madvises, 2);  // pieces of at most 4 chunks
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes) - owned, half);
+  EXPECT_EQ(memcmp(r, other.data(), half), 0);  // CPU faults install from the owned slots
+  EXPECT_EQ(memcmp(r + half, data.data() + half, n - half), 0);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes), owned);
+}
+
+// D2H copies leave their whole chunks in the slots they landed in (owned: no copy into the
+// region). Past half the pool the oldest are written back; a repeated D2H supersedes the owned
+// copies of the last; an H2D of owned chunks is a T0 hit; zrtier_t0_drop writes back before it
+// drops; the CPU, Read and a partial D2H see the newest bytes throughout.
+TEST_F(ShimEngineTest, D2HSlotsAreOwnedUntilWrittenBack) {
+  const size_t chunks = 64, n = chunks * chunk_;
+  char* r = Region(n);
+  char* d = Device(n);
+  char* back = Device(n);
+  std::vector<char> a(n), b(n);
+  FillSample(SampleKind::kBf16Gaussian, 21, a.data(), n);
+  FillSample(SampleKind::kFp32Gaussian, 22, b.data(), n);
+  RegionInfo info;
+  ASSERT_TRUE(engine_->Lookup(r, &info));
+  const uint64_t owned0 = StatGet(Stat::t0_owned_bytes);
+  const uint64_t wb0 = StatGet(Stat::t0_writebacks);
+
+  // 64 chunks through a 16-slot pool: at most half of it stays owned, the rest was written back.
+  ASSERT_EQ(cudaMemcpy(d, a.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(shim_->Memcpy(r, d, n, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
-  EXPECT_LE(os_.Count(OsCall::kIoctl) - ioctls, static_cast<int>(chunks / 2));
-  EXPECT_EQ(memcmp(r, other.data(), n), 0);
+  shim_->WaitForWriteBack();
+  const uint64_t owned = StatGet(Stat::t0_owned_bytes) - owned0;
+  EXPECT_GT(owned, 0u);
+  EXPECT_LE(owned, 8 * chunk_ + 4 * chunk_);  // half the pool, plus a piece adopted since
+  EXPECT_GE(StatGet(Stat::t0_writebacks) - wb0, chunks - 12);
+  EXPECT_EQ(engine_->Usage().external_bytes, owned);
+
+  // Read (no fault) and an H2D see every byte; the owned tail is a T0 hit.
+  std::vector<char> got(n);
+  bool zero = true;
+  ASSERT_TRUE(shim_->backend()->Read(r, n, got.data(), &zero).ok());
+  EXPECT_FALSE(zero);
+  EXPECT_EQ(got, a);
+  ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(FromDevice(back, n), a);
+
+  // A repeated D2H of the last 4 chunks supersedes their owned copies (no growth, no write-back).
+  const size_t tail = 4 * chunk_, at = n - tail;
+  ASSERT_EQ(cudaMemcpy(d + at, b.data() + at, tail, cudaMemcpyHostToDevice), cudaSuccess);
+  const uint64_t before = StatGet(Stat::t0_owned_bytes);
+  const uint64_t wb1 = StatGet(Stat::t0_writebacks);
+  ASSERT_EQ(shim_->Memcpy(r + at, d + at, tail, cudaMemcpyDeviceToHost, nullptr, true),
+            cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes), before);
+  EXPECT_EQ(StatGet(Stat::t0_writebacks), wb1);
+  std::vector<char> want = a;
+  memcpy(want.data() + at, b.data() + at, tail);
+
+  // A partial D2H (half a chunk inside an owned chunk) merges with the owned copy.
+  const size_t mid = at + chunk_ + chunk_ / 4;
+  ASSERT_EQ(shim_->Memcpy(r + mid, d, chunk_ / 2, cudaMemcpyDeviceToHost, nullptr, true),
+            cudaSuccess);
+  memcpy(want.data() + mid, a.data(), chunk_ / 2);
+  ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(FromDevice(back, n), want);
+
+  // zrtier_t0_drop: owned slots are written back first, nothing is lost.
+  shim_->DropT0(info.id);
+  EXPECT_EQ(engine_->Usage().external_bytes, 0u);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes), owned0);
+  EXPECT_EQ(memcmp(r, want.data(), n), 0);  // the CPU (faults or resident pages)
+  ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
+  EXPECT_EQ(FromDevice(back, n), want);
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
