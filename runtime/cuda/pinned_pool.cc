@@ -193,8 +193,10 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   }
   ++s.pinned;
   s.last_use = ++tick_;
-  s.next_use = PredictLocked(region, chunk);
-  s.predicted_at = clock_.load(std::memory_order_relaxed);
+  if (!s.owned) {  // an owned slot is no victim: its key is computed when it is written back
+    s.next_use = PredictLocked(region, chunk);
+    s.predicted_at = clock_.load(std::memory_order_relaxed);
+  }
   s.prefetched = false;
   index_.Remove(slot);
   return slot;
@@ -255,7 +257,7 @@ void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64
   s.region = region;
   s.chunk = chunk;
   s.gen = gen;
-  s.next_use = PredictLocked(region, chunk);
+  s.next_use = owning_ ? kNoNextUse : PredictLocked(region, chunk);
   s.predicted_at = clock_.load(std::memory_order_relaxed);
   cache_[Key{region, chunk}] = slot;
   ++cached_count_;
@@ -379,7 +381,9 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
   std::lock_guard<std::mutex> l(mu_);
   for (size_t i = 0; i < n; ++i) {
     const int slot = items[i].slot;
+    owning_ = true;  // no prediction: an owned slot is no victim, so it needs no key
     PublishLocked(slot, region, items[i].chunk, items[i].gen);
+    owning_ = false;
     SlotMeta& s = slots_[slot];
     if (!s.cached) continue;  // (not reached: an adopted generation is newer than any copy)
     s.owned = true;
@@ -411,8 +415,16 @@ int PinnedPool::TakeOwned(uint64_t region, uint64_t* out_region, uint64_t* chunk
       }
     }
   } else {
-    for (size_t i = 0; i < slots_.size() && slot < 0; ++i)
+    // Scans on from where the last call for this region stopped (WriteBack calls it once per
+    // slot), wrapping around once.
+    const size_t n = slots_.size();
+    const size_t start = region == scan_region_ ? scan_pos_ : 0;
+    for (size_t k = 0; k < n && slot < 0; ++k) {
+      const size_t i = (start + k) % n;
       if (slots_[i].owned && slots_[i].region == region) slot = static_cast<int>(i);
+    }
+    scan_region_ = region;
+    scan_pos_ = slot < 0 ? 0 : static_cast<size_t>(slot) + 1;
   }
   if (slot < 0) return -1;
   SlotMeta& s = slots_[slot];
@@ -428,6 +440,10 @@ void PinnedPool::ReleaseOwned(int slot, bool written) {
     std::lock_guard<std::mutex> l(mu_);
     SlotMeta& s = slots_[slot];
     if (written) {
+      if (s.owned && s.cached) {  // now a plain cached copy: keyed for placement
+        s.next_use = PredictLocked(s.region, s.chunk);
+        s.predicted_at = clock_.load(std::memory_order_relaxed);
+      }
       DisownLocked(slot);
     } else if (s.owned) {
       s.owned_seq = ++next_owned_seq_;  // back in line, last

@@ -212,6 +212,9 @@ class PinnedPool final : public ExternalCopies {
   std::deque<std::pair<int, uint64_t>> owned_fifo_;
   uint64_t next_owned_seq_ = 0;
   std::atomic<size_t> owned_count_{0};
+  bool owning_ = false;                // PublishLocked on behalf of AdoptRun: no prediction
+  uint64_t scan_region_ = kAnyRegion;  // TakeOwned(region)'s cursor
+  size_t scan_pos_ = 0;
 };
 
 }  // namespace zrtier
