@@ -42,8 +42,11 @@ struct H2DPiece {
 // were no better than 8 (docs/PERFORMANCE.md). The pool bounds it too (half the slots at most).
 constexpr size_t kMaxWindow = 8;
 
-// Chunks one publish item adopts at most (one engine claim pass, one pool lock).
-constexpr size_t kAdoptRun = 64;
+// D2H pieces grow up to this many times the piece size (ShimConfig::max_piece_bytes).
+constexpr size_t kD2HGrowth = 4;
+// Chunks one publish item adopts at most (one engine claim pass, one pool lock): a whole piece,
+// so that the items of one landed piece do not queue on the pool's lock.
+constexpr size_t kAdoptRun = 256;
 
 // Copies of at most this many chunks are reported to the predictor before their first piece.
 constexpr uint64_t kLearnFirstChunks = 1024;
@@ -153,7 +156,6 @@ void Shim::StartPublish(PublishTask* t) {
   t->run_len.assign(n, 0);
   for (size_t i = 0; i < n;) {
     size_t e = i;
-    // Runs of at most kAdoptRun chunks, so that several workers share a long piece.
     while (e < n && e - i < kAdoptRun && t->ops[e].full &&
            (e == i || t->ops[e].index == t->ops[e - 1].index + 1))
       ++e;
@@ -482,13 +484,14 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   char* cur = dst;
   uint64_t stall = 0;
   std::vector<PieceChunk> piece;
-  // Pieces start at a quarter of max_piece_chunks_ (the first DMA starts early) and double up to
-  // 16x (bounded by a quarter of the pool): the publish of whole chunks is an adoption, not a
-  // copy, so long pieces cost nothing there, and every DMA of its own costs the copy engine a
-  // gap (4 MiB pieces left 1 GiB D2H copies at 0.92x raw on the H100).
+  // Pieces start at a quarter of max_piece_chunks_ (the first DMA starts early), double up to
+  // kD2HGrowth x, and halve again towards the end of the copy: every DMA of its own costs the copy
+  // engine a gap, while the last piece's publish is not overlapped with anything (the stream ends
+  // after it), so it should be short.
+  const size_t min_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
   const size_t max_chunks =
-      std::max(max_piece_chunks_, std::min(16 * max_piece_chunks_, pool_->slots() / 4));
-  size_t piece_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
+      std::max(max_piece_chunks_, std::min(kD2HGrowth * max_piece_chunks_, pool_->slots() / 4));
+  size_t piece_chunks = min_chunks;
   std::vector<int> piece_slots(max_chunks);
   std::unique_ptr<bool[]> hits(new bool[max_chunks]);
   const uint64_t last = (end - 1 - base) / chunk_;
@@ -510,7 +513,8 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     piece.clear();
     // Slots for the piece's chunks, with one pool lock.
     const uint64_t first_index = (cur - base) / chunk_;
-    const size_t want = std::min<uint64_t>(piece_chunks, last - first_index + 1);
+    const size_t left = last - first_index + 1;
+    const size_t want = std::min(left, std::min(piece_chunks, std::max(min_chunks, left / 2)));
     size_t got =
         pool_->PinRun(r.id, first_index, want, nullptr, want, -1, piece_slots.data(), hits.get());
     piece_chunks = std::min(piece_chunks * 2, max_chunks);
