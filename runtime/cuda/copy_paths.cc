@@ -191,9 +191,7 @@ void Shim::StartPublish(PublishTask* t) {
         }
         pool_->PublishRun(g->region, items.data(), items.size());
         pool_->UnpinRun(slots.data(), slots.size());
-        // Past half the pool owned: back down to 3/8, so the next copies do not trigger it again.
-        const size_t half = pool_->slots() / 2;
-        if (pool_->owned_slots() > half) MaybeWriteBack(half - half / 4);
+        MaybeWriteBack();
       });
   {
     std::lock_guard<std::mutex> l(g->mu);
@@ -382,13 +380,8 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
         backend_->PrepareRead(base + first_index * chunk_, want * chunk_);
         backend_->Generations(base + first_index * chunk_, want, gens.data());
       }
-      const uint64_t evicted0 = pool_->cached_victims();
       size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), max_piece_chunks_, -1,
                                  piece_slots.data(), hits.get());
-      // Reads need room (cached copies were given up for this piece) while owned slots, which
-      // placement cannot touch, hold part of the pool: write them all back, so that they become
-      // plain cached copies that placement keeps or evicts by their next use.
-      if (pool_->owned_slots() > 0 && pool_->cached_victims() != evicted0) MaybeWriteBack(0);
       for (size_t i = 0; i < got; ++i) {
         char* cstart = base + (first_index + i) * chunk_;
         if (!hits[i]) pc->misses.push_back(i);
@@ -644,13 +637,16 @@ size_t Shim::WriteBack(uint64_t region, size_t keep) {
   return done;
 }
 
-void Shim::MaybeWriteBack(size_t keep) {
-  if (pool_->owned_slots() <= keep) return;
+void Shim::MaybeWriteBack() {
+  const size_t limit = pool_->slots() / 2;
+  if (pool_->owned_slots() <= limit) return;
   std::lock_guard<std::mutex> l(writeback_mu_);
   if (writeback_ && !writeback_->done()) return;  // one job at a time; it rechecks as it goes
-  // Every worker takes part (each write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per thread).
-  writeback_ = workers_->Submit(std::max(1, workers_->threads()),
-                                [this, keep](size_t) { WriteBack(PinnedPool::kAnyRegion, keep); });
+  // Down to 3/8 of the pool, so that the next copies do not trigger it again at once; every
+  // worker takes part (each write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per thread).
+  writeback_ = workers_->Submit(std::max(1, workers_->threads()), [this, limit](size_t) {
+    WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
+  });
 }
 
 void Shim::WaitForWriteBack() {

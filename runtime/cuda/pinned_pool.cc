@@ -165,7 +165,6 @@ int PinnedPool::PickLocked(int after) const {
 }
 
 int PinnedPool::PinForFillLocked(int slot) {
-  if (slots_[slot].cached) cached_victims_.fetch_add(1, std::memory_order_relaxed);
   DropCachedLocked(slot);
   SlotMeta& s = slots_[slot];
   s.pinned = 1;

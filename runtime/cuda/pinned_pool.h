@@ -122,8 +122,6 @@ class PinnedPool final : public ExternalCopies {
   // copy, evictable like any other; otherwise it stays owned. Unpins it.
   void ReleaseOwned(int slot, bool written);
   size_t owned_slots() const { return owned_count_.load(std::memory_order_relaxed); }
-  // How many times a slot holding a cached copy was taken for another chunk (the pool was full).
-  uint64_t cached_victims() const { return cached_victims_.load(std::memory_order_relaxed); }
   // ExternalCopies (the engine reading an adopted chunk): pins the slot caching (region, chunk)
   // at `gen`, runs use() on its bytes without the lock, unpins it.
   bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
@@ -214,7 +212,6 @@ class PinnedPool final : public ExternalCopies {
   std::deque<std::pair<int, uint64_t>> owned_fifo_;
   uint64_t next_owned_seq_ = 0;
   std::atomic<size_t> owned_count_{0};
-  std::atomic<uint64_t> cached_victims_{0};
   bool owning_ = false;                // PublishLocked on behalf of AdoptRun: no prediction
   uint64_t scan_region_ = kAnyRegion;  // TakeOwned(region)'s cursor
   size_t scan_pos_ = 0;

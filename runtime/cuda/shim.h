@@ -16,9 +16,9 @@
 //        them: a slot holding a whole chunk is adopted (RegionBackend::Adopt: the slot becomes the
 //        chunk's owned copy, nothing is copied), a partial chunk is merged with
 //        RegionBackend::Write; the copy's one host function waits for all of them, so the stream
-//        completes only once every byte is published. Once more than half the pool is owned, or
-//        an H2D copy needs room while slots are owned, owned slots are written back into their
-//        regions on the workers. Host functions never call CUDA.
+//        completes only once every byte is published. Once more than half the pool is owned, the
+//        oldest owned slots are written back into their regions on a worker. Host functions never
+//        call CUDA.
 //   H2H  the stream is synchronized, then a CPU copy through Read/Write.
 // Copies on a capturing stream fail with cudaErrorStreamCaptureUnsupported and one stderr line.
 //
@@ -118,10 +118,8 @@ class Shim {
   // Writes owned slots back (oldest first; of `region` only unless PinnedPool::kAnyRegion) until
   // at most `keep` are owned. Returns how many were written back.
   size_t WriteBack(uint64_t region, size_t keep);
-  // Starts a write-back job on the workers (unless one runs) that writes owned slots back until
-  // at most `keep` are owned. Triggered when more than half the pool is owned (D2H publish), and
-  // when an H2D copy has to give up cached copies for room while slots are owned.
-  void MaybeWriteBack(size_t keep);
+  // Once more than half the pool is owned, writes the oldest back on a worker.
+  void MaybeWriteBack();
   // Queued-but-unpublished D2H copies per chunk.
   void MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta);
   bool AnyPending(uint64_t region, uint64_t first, uint64_t last);
