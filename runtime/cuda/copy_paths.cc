@@ -103,6 +103,7 @@ struct Shim::PublishTask {
   // For the first op of each run of whole consecutive chunks, the run's length (0 elsewhere): the
   // run is adopted by that op's item.
   std::vector<size_t> run_len;
+  bool adopt = true;       // publish whole chunks by adoption (else every op is written)
   bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
 };
 
@@ -154,7 +155,7 @@ void Shim::StartPublish(PublishTask* t) {
   PublishGroup* g = t->group;
   const size_t n = t->ops.size();
   t->run_len.assign(n, 0);
-  for (size_t i = 0; i < n;) {
+  for (size_t i = 0; i < n && t->adopt;) {
     size_t e = i;
     while (e < n && e - i < kAdoptRun && t->ops[e].full &&
            (e == i || t->ops[e].index == t->ops[e - 1].index + 1))
@@ -171,9 +172,9 @@ void Shim::StartPublish(PublishTask* t) {
       [this, t](size_t i) {
         if (t->cancelled) return;
         const PublishTask::Op& op = t->ops[i];
-        if (op.full && t->run_len[i] == 0) return;  // adopted with its run
+        if (t->adopt && op.full && t->run_len[i] == 0) return;  // adopted with its run
         uint64_t t0 = MonotonicNs();
-        if (op.full) {
+        if (t->adopt && op.full) {
           AdoptOps(t, i, t->run_len[i]);
         } else {
           WriteOp(t, i);
@@ -484,13 +485,27 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   char* cur = dst;
   uint64_t stall = 0;
   std::vector<PieceChunk> piece;
-  // Pieces start at a quarter of max_piece_chunks_ (the first DMA starts early), double up to
-  // kD2HGrowth x, and halve again towards the end of the copy: every DMA of its own costs the copy
-  // engine a gap, while the last piece's publish is not overlapped with anything (the stream ends
-  // after it), so it should be short.
-  const size_t min_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
+  // Adopt the landed slots only while the owned ones stay within half the pool: past that every
+  // adopted chunk has to be written back into the region (a UFFDIO_COPY each), and a copy larger
+  // than the free half would wait for the write-back of its own pieces -- 1 GiB copies through a
+  // 1 GiB pool ran at 0.15-0.18x raw pinned that way, against 0.70-0.89x with the memcpy publish
+  // (PERFORMANCE.md). A copy that does not fit is published by Write, in fixed-size pieces so
+  // that the memcpy of one overlaps the DMA of the next.
+  // Chunks already owned (a repeated D2H into one buffer) only swap their slots.
+  const uint64_t first = (dst - base) / chunk_, last_chunk = (end - 1 - base) / chunk_;
+  const size_t whole = n / chunk_;  // at least as many whole chunks as the copy covers
+  const size_t owned = pool_->owned_slots();
+  const size_t again = pool_->OwnedIn(r.id, first, last_chunk - first + 1);
+  const bool adopt = owned - std::min(owned, again) + whole <= pool_->slots() / 2;
+  // Adopted pieces start at a quarter of max_piece_chunks_ (the first DMA starts early), double up
+  // to kD2HGrowth x, and halve again towards the end of the copy: every DMA of its own costs the
+  // copy engine a gap, while the last piece's publish is not overlapped with anything (the stream
+  // ends after it), so it should be short.
+  const size_t min_chunks = adopt ? std::max<size_t>(1, max_piece_chunks_ / 4) : max_piece_chunks_;
   const size_t max_chunks =
-      std::max(max_piece_chunks_, std::min(kD2HGrowth * max_piece_chunks_, pool_->slots() / 4));
+      adopt ? std::max(max_piece_chunks_,
+                       std::min(kD2HGrowth * max_piece_chunks_, pool_->slots() / 4))
+            : max_piece_chunks_;
   size_t piece_chunks = min_chunks;
   std::vector<int> piece_slots(max_chunks);
   std::unique_ptr<bool[]> hits(new bool[max_chunks]);
@@ -527,11 +542,15 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       piece.push_back(PieceChunk{base + (first_index + i) * chunk_, first_index + i, 0,
                                  piece_slots[i], false, false});
     char* piece_end = std::min<char*>(base + (first_index + got) * chunk_, end);
+    // Written, not adopted: protected chunks are made writable in one ioctl for the piece, not one
+    // per publish.
+    if (!adopt) backend_->PrepareWrite(cur, piece_end - cur);
     uint64_t t_issue = MonotonicNs();
     StatAdd(Stat::copy_plan_ns, t_issue - t_plan);
 
     auto* task = new PublishTask();
     task->group = group;
+    task->adopt = adopt;
     char* seg_slot = nullptr;
     char* seg_dst = nullptr;
     size_t seg_len = 0;

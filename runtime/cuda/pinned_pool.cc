@@ -402,6 +402,17 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
   }
 }
 
+size_t PinnedPool::OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) const {
+  if (owned_count_.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard<std::mutex> l(mu_);
+  size_t owned = 0;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = cache_.find(Key{region, first_chunk + i});
+    if (it != cache_.end() && slots_[it->second].owned) ++owned;
+  }
+  return owned;
+}
+
 int PinnedPool::TakeOwned(uint64_t region, uint64_t* out_region, uint64_t* chunk, uint64_t* gen) {
   std::lock_guard<std::mutex> l(mu_);
   int slot = -1;

@@ -122,6 +122,8 @@ class PinnedPool final : public ExternalCopies {
   // copy, evictable like any other; otherwise it stays owned. Unpins it.
   void ReleaseOwned(int slot, bool written);
   size_t owned_slots() const { return owned_count_.load(std::memory_order_relaxed); }
+  // How many of chunks first_chunk .. first_chunk+n-1 of `region` have an owned slot now.
+  size_t OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) const;
   // ExternalCopies (the engine reading an adopted chunk): pins the slot caching (region, chunk)
   // at `gen`, runs use() on its bytes without the lock, unpins it.
   bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,

@@ -159,10 +159,11 @@ TEST_F(ShimEngineTest, ProtectionChangesAreBatchedPerPiece) {
 }
 
 // D2H copies leave their whole chunks in the slots they landed in (owned: no copy into the
-// region). Past half the pool the oldest are written back; a repeated D2H supersedes the owned
-// copies of the last; an H2D of owned chunks is a T0 hit; zrtier_t0_drop writes back before it
-// drops; the CPU, Read and a partial D2H see the newest bytes throughout.
-TEST_F(ShimEngineTest, D2HSlotsAreOwnedUntilWrittenBack) {
+// region) while the owned slots stay within half the pool; a copy that does not fit is written
+// into the region instead. A repeated D2H supersedes the owned copies of the last; an H2D of owned
+// chunks is a T0 hit; zrtier_t0_drop writes owned slots back before it drops; the CPU, Read and a
+// partial D2H see the newest bytes throughout.
+TEST_F(ShimEngineTest, D2HSlotsAreOwnedWhileTheyFitInHalfThePool) {
   const size_t chunks = 64, n = chunks * chunk_;
   char* r = Region(n);
   char* d = Device(n);
@@ -174,48 +175,59 @@ TEST_F(ShimEngineTest, D2HSlotsAreOwnedUntilWrittenBack) {
   ASSERT_TRUE(engine_->Lookup(r, &info));
   const uint64_t owned0 = StatGet(Stat::t0_owned_bytes);
   const uint64_t wb0 = StatGet(Stat::t0_writebacks);
-
-  // 64 chunks through a 16-slot pool: at most half of it stays owned, the rest was written back.
   ASSERT_EQ(cudaMemcpy(d, a.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+
+  // 64 chunks through a 16-slot pool do not fit: written into the region, nothing owned.
   ASSERT_EQ(shim_->Memcpy(r, d, n, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
-  shim_->WaitForWriteBack();
-  const uint64_t owned = StatGet(Stat::t0_owned_bytes) - owned0;
-  EXPECT_GT(owned, 0u);
-  EXPECT_LE(owned, 8 * chunk_ + 4 * chunk_);  // half the pool, plus a piece adopted since
-  EXPECT_GE(StatGet(Stat::t0_writebacks) - wb0, chunks - 12);
-  EXPECT_EQ(engine_->Usage().external_bytes, owned);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes), owned0);
+  EXPECT_EQ(engine_->Usage().external_bytes, 0u);
+  std::vector<char> want = a;
+
+  // The last 8 chunks (half the pool) fit: owned. 4 more do not fit beside them: written.
+  const size_t tail = 8 * chunk_, at = n - tail;
+  ASSERT_EQ(cudaMemcpy(d + at, b.data() + at, tail, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(r + at, d + at, tail, cudaMemcpyDeviceToHost, nullptr, true),
+            cudaSuccess);
+  memcpy(want.data() + at, b.data() + at, tail);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes) - owned0, tail);
+  EXPECT_EQ(engine_->Usage().external_bytes, tail);
+  ASSERT_EQ(cudaMemcpy(d, b.data(), 4 * chunk_, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(r, d, 4 * chunk_, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
+  memcpy(want.data(), b.data(), 4 * chunk_);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes) - owned0, tail);
 
   // Read (no fault) and an H2D see every byte; the owned tail is a T0 hit.
   std::vector<char> got(n);
   bool zero = true;
   ASSERT_TRUE(shim_->backend()->Read(r, n, got.data(), &zero).ok());
   EXPECT_FALSE(zero);
-  EXPECT_EQ(got, a);
+  EXPECT_EQ(got, want);
+  const uint64_t ready = StatGet(Stat::copies_ready);
+  ASSERT_EQ(shim_->Memcpy(back + at, r + at, tail, cudaMemcpyHostToDevice, nullptr, true),
+            cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::copies_ready), ready + 1);
   ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
-  EXPECT_EQ(FromDevice(back, n), a);
+  EXPECT_EQ(FromDevice(back, n), want);
 
-  // A repeated D2H of the last 4 chunks supersedes their owned copies (no growth, no write-back).
-  const size_t tail = 4 * chunk_, at = n - tail;
-  ASSERT_EQ(cudaMemcpy(d + at, b.data() + at, tail, cudaMemcpyHostToDevice), cudaSuccess);
-  const uint64_t before = StatGet(Stat::t0_owned_bytes);
-  const uint64_t wb1 = StatGet(Stat::t0_writebacks);
+  // A repeated D2H of the tail supersedes its owned copies (no growth, no write-back).
+  ASSERT_EQ(cudaMemcpy(d + at, a.data() + at, tail, cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(shim_->Memcpy(r + at, d + at, tail, cudaMemcpyDeviceToHost, nullptr, true),
             cudaSuccess);
-  EXPECT_EQ(StatGet(Stat::t0_owned_bytes), before);
-  EXPECT_EQ(StatGet(Stat::t0_writebacks), wb1);
-  std::vector<char> want = a;
-  memcpy(want.data() + at, b.data() + at, tail);
+  memcpy(want.data() + at, a.data() + at, tail);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes) - owned0, tail);
+  EXPECT_EQ(StatGet(Stat::t0_writebacks), wb0);
 
   // A partial D2H (half a chunk inside an owned chunk) merges with the owned copy.
   const size_t mid = at + chunk_ + chunk_ / 4;
   ASSERT_EQ(shim_->Memcpy(r + mid, d, chunk_ / 2, cudaMemcpyDeviceToHost, nullptr, true),
             cudaSuccess);
-  memcpy(want.data() + mid, a.data(), chunk_ / 2);
+  memcpy(want.data() + mid, b.data(), chunk_ / 2);
   ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
   EXPECT_EQ(FromDevice(back, n), want);
 
   // zrtier_t0_drop: owned slots are written back first, nothing is lost.
   shim_->DropT0(info.id);
+  EXPECT_GE(StatGet(Stat::t0_writebacks) - wb0, 1u);
   EXPECT_EQ(engine_->Usage().external_bytes, 0u);
   EXPECT_EQ(StatGet(Stat::t0_owned_bytes), owned0);
   EXPECT_EQ(memcmp(r, want.data(), n), 0);  // the CPU (faults or resident pages)
