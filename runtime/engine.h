@@ -4,8 +4,9 @@
 // resident bytes under ZRTIER_RESIDENT_LIMIT, the codec and the store stack.
 //
 // Guarantees:
-//   - Nothing lost: at every instant each written chunk has at least one valid copy (T1 pages or a
-//     store entry of its current generation); a write racing an eviction is never lost.
+//   - Nothing lost: at every instant each written chunk has at least one valid copy (T1 pages, a
+//     store entry of its current generation, or -- for an adopted chunk -- the external copy its
+//     holder keeps); a write racing an eviction is never lost.
 //   - A region reads as zeros until written; CPU loads and stores anywhere in a region just work
 //     (missing faults install whole chunks; the first store to a clean chunk is seen through a
 //     write-protect fault and makes older copies garbage).
