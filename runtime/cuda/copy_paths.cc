@@ -492,10 +492,10 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   // (PERFORMANCE.md). A copy that does not fit is published by Write, in fixed-size pieces so
   // that the memcpy of one overlaps the DMA of the next.
   // Chunks already owned (a repeated D2H into one buffer) only swap their slots.
-  const uint64_t first = (dst - base) / chunk_, last_chunk = (end - 1 - base) / chunk_;
+  const uint64_t first = (dst - base) / chunk_, last = (end - 1 - base) / chunk_;
   const size_t whole = n / chunk_;  // at least as many whole chunks as the copy covers
   const size_t owned = pool_->owned_slots();
-  const size_t again = pool_->OwnedIn(r.id, first, last_chunk - first + 1);
+  const size_t again = pool_->OwnedIn(r.id, first, last - first + 1);
   const bool adopt = owned - std::min(owned, again) + whole <= pool_->slots() / 2;
   // Adopted pieces start at a quarter of max_piece_chunks_ (the first DMA starts early), double up
   // to kD2HGrowth x, and halve again towards the end of the copy: every DMA of its own costs the
@@ -509,17 +509,14 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   size_t piece_chunks = min_chunks;
   std::vector<int> piece_slots(max_chunks);
   std::unique_ptr<bool[]> hits(new bool[max_chunks]);
-  const uint64_t last = (end - 1 - base) / chunk_;
   // Reported to the predictor first, or for long copies after the first piece (see
   // CopyFromRegion).
   bool reported = prefetch_ == nullptr;
   auto report = [&] {
-    if (!reported)
-      prefetch_->OnAccess(r.id, (dst - base) / chunk_, last - (dst - base) / chunk_ + 1, true,
-                          stream);
+    if (!reported) prefetch_->OnAccess(r.id, first, last - first + 1, true, stream);
     reported = true;
   };
-  if (last - (dst - base) / chunk_ + 1 <= kLearnFirstChunks) report();
+  if (last - first + 1 <= kLearnFirstChunks) report();
   auto* group = new PublishGroup{this, r.id, {}, {}, {}};
   cudaError_t err = cudaSuccess;
   while (cur < end && err == cudaSuccess) {
