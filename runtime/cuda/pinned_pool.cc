@@ -238,7 +238,8 @@ void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen
   PublishLocked(slot, region, chunk, gen);
 }
 
-void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen) {
+void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen,
+                               bool predict) {
   auto it = cache_.find(Key{region, chunk});
   SlotMeta& s = slots_[slot];
   if (it != cache_.end() && it->second != slot) {
@@ -257,7 +258,7 @@ void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64
   s.region = region;
   s.chunk = chunk;
   s.gen = gen;
-  s.next_use = owning_ ? kNoNextUse : PredictLocked(region, chunk);
+  s.next_use = predict ? PredictLocked(region, chunk) : kNoNextUse;
   s.predicted_at = clock_.load(std::memory_order_relaxed);
   cache_[Key{region, chunk}] = slot;
   ++cached_count_;
@@ -381,9 +382,8 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
   std::lock_guard<std::mutex> l(mu_);
   for (size_t i = 0; i < n; ++i) {
     const int slot = items[i].slot;
-    owning_ = true;  // no prediction: an owned slot is no victim, so it needs no key
-    PublishLocked(slot, region, items[i].chunk, items[i].gen);
-    owning_ = false;
+    // No prediction: an owned slot is no victim, so it needs no key.
+    PublishLocked(slot, region, items[i].chunk, items[i].gen, /*predict=*/false);
     SlotMeta& s = slots_[slot];
     if (!s.cached) continue;  // (not reached: an adopted generation is newer than any copy)
     s.owned = true;

@@ -173,7 +173,8 @@ class PinnedPool final : public ExternalCopies {
   void DropCachedLocked(int slot);
   int PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen);
   int AcquireLocked(int after);
-  void PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen);
+  // `predict`: key the slot by the oracle's next-use prediction (not for an owned slot).
+  void PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen, bool predict = true);
   void UnpinLocked(int slot);
   void RetireLocked(Inflight& f);
   // Puts `slot` into index_ with its current key if it is free, else takes it out.
@@ -214,7 +215,6 @@ class PinnedPool final : public ExternalCopies {
   std::deque<std::pair<int, uint64_t>> owned_fifo_;
   uint64_t next_owned_seq_ = 0;
   std::atomic<size_t> owned_count_{0};
-  bool owning_ = false;                // PublishLocked on behalf of AdoptRun: no prediction
   uint64_t scan_region_ = kAnyRegion;  // TakeOwned(region)'s cursor
   size_t scan_pos_ = 0;
 };
