@@ -127,11 +127,14 @@ Status Engine::Impl::DecodeChunk(Chunk& c, char* dst, const char* what) {
 // saves the write-protect fault that would follow); a load installs it write-protected and clean.
 // An external chunk is installed straight from its holder's copy (no decode, no scratch copy).
 Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
+  // Installed write-protected so that the first write is seen. Never-written chunks get real
+  // zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and a write would go unseen.
+  Status st;
+  auto install = [&](const char* src) {
+    st = Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);
+  };
   if (from == kExternal) {
-    Status st;
-    if (!WithExternal(r, r->table.IndexOf(p), c.gen.load(), [&](const char* b) {
-          st = Copy(p, b, chunk_, /*wp=*/!write, /*dontwake=*/true);
-        })) {
+    if (!WithExternal(r, r->table.IndexOf(p), c.gen.load(), install)) {
       c.EndBusy(from);
       SignalParked();
       Log(LogLevel::kError,
@@ -141,40 +144,20 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
       Poison(reinterpret_cast<uint64_t>(p));
       return Outcome::kDone;
     }
-    if (!st.ok()) {
-      c.EndBusy(from);
-      SignalParked();
-      if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
-      ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
-      return Outcome::kPark;
-    }
-    c.referenced.store(1, std::memory_order_relaxed);
-    AddResident(r, chunk_);
-    AddExternal(r, -static_cast<int64_t>(chunk_));
-    StatAdd(Stat::faults_missing, 1);
-    if (write) c.gen.fetch_add(1);
-    c.EndBusy(write ? kDirty : kClean);
-    Wake(p, chunk_);
-    SignalParked();
-    KickEvictor();
-    return Outcome::kDone;
-  }
-  const char* src = zero_;
-  if (from == kStored) {
+  } else if (from == kStored) {
     char* buf = tl_raw.Get(chunk_);
-    Status st = DecodeChunk(c, buf, "restoring a chunk on a page fault");
-    if (!st.ok()) {
+    Status dec = DecodeChunk(c, buf, "restoring a chunk on a page fault");
+    if (!dec.ok()) {
       c.EndBusy(from);
       Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
-          static_cast<void*>(p), st.ToString().c_str());
+          static_cast<void*>(p), dec.ToString().c_str());
       Poison(reinterpret_cast<uint64_t>(p));
       return Outcome::kDone;
     }
-    src = buf;
+    install(buf);
+  } else {
+    install(zero_);
   }
-  // Installed write-protected so that the first write is seen. Never-written chunks get real
-  // zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and a write would go unseen.
-  Status st = Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);
   if (!st.ok()) {
     c.EndBusy(from);
     SignalParked();
@@ -188,6 +171,7 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
     r->stored_raw.fetch_sub(chunk_);
     stored_raw_.fetch_sub(chunk_);
   }
+  if (from == kExternal) AddExternal(r, -static_cast<int64_t>(chunk_));
   StatAdd(Stat::faults_missing, 1);
   if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
   if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
