@@ -22,7 +22,13 @@ T new-session -d -s top -x 120 -y 40 \
   "env ZRTIER_TEST_STATS_DIR=$tmp LANG=C.UTF-8 LC_ALL=C.UTF-8 $ZRTIER_TOP --interval 0.5"
 capture() { T capture-pane -p -t top; }
 screen=
-for _ in $(seq 100); do screen=$(capture); [[ "$screen" == *"T1 resident"* ]] && break; sleep 0.1; done
+# Until a whole frame is on screen: a capture can land while top is still drawing one (the CI run
+# of 2026-11-22 caught the frame down to "Copies", before the "Faults" line).
+for _ in $(seq 100); do
+  screen=$(capture)
+  [[ "$screen" == *"T1 resident"* && "$screen" == *"Faults"* ]] && break
+  sleep 0.1
+done
 expect_contains "$screen" "zrtier-top  1 process" "header"
 expect_contains "$screen" " $demo " "process row"
 expect_contains "$screen" "zrtier demo" "command"
