@@ -64,6 +64,10 @@ class ExternalCopies {
   // Called from the pager thread and from Read/Write callers; never calls into the engine.
   virtual bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
                          const std::function<void(const char* bytes)>& use) = 0;
+  // The chunk left the external state at `gen` without Attach (a fault installed it, a Write
+  // replaced it): the holder may forget its copy, which is still a valid copy of generation `gen`.
+  // Called after the transition, from the pager thread or a Write caller.
+  virtual void Released(uint64_t region, uint64_t chunk, uint64_t gen) {}
 };
 
 class Engine {

@@ -308,7 +308,8 @@ TEST(EngineTest, PrepareReadAndWriteReprotectWholeRunsInOneIoctl) {
 
 // Adopt (a landed D2H slot becomes a chunk's newest copy): chunks of every state become external
 // with new generations, their pages and store copies go; Read, CPU loads and stores, a partial
-// Write and Attach then take the bytes from the holder, and Free forgets them.
+// Write and Attach then take the bytes from the holder (told when a fault or a Write lets a copy
+// go), and Free forgets them.
 TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
   ZRTIER_SKIP_UNLESS_UFFD();
   FaultyOs os;
@@ -368,12 +369,14 @@ TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
   EXPECT_EQ(e->Generation(p + 3 * cs), kNoGeneration);
   EXPECT_EQ(StatGet(Stat::faults_missing) - missing, 2u);
   EXPECT_EQ(e->Usage().external_bytes, 2 * cs);
+  EXPECT_EQ(holder.released(), 2u);  // the holder may forget those two copies
 
   // A partial Write into chunk 1 merges with the held copy.
   std::vector<char> y = Sample(SampleKind::kRandom, 52, cs / 2);
   ASSERT_TRUE(e->Write(p + cs + cs / 4, y.data(), cs / 2).ok());
   memcpy(want.data() + cs + cs / 4, y.data(), cs / 2);
   EXPECT_EQ(e->Usage().external_bytes, cs);
+  EXPECT_EQ(holder.released(), 3u);
 
   // Attach: a copy whose chunk moved on changes nothing; chunk 2's installs its bytes, clean.
   const int ioctls = os.Count(OsCall::kIoctl);

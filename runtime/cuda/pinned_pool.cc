@@ -465,6 +465,19 @@ void PinnedPool::ReleaseOwned(int slot, bool written) {
   unpinned_.notify_all();
 }
 
+void PinnedPool::Released(uint64_t region, uint64_t chunk, uint64_t gen) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = cache_.find(Key{region, chunk});
+  if (it == cache_.end()) return;
+  const int slot = it->second;
+  SlotMeta& s = slots_[slot];
+  if (!s.owned || s.gen != gen) return;
+  s.next_use = PredictLocked(region, chunk);
+  s.predicted_at = clock_.load(std::memory_order_relaxed);
+  DisownLocked(slot);
+  RekeyLocked(slot);
+}
+
 bool PinnedPool::WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
                            const std::function<void(const char*)>& use) {
   int slot;

@@ -128,6 +128,9 @@ class PinnedPool final : public ExternalCopies {
   // at `gen`, runs use() on its bytes without the lock, unpins it.
   bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
                  const std::function<void(const char*)>& use) override;
+  // ExternalCopies: the owned slot of (region, chunk) at `gen`, if any, becomes a plain cached
+  // copy (keyed for placement, a victim like any other).
+  void Released(uint64_t region, uint64_t chunk, uint64_t gen) override;
 
   // Placement by predicted reuse. `oracle` (not owned; null = LRU) is asked, with mu_ held, for the
   // next-use distance of every published or hit chunk. Returns when no query of the previous

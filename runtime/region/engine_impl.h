@@ -200,6 +200,9 @@ class Engine::Impl {
   // holder has none (or there is no holder).
   bool WithExternal(Region* r, size_t i, uint64_t gen, const std::function<void(const char*)>& use);
   void AddExternal(Region* r, int64_t delta);
+  // Tells the holder that chunk `i` of `r` left the external state at `gen`
+  // (ExternalCopies::Released).
+  void ReleasedExternal(Region* r, size_t i, uint64_t gen);
 
   // the watchdog: runtime/region/watchdog.cc
   void PublishStats();

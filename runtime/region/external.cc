@@ -28,6 +28,11 @@ bool Engine::Impl::WithExternal(Region* r, size_t i, uint64_t gen,
   return x && x->WithBytes(r->id, i, gen, use);
 }
 
+void Engine::Impl::ReleasedExternal(Region* r, size_t i, uint64_t gen) {
+  ExternalCopies* x = external_copies_.load(std::memory_order_acquire);
+  if (x) x->Released(r->id, i, gen);
+}
+
 Status Engine::Impl::Adopt(void* p, size_t n, uint64_t* gens,
                            const std::function<void()>& registered) {
   std::shared_ptr<Region> r;

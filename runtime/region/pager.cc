@@ -175,6 +175,7 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
   StatAdd(Stat::faults_missing, 1);
   if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
   if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  const uint64_t held_gen = c.gen.load();
   if (write) {
     c.gen.fetch_add(1);
     FreeHandle(r, c);  // the stored copy is garbage now
@@ -183,6 +184,7 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
   Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
   SignalParked();
   KickEvictor();
+  if (from == kExternal) ReleasedExternal(r, r->table.IndexOf(p), held_gen);
   return Outcome::kDone;
 }
 

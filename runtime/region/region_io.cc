@@ -217,11 +217,12 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
       if (was == kExternal) AddExternal(r.get(), -static_cast<int64_t>(chunk_));
     }
     FreeHandle(r.get(), c);
-    c.gen.fetch_add(1);
+    const uint64_t held_gen = c.gen.fetch_add(1);
     c.referenced.store(1, std::memory_order_relaxed);
     c.EndBusy(end);
     SignalParked();
     KickEvictor();
+    if (was == kExternal) ReleasedExternal(r.get(), i, held_gen);
   }
   return Status::Ok();
 }

@@ -161,8 +161,9 @@ TEST_F(ShimEngineTest, ProtectionChangesAreBatchedPerPiece) {
 // D2H copies leave their whole chunks in the slots they landed in (owned: no copy into the
 // region) while the owned slots stay within half the pool; a copy that does not fit is written
 // into the region instead. A repeated D2H supersedes the owned copies of the last; an H2D of owned
-// chunks is a T0 hit; zrtier_t0_drop writes owned slots back before it drops; the CPU, Read and a
-// partial D2H see the newest bytes throughout.
+// chunks is a T0 hit, also after a CPU load installed one (its slot stays cached, no longer owned);
+// zrtier_t0_drop writes owned slots back before it drops; the CPU, Read and a partial D2H see the
+// newest bytes throughout.
 TEST_F(ShimEngineTest, D2HSlotsAreOwnedWhileTheyFitInHalfThePool) {
   const size_t chunks = 64, n = chunks * chunk_;
   char* r = Region(n);
@@ -208,6 +209,12 @@ TEST_F(ShimEngineTest, D2HSlotsAreOwnedWhileTheyFitInHalfThePool) {
   EXPECT_EQ(StatGet(Stat::copies_ready), ready + 1);
   ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
   EXPECT_EQ(FromDevice(back, n), want);
+  // A CPU load installs an owned chunk from its slot, which stays as a plain cached copy.
+  EXPECT_EQ(static_cast<volatile char*>(r)[at + 3 * chunk_ + 5], want[at + 3 * chunk_ + 5]);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes) - owned0, tail - chunk_);
+  ASSERT_EQ(shim_->Memcpy(back + at, r + at, tail, cudaMemcpyHostToDevice, nullptr, true),
+            cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::copies_ready), ready + 2);
 
   // A repeated D2H of the tail supersedes its owned copies (no growth, no write-back).
   ASSERT_EQ(cudaMemcpy(d + at, a.data() + at, tail, cudaMemcpyHostToDevice), cudaSuccess);

@@ -1,5 +1,6 @@
 // A holder of external chunk copies for engine tests (what the shim's T0 pool is in production):
-// copies by (region, chunk), each at one generation, kept until Forget. Thread-safe.
+// copies by (region, chunk), each at one generation, kept until Forget or until the engine says
+// the chunk left the external state (Released). Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,18 @@ class ExternalHolder final : public ExternalCopies {
     std::lock_guard<std::mutex> l(mu_);
     return copies_.size();
   }
+  // How many times the engine said a chunk left the external state (Released).
+  size_t released() {
+    std::lock_guard<std::mutex> l(mu_);
+    return released_;
+  }
+
+  void Released(uint64_t region, uint64_t chunk, uint64_t gen) override {
+    std::lock_guard<std::mutex> l(mu_);
+    ++released_;
+    auto it = copies_.find({region, chunk});
+    if (it != copies_.end() && it->second.gen == gen) copies_.erase(it);
+  }
 
   bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
                  const std::function<void(const char*)>& use) override {
@@ -60,6 +73,7 @@ class ExternalHolder final : public ExternalCopies {
   const size_t chunk_;
   std::mutex mu_;
   std::map<std::pair<uint64_t, uint64_t>, Copy> copies_;
+  size_t released_ = 0;
 };
 
 }  // namespace zrtier::testing
