@@ -193,7 +193,7 @@ void Engine::Impl::Release(Region* r) {
   AddResident(r, -static_cast<int64_t>(resident));
   r->stored_raw.fetch_sub(stored);
   stored_raw_.fetch_sub(stored);
-  AddExternal(r, -static_cast<int64_t>(external));
+  AddExternal(-static_cast<int64_t>(external));
   if (r->stats_row >= 0) StatsRegionRelease(r->stats_row);
   region_bytes_.fetch_sub(r->size);
   regions_count_.fetch_sub(1);

@@ -117,7 +117,6 @@ struct Region {
   std::atomic<uint64_t> resident{0};      // bytes of kClean/kDirty chunks
   std::atomic<uint64_t> stored_raw{0};    // bytes of kStored chunks
   std::atomic<uint64_t> stored_bytes{0};  // encoded bytes of live store entries
-  std::atomic<uint64_t> external{0};      // bytes of kExternal chunks
 };
 
 // The evictors' view of the live regions; holding it keeps the chunk tables alive.
@@ -199,7 +198,7 @@ class Engine::Impl {
   // Calls use(bytes) with the external copy of chunk `i` of `r` at generation `gen`; false if the
   // holder has none (or there is no holder).
   bool WithExternal(Region* r, size_t i, uint64_t gen, const std::function<void(const char*)>& use);
-  void AddExternal(Region* r, int64_t delta);
+  void AddExternal(int64_t delta);  // bytes of kExternal chunks, engine-wide
   // Tells the holder that chunk `i` of `r` left the external state at `gen`
   // (ExternalCopies::Released).
   void ReleasedExternal(Region* r, size_t i, uint64_t gen);

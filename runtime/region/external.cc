@@ -17,8 +17,7 @@
 
 namespace zrtier {
 
-void Engine::Impl::AddExternal(Region* r, int64_t delta) {
-  r->external.fetch_add(static_cast<uint64_t>(delta));
+void Engine::Impl::AddExternal(int64_t delta) {
   external_.fetch_add(static_cast<uint64_t>(delta));
 }
 
@@ -102,7 +101,7 @@ Status Engine::Impl::Adopt(void* p, size_t n, uint64_t* gens,
       r->stored_raw.fetch_sub(chunk_);
       stored_raw_.fetch_sub(chunk_);
     }
-    if (s != kExternal) AddExternal(r.get(), chunk_);
+    if (s != kExternal) AddExternal(chunk_);
     FreeHandle(r.get(), c);
     gens[k] = c.gen.fetch_add(1) + 1;
   }
@@ -140,7 +139,7 @@ Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes) 
     return Status::Error(st.code(), "Attach: " + st.message());
   }
   AddResident(r.get(), chunk_);
-  AddExternal(r.get(), -static_cast<int64_t>(chunk_));
+  AddExternal(-static_cast<int64_t>(chunk_));
   c.referenced.store(1, std::memory_order_relaxed);
   c.EndBusy(kClean);
   SignalParked();

@@ -72,12 +72,10 @@ Status Engine::Impl::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d
     if (s == kExternal) {
       // The held copy at the generation read after the state; if the holder has none at it, the
       // chunk has moved on (or is moving): look again.
-      if (!external_copies_.load(std::memory_order_acquire))
-        return Status::Error(EIO, "Read: chunk held outside the engine, and no holder");
       const uint64_t g = c.gen.load();
       if (WithExternal(r, i, g, [&](const char* b) { memcpy(d, b + off, n); })) return Status::Ok();
-      // Still external at that generation: the holder lost a copy it must keep (a bug; never
-      // spin on it). Otherwise the chunk moved on meanwhile: look again.
+      // Still external at that generation: the holder lost a copy it must keep, or there is no
+      // holder (a bug; never spin on it). Otherwise the chunk moved on meanwhile: look again.
       if (c.word.load() == w && c.gen.load() == g)
         return Status::Error(EIO, "Read: the external copy of the chunk is gone");
       Backoff(&spins);
@@ -214,7 +212,7 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
         r->stored_raw.fetch_sub(chunk_);
         stored_raw_.fetch_sub(chunk_);
       }
-      if (was == kExternal) AddExternal(r.get(), -static_cast<int64_t>(chunk_));
+      if (was == kExternal) AddExternal(-static_cast<int64_t>(chunk_));
     }
     FreeHandle(r.get(), c);
     const uint64_t held_gen = c.gen.fetch_add(1);
