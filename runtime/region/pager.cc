@@ -181,10 +181,12 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
     FreeHandle(r, c);  // the stored copy is garbage now
   }
   c.EndBusy(write ? kDirty : kClean);
+  // The holder hears of it before the touching thread runs on (a thread that faulted an adopted
+  // chunk in and then asks the pool finds the slot released).
+  if (from == kExternal) ReleasedExternal(r, r->table.IndexOf(p), held_gen);
   Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
   SignalParked();
   KickEvictor();
-  if (from == kExternal) ReleasedExternal(r, r->table.IndexOf(p), held_gen);
   return Outcome::kDone;
 }
 
