@@ -625,8 +625,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   return err;
 }
 
-size_t Shim::WriteBack(uint64_t region, size_t keep) {
-  size_t done = 0;
+void Shim::WriteBack(uint64_t region, size_t keep) {
   while (pool_->owned_slots() > keep) {
     uint64_t rid, chunk, gen;
     const int slot = pool_->TakeOwned(region, &rid, &chunk, &gen);
@@ -648,9 +647,7 @@ size_t Shim::WriteBack(uint64_t region, size_t keep) {
       break;
     }
     StatAdd(Stat::t0_writebacks, 1);
-    ++done;
   }
-  return done;
 }
 
 void Shim::MaybeWriteBack() {

@@ -116,8 +116,8 @@ class Shim {
   // Writes op `i` of `task` into the region (RegionBackend::Write).
   void WriteOp(PublishTask* task, size_t i);
   // Writes owned slots back (oldest first; of `region` only unless PinnedPool::kAnyRegion) until
-  // at most `keep` are owned. Returns how many were written back.
-  size_t WriteBack(uint64_t region, size_t keep);
+  // at most `keep` are owned.
+  void WriteBack(uint64_t region, size_t keep);
   // Once more than half the pool is owned, writes the oldest back on a worker.
   void MaybeWriteBack();
   // Queued-but-unpublished D2H copies per chunk.
