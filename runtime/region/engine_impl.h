@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
+#include "runtime/base/stream_copy.h"
 #include "runtime/engine.h"
 #include "runtime/region/arena.h"
 #include "runtime/region/chunk_table.h"
@@ -80,11 +81,15 @@ inline thread_local Scratch tl_enc;
 
 // Copies region pages that other threads may be writing through the write-protect protocol: the
 // chunk is write-protected (kernel-ordered, invisible to TSan), so tell TSan these reads are fine.
-inline void CopyFromRegion(void* dst, const void* src, size_t n) {
+// `streaming`: dst is a copy for the GPU (a T0 slot), written with CopyStreaming.
+inline void CopyFromRegion(void* dst, const void* src, size_t n, bool streaming = false) {
 #ifdef ZRTIER_TSAN
   AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
 #endif
-  memcpy(dst, src, n);
+  if (streaming)
+    CopyStreaming(dst, src, n);
+  else
+    memcpy(dst, src, n);
 #ifdef ZRTIER_TSAN
   AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
 #endif
@@ -185,7 +190,7 @@ class Engine::Impl {
   // Read / Write / Generation: runtime/region/region_io.cc
   Status Read(const void* src, size_t len, void* dst, bool* zero);
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen);
-  Status ReadPart(Region* r, size_t i, size_t off, size_t n, char* d);
+  Status ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming = false);
   Status Write(void* dst, const void* src, size_t len);
   void Reprotect(const void* p, size_t len, bool wp);
   long ReprotectClaimed(Region* r, size_t first, size_t end, bool wp);

@@ -51,14 +51,15 @@ Status Engine::Impl::Read(const void* src, size_t len, void* dst, bool* zero) {
   return Status::Ok();
 }
 
-// Copies bytes [off, off+n) of chunk `i` of `r` into `d` from whichever tier holds them.
-Status Engine::Impl::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d) {
+// Copies bytes [off, off+n) of chunk `i` of `r` into `d` from whichever tier holds them;
+// `streaming`: `d` is a T0 slot, resident bytes are copied with CopyStreaming.
+Status Engine::Impl::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming) {
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
   int spins = 0;
   for (;;) {
     if (c.TryPin()) {  // resident: pinned pages cannot be dropped while we copy
-      CopyFromRegion(d, p + off, n);
+      CopyFromRegion(d, p + off, n, streaming);
       c.Unpin();
       return Status::Ok();
     }
@@ -133,7 +134,7 @@ Status Engine::Impl::ReadChunk(const void* chunk_start, void* dst, bool* zero, u
     *zero = StateOf(c.word.load()) == kEmpty;
     if (*zero) return Status::Ok();
   }
-  return ReadPart(r.get(), i, 0, chunk_, static_cast<char*>(dst));
+  return ReadPart(r.get(), i, 0, chunk_, static_cast<char*>(dst), /*streaming=*/true);
 }
 
 Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
