@@ -70,10 +70,11 @@ struct Shim::FillTask {
 
 // The publish of one D2H copy. An event recorded after each piece's DMAs tells the event watcher
 // when the piece has landed; the watcher hands the piece's chunks to the workers (StartPublish)
-// while the next piece is still on the wire, and nothing stalls the stream. The copy's one host
-// function (PublishEndFn) waits until every piece has landed and been published, so the stream --
-// and a cudaMemcpy or a stream synchronize after it -- completes only when every byte is in the
-// region.
+// while the next piece is still on the wire, and nothing stalls the stream. The stream -- and a
+// cudaMemcpy or a stream synchronize after it -- completes only when every byte is in the region:
+// it waits on a StreamFlags word that the last piece's publish sets (FinishGroup), or where no
+// flag can be had, on the copy's one host function (PublishEndFn), which waits until every piece
+// has landed and been published.
 struct Shim::PublishGroup {
   Shim* shim;
   uint64_t region;
@@ -84,6 +85,12 @@ struct Shim::PublishGroup {
   size_t landed = 0;  // pieces handed to the workers
   std::vector<std::shared_ptr<FillWorkers::Batch>> batches;
   std::vector<std::unique_ptr<PublishTask>> tasks;  // kept until their batches are done
+  // The end without a host function: the stream waits on StreamFlags token `flag` (-1: it runs
+  // PublishEndFn instead), set by whoever drops the last reference -- the copy call holds one
+  // until it has queued the end, and each piece two, one dropped by its publish batch's last step
+  // and one by StartPublish once it has filed the batch here.
+  std::atomic<size_t> refs{1};
+  int flag = -1;
 };
 
 // One piece of a D2H copy: per chunk, the bytes that landed in its slot.
@@ -193,6 +200,7 @@ void Shim::StartPublish(PublishTask* t) {
         pool_->PublishRun(g->region, items.data(), items.size());
         pool_->UnpinRun(slots.data(), slots.size());
         MaybeWriteBack();
+        Unref(g);
       });
   {
     std::lock_guard<std::mutex> l(g->mu);
@@ -200,8 +208,45 @@ void Shim::StartPublish(PublishTask* t) {
     g->batches.push_back(std::move(batch));
     ++g->landed;
     // Under the lock: once it is released, PublishEndFn may see the last piece and free g.
+    Unref(g);
     g->landed_cv.notify_all();
   }
+}
+
+void Shim::Unref(PublishGroup* g) {
+  if (g->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishGroup(g);
+}
+
+void Shim::FinishGroup(PublishGroup* g) {
+  if (g->flag < 0) return;  // PublishEndFn ends it
+  for (const auto& [first, last] : g->pending) MarkPending(g->region, first, last, -1);
+  flags_->Signal(g->flag);
+  // Not deleted here: this may run inside the last batch's final step, which must return first.
+  std::lock_guard<std::mutex> l(retired_mu_);
+  retired_.push_back(g);
+}
+
+void Shim::ReapRetired(bool all) {
+  std::vector<PublishGroup*> done;
+  {
+    std::lock_guard<std::mutex> l(retired_mu_);
+    if (retired_.empty()) return;
+    auto keep = retired_.begin();
+    for (PublishGroup* g : retired_) {
+      bool finished = all;
+      if (!finished) {
+        std::lock_guard<std::mutex> gl(g->mu);
+        finished = std::all_of(g->batches.begin(), g->batches.end(),
+                               [](const auto& b) { return b->done(); });
+      }
+      if (finished)
+        done.push_back(g);
+      else
+        *keep++ = g;
+    }
+    retired_.erase(keep, retired_.end());
+  }
+  for (PublishGroup* g : done) delete g;
 }
 
 void Shim::PublishEndFn(void* p) {
@@ -522,6 +567,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     reported = true;
   };
   if (last - first + 1 <= kLearnFirstChunks) report();
+  ReapRetired(/*all=*/false);
   auto* group = new PublishGroup{this, r.id, {}, {}, {}};
   cudaError_t err = cudaSuccess;
   while (cur < end && err == cudaSuccess) {
@@ -587,6 +633,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     MarkPending(r.id, piece.front().index, piece.back().index, +1);
     group->pending.emplace_back(piece.front().index, piece.back().index);
     ++group->pieces;
+    group->refs.fetch_add(2, std::memory_order_relaxed);
     // The piece lands when an event recorded behind its DMAs completes.
     cudaEvent_t ev = nullptr;
     if (err == cudaSuccess) {
@@ -618,9 +665,14 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     cur = piece_end;
   }
   report();
-  cudaError_t eerr =
-      err == cudaSuccess ? api_->cudaLaunchHostFunc(stream, &Shim::PublishEndFn, group) : err;
-  if (eerr != cudaSuccess) {
+  // The end: the stream waits on a flag the last publish sets, or else runs PublishEndFn.
+  group->flag = err == cudaSuccess ? flags_->Enqueue(stream) : -1;
+  const bool flagged = group->flag >= 0;
+  Unref(group);  // with a flag, may end the group here and now; else a no-op
+  cudaError_t eerr = err;
+  if (!flagged && err == cudaSuccess)
+    eerr = api_->cudaLaunchHostFunc(stream, &Shim::PublishEndFn, group);
+  if (!flagged && eerr != cudaSuccess) {
     // An error, or the launch failed: once the stream has drained, finish the publish here.
     api_->cudaStreamSynchronize(stream);
     PublishEndFn(group);

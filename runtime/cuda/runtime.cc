@@ -95,8 +95,10 @@ void BuildShimLocked() {
   cfg.workers = ResolveWorkers(opts.Int(Opt::kWorkers)) - 1;  // the copying thread is one of them
   cfg.prefetch_options = g_opts;
   Shim* shim = new Shim(api, MakeEngineBackend(std::move(engine)), std::move(pool), cfg);
-  Log(LogLevel::kInfo, "active: chunk %zu, T0 pool %s, min alloc %s", shim->pool()->slot_size(),
-      FormatSize(shim->pool()->bytes()).c_str(), FormatSize(cfg.min_alloc).c_str());
+  Log(LogLevel::kInfo, "active: chunk %zu, T0 pool %s, min alloc %s, D2H copies end on %s",
+      shim->pool()->slot_size(), FormatSize(shim->pool()->bytes()).c_str(),
+      FormatSize(cfg.min_alloc).c_str(),
+      shim->d2h_ends_on_flags() ? "stream flags" : "host functions");
   g_shim.store(shim, std::memory_order_release);
   g_state.store(kActive, std::memory_order_release);
 }

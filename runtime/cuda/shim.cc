@@ -8,6 +8,9 @@
 
 namespace zrtier {
 
+// D2H copies that can end on a stream flag at once (more end with a host function).
+constexpr size_t kStreamFlags = 256;
+
 Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
            std::unique_ptr<PinnedPool> pool, const ShimConfig& cfg)
     : api_(api),
@@ -15,6 +18,7 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
       pool_(std::move(pool)),
       workers_(std::make_unique<FillWorkers>(cfg.workers)),
       watcher_(std::make_unique<EventWatcher>(api)),
+      flags_(std::make_unique<StreamFlags>(api, kStreamFlags)),
       cfg_(cfg) {
   chunk_ = backend_->chunk_size();
   max_piece_chunks_ = cfg_.max_piece_bytes / chunk_;
@@ -32,6 +36,8 @@ Shim::~Shim() {
   watcher_.reset();
   WaitForWriteBack();
   workers_.reset();
+  ReapRetired(/*all=*/true);
+  flags_.reset();
   backend_->SetExternalCopies(nullptr);
   pool_.reset();
   backend_.reset();

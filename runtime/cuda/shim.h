@@ -34,6 +34,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/event_watcher.h"
@@ -41,6 +42,7 @@
 #include "runtime/cuda/pinned_pool.h"
 #include "runtime/cuda/region_backend.h"
 #include "runtime/cuda/shim_prefetch.h"
+#include "runtime/cuda/stream_flags.h"
 
 namespace zrtier {
 
@@ -91,6 +93,8 @@ class Shim {
 
   RegionBackend* backend() { return backend_.get(); }
   PinnedPool* pool() { return pool_.get(); }
+  // Whether D2H copies end their stream with a wait on a StreamFlags word (else a host function).
+  bool d2h_ends_on_flags() const { return flags_->available(); }
 
  private:
   struct PublishGroup;
@@ -99,6 +103,13 @@ class Shim {
   // Hands a landed D2H piece to the fill workers (from the event watcher, or inline).
   void StartPublish(PublishTask* task);
   static void CUDART_CB PublishEndFn(void* group);
+  // Drops one reference of a D2H copy's group; the last one ends a group whose stream waits on a
+  // flag (FinishGroup). A group ended by PublishEndFn needs nothing here.
+  void Unref(PublishGroup* group);
+  // Ends a flag-waiting group: clears its pending marks, releases its stream, retires it.
+  void FinishGroup(PublishGroup* group);
+  // Deletes retired groups whose publish batches have all returned.
+  void ReapRetired(bool all);
   static void CUDART_CB FillFn(void* task);
 
   cudaError_t CopyFromRegion(void* dst, const RegionInfo& r, const char* src, size_t n,
@@ -129,6 +140,9 @@ class Shim {
   std::unique_ptr<PinnedPool> pool_;
   std::unique_ptr<FillWorkers> workers_;
   std::unique_ptr<EventWatcher> watcher_;  // D2H pieces landing; uses workers_
+  std::unique_ptr<StreamFlags> flags_;     // how D2H copies end their stream (else host functions)
+  std::mutex retired_mu_;                  // guards retired_
+  std::vector<PublishGroup*> retired_;     // finished groups, deleted by ReapRetired
   ShimConfig cfg_;
   // Live regions by id, for the prefetcher (which names chunks by region id). A prefetch reads a
   // region under a shared lock; FreeHost erases it under the exclusive lock before freeing, so no

@@ -80,6 +80,8 @@ struct Global {
   std::atomic<uint64_t> copy_bytes{0};
   std::atomic<uint64_t> pinned_bytes{0};
   std::atomic<uint64_t> host_fn_calls{0};
+  std::atomic<uint64_t> host_fns_launched{0};
+  std::atomic<uint64_t> stream_waits{0};
   int device = 0;
 };
 
@@ -327,6 +329,12 @@ FAKE_API uint64_t fakecudaPinnedBytes(void) {
 FAKE_API uint64_t fakecudaCallsFromHostFunctions(void) {
   return G()->host_fn_calls.load();
 }
+FAKE_API uint64_t fakecudaHostFunctionsLaunched(void) {
+  return G()->host_fns_launched.load();
+}
+FAKE_API uint64_t fakecudaStreamWaits(void) {
+  return G()->stream_waits.load();
+}
 FAKE_API int fakecudaOwns(const void* p) {
   std::lock_guard<std::mutex> l(G()->mu);
   return Find(p, 1) != nullptr;
@@ -573,9 +581,30 @@ FAKE_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned
   EnqueueLocked(Resolve(s), [] {}, {{ev->stream, ev->seq}});
   return cudaSuccess;
 }
+// The driver's stream wait on a host word (zrtier's StreamFlags look it up by name): the stream's
+// worker polls the word until (int32_t)(*addr - value) >= 0 (flags 0, GEQ; nothing else is
+// implemented). FAKE_CUDA_NO_MEMOPS=1 makes it fail as on a device without stream memory
+// operations (CUDA_ERROR_NOT_SUPPORTED), so the host-function end is tested too.
+FAKE_API int cuStreamWaitValue32_v2(cudaStream_t s, unsigned long long addr, unsigned int value,
+                                    unsigned int flags) {
+  ENTER();
+  const char* off = getenv("FAKE_CUDA_NO_MEMOPS");
+  if (off && atoi(off)) return 801;
+  if (flags != 0 || addr == 0) return 1;  // CUDA_ERROR_INVALID_VALUE
+  auto* word = reinterpret_cast<uint32_t*>(addr);
+  G()->stream_waits.fetch_add(1);
+  std::lock_guard<std::mutex> l(G()->mu);
+  EnqueueLocked(Resolve(s), [word, value] {
+    while (static_cast<int32_t>(std::atomic_ref<uint32_t>(*word).load(std::memory_order_acquire) -
+                                value) < 0)
+      std::this_thread::sleep_for(std::chrono::microseconds(5));
+  });
+  return 0;
+}
 FAKE_API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* data) {
   ENTER();
   if (!fn) return Fail(cudaErrorInvalidValue);
+  G()->host_fns_launched.fetch_add(1);
   std::lock_guard<std::mutex> l(G()->mu);
   EnqueueLocked(Resolve(s), [fn, data] {
     t_in_host_fn = true;

@@ -21,6 +21,10 @@ uint64_t fakecudaPinnedBytes(void);
 int fakecudaOwns(const void* p);
 // Makes cudaStreamIsCapturing report `capturing` for `stream` (0 = the legacy stream).
 void fakecudaSetCapturing(cudaStream_t stream, int capturing);
+// Host functions launched (cudaLaunchHostFunc) and stream waits on a host word queued
+// (cuStreamWaitValue32_v2), since the process started.
+uint64_t fakecudaHostFunctionsLaunched(void);
+uint64_t fakecudaStreamWaits(void);
 // Calls of any CUDA function made from inside a host function (must stay 0: host functions never
 // call CUDA, DESIGN.md section 6).
 uint64_t fakecudaCallsFromHostFunctions(void);

@@ -274,6 +274,45 @@ TEST_F(ShimEngineTest, D2HPublishesForTheCpuAndLaterCopies) {
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
+// A D2H copy's stream goes on only once the copy is published. Where the driver offers stream
+// waits on host memory the copy ends with one (no host function); where it refuses them
+// (FAKE_CUDA_NO_MEMOPS=1) with a host function. Either way the CPU and the next H2D on the stream
+// (queued before any synchronize) see every byte.
+TEST_F(ShimEngineTest, D2HCopiesEndOnAStreamFlagOrElseAHostFunction) {
+  const size_t n = 24 * chunk_;
+  char* r = Region(n);
+  char* a = Device(n);
+  char* b = Device(n);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  for (int memops : {1, 0}) {
+    SCOPED_TRACE(memops ? "stream waits" : "host functions");
+    if (memops)
+      unsetenv("FAKE_CUDA_NO_MEMOPS");
+    else
+      setenv("FAKE_CUDA_NO_MEMOPS", "1", 1);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<char> data(n);
+      FillSample(SampleKind::kBf16Gaussian, 40 + round + 10 * memops, data.data(), n);
+      ASSERT_EQ(cudaMemcpy(a, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+      Junk(b, n);
+      const uint64_t fns = fakecudaHostFunctionsLaunched(), waits = fakecudaStreamWaits();
+      ASSERT_EQ(shim_->Memcpy(r + 7, a + 7, n - 7, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+      EXPECT_EQ(fakecudaStreamWaits() - waits, memops ? 1u : 0u);
+      EXPECT_EQ(fakecudaHostFunctionsLaunched() - fns, memops ? 0u : 1u);
+      ASSERT_EQ(shim_->Memcpy(b + 7, r + 7, n - 7, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_EQ(memcmp(r + 7, data.data() + 7, n - 7), 0);
+      std::vector<char> got = FromDevice(b, n);
+      EXPECT_EQ(memcmp(got.data() + 7, data.data() + 7, n - 7), 0);
+    }
+  }
+  unsetenv("FAKE_CUDA_NO_MEMOPS");
+  EXPECT_EQ(fakecudaCallsFromHostFunctions(), 0u);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
 // T0 holds copies of chunks a D2H published or an H2D read. A CPU store to such a chunk must reach
 // the next H2D, whether the chunk was published by a D2H, or written by the CPU before (its pages
 // writable, so later stores take no fault).

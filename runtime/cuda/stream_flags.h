@@ -1,0 +1,54 @@
+// StreamFlags: host words a CUDA stream can wait on (the driver's cuStreamWaitValue32). A D2H copy
+// into a region must not let its stream complete before the landed bytes are published; a host
+// function at the end of the copy says so too, but its dispatch costs ~60 us after the last DMA
+// on the H100 machine (docs/PERFORMANCE.md, "The end of a D2H copy"). With a flag the stream
+// waits on a word in mapped pinned memory instead, and the thread that finishes the publish
+// releases it with one store.
+//
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "runtime/cuda/cuda_api.h"
+
+namespace zrtier {
+
+class StreamFlags {
+ public:
+  // Resolves cuStreamWaitValue32 (from the loaded driver, or whatever the process exports under
+  // that name, e.g. the fake runtime) and allocates `count` words through `api`. available() is
+  // false if either fails; Enqueue then always returns -1.
+  StreamFlags(const CudaApi* api, size_t count);
+  ~StreamFlags();
+  StreamFlags(const StreamFlags&) = delete;
+  StreamFlags& operator=(const StreamFlags&) = delete;
+
+  bool available() const { return wait_ != nullptr; }
+
+  // Takes a free word and enqueues on `stream` a wait for its next value: work queued on the
+  // stream after this call runs only once Signal(token). Returns the token, or -1 when no word is
+  // free or the driver refused the wait (said once on stderr): the caller uses a host function.
+  int Enqueue(cudaStream_t stream);
+
+  // Releases the stream waiting on `token` (after every store the waiting work must see) and
+  // frees the word. Once per successful Enqueue.
+  void Signal(int token);
+
+ private:
+  using WaitFn = int (*)(void* stream, unsigned long long addr, unsigned int value,
+                         unsigned int flags);
+  static constexpr size_t kStride = 16;  // words per flag: one per 64-byte line
+
+  const CudaApi* api_;
+  WaitFn wait_ = nullptr;
+  uint32_t* words_ = nullptr;      // host view
+  unsigned long long dev_ = 0;     // device view of words_
+  std::mutex mu_;                  // guards free_ and next_
+  std::vector<int> free_;
+  std::vector<uint32_t> next_;     // per flag: the value its next wait waits for
+};
+
+}  // namespace zrtier
