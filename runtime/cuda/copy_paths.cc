@@ -227,26 +227,28 @@ void Shim::FinishGroup(PublishGroup* g) {
 }
 
 void Shim::ReapRetired(bool all) {
-  std::vector<PublishGroup*> done;
+  // Taken out of the list first: a group's lock is never taken under retired_mu_ (FinishGroup
+  // takes retired_mu_ under the group's lock).
+  std::vector<PublishGroup*> groups, keep;
   {
     std::lock_guard<std::mutex> l(retired_mu_);
-    if (retired_.empty()) return;
-    auto keep = retired_.begin();
-    for (PublishGroup* g : retired_) {
-      bool finished = all;
-      if (!finished) {
-        std::lock_guard<std::mutex> gl(g->mu);
-        finished = std::all_of(g->batches.begin(), g->batches.end(),
-                               [](const auto& b) { return b->done(); });
-      }
-      if (finished)
-        done.push_back(g);
-      else
-        *keep++ = g;
-    }
-    retired_.erase(keep, retired_.end());
+    groups.swap(retired_);
   }
-  for (PublishGroup* g : done) delete g;
+  for (PublishGroup* g : groups) {
+    bool finished = all;
+    if (!finished) {
+      std::lock_guard<std::mutex> gl(g->mu);
+      finished = std::all_of(g->batches.begin(), g->batches.end(),
+                             [](const auto& b) { return b->done(); });
+    }
+    if (finished)
+      delete g;
+    else
+      keep.push_back(g);
+  }
+  if (keep.empty()) return;
+  std::lock_guard<std::mutex> l(retired_mu_);
+  retired_.insert(retired_.end(), keep.begin(), keep.end());
 }
 
 void Shim::PublishEndFn(void* p) {
