@@ -78,7 +78,6 @@ struct Shim::FillTask {
 struct Shim::PublishGroup {
   Shim* shim;
   uint64_t region;
-  std::vector<std::pair<uint64_t, uint64_t>> pending;  // chunk ranges marked pending, per piece
   size_t pieces = 0;  // set by the copy call before PublishEndFn is queued
   std::mutex mu;      // guards the fields below
   std::condition_variable landed_cv;
@@ -110,6 +109,12 @@ struct Shim::PublishTask {
   // For the first op of each run of whole consecutive chunks, the run's length (0 elsewhere): the
   // run is adopted by that op's item.
   std::vector<size_t> run_len;
+  // The ops that start a work item: every op, or with adoption each run's first op and the
+  // partial chunks. Only these are handed to the workers, so that a landed piece whose chunks
+  // one item adopts wakes one worker, not every sleeping one: on the H100 machine waking all of
+  // them held the event watcher ~100 us per piece, and the next piece's landing waited for it.
+  std::vector<size_t> items;
+  uint64_t first_chunk = 0, last_chunk = 0;  // the piece's chunks, marked pending until published
   bool adopt = true;       // publish whole chunks by adoption (else every op is written)
   bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
 };
@@ -174,12 +179,15 @@ void Shim::StartPublish(PublishTask* t) {
     t->run_len[i] = e - i;
     i = e;
   }
+  t->items.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (!(t->adopt && t->ops[i].full) || t->run_len[i] > 0) t->items.push_back(i);
   auto batch = workers_->Submit(
-      n,
-      [this, t](size_t i) {
+      t->items.size(),
+      [this, t](size_t k) {
         if (t->cancelled) return;
+        const size_t i = t->items[k];
         const PublishTask::Op& op = t->ops[i];
-        if (t->adopt && op.full && t->run_len[i] == 0) return;  // adopted with its run
         uint64_t t0 = MonotonicNs();
         if (t->adopt && op.full) {
           AdoptOps(t, i, t->run_len[i]);
@@ -199,6 +207,9 @@ void Shim::StartPublish(PublishTask* t) {
         }
         pool_->PublishRun(g->region, items.data(), items.size());
         pool_->UnpinRun(slots.data(), slots.size());
+        // Published: an H2D of these chunks may read the region from now on. Cleared per piece,
+        // off the copy's end (a 1 GiB copy has 16384 marks to clear, one hash erase each).
+        MarkPending(g->region, t->first_chunk, t->last_chunk, -1);
         MaybeWriteBack();
         Unref(g);
       });
@@ -219,7 +230,6 @@ void Shim::Unref(PublishGroup* g) {
 
 void Shim::FinishGroup(PublishGroup* g) {
   if (g->flag < 0) return;  // PublishEndFn ends it
-  for (const auto& [first, last] : g->pending) MarkPending(g->region, first, last, -1);
   flags_->Signal(g->flag);
   // Not deleted here: this may run inside the last batch's final step, which must return first.
   std::lock_guard<std::mutex> l(retired_mu_);
@@ -261,7 +271,6 @@ void Shim::PublishEndFn(void* p) {
     batches = g->batches;
   }
   for (auto& b : batches) s->workers_->Wait(*b);
-  for (const auto& [first, last] : g->pending) s->MarkPending(g->region, first, last, -1);
   delete g;
 }
 
@@ -579,7 +588,8 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     // Slots for the piece's chunks, with one pool lock.
     const uint64_t first_index = (cur - base) / chunk_;
     const size_t left = last - first_index + 1;
-    const size_t want = std::min(left, std::min(piece_chunks, std::max(min_chunks, left / 2)));
+    size_t want = std::min(left, std::min(piece_chunks, std::max(min_chunks, left / 2)));
+    if (left - want < min_chunks && left <= max_chunks) want = left;  // no tail smaller than min
     size_t got =
         pool_->PinRun(r.id, first_index, want, nullptr, want, -1, piece_slots.data(), hits.get());
     piece_chunks = std::min(piece_chunks * 2, max_chunks);
@@ -633,7 +643,8 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     }
     if (err == cudaSuccess) err = flush();
     MarkPending(r.id, piece.front().index, piece.back().index, +1);
-    group->pending.emplace_back(piece.front().index, piece.back().index);
+    task->first_chunk = piece.front().index;
+    task->last_chunk = piece.back().index;
     ++group->pieces;
     group->refs.fetch_add(2, std::memory_order_relaxed);
     // The piece lands when an event recorded behind its DMAs completes.

@@ -106,7 +106,7 @@ class Shim {
   // Drops one reference of a D2H copy's group; the last one ends a group whose stream waits on a
   // flag (FinishGroup). A group ended by PublishEndFn needs nothing here.
   void Unref(PublishGroup* group);
-  // Ends a flag-waiting group: clears its pending marks, releases its stream, retires it.
+  // Ends a flag-waiting group: releases its stream, retires it.
   void FinishGroup(PublishGroup* group);
   // Deletes retired groups whose publish batches have all returned.
   void ReapRetired(bool all);
