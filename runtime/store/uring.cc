@@ -44,6 +44,32 @@ bool Uring::Rebuild() {
 
 void Uring::Run(Op* ops, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
+  RunLocked(ops, n);
+  // Short transfers (POSIX allows them; the kernel may cut an O_DIRECT transfer short): the rest
+  // is submitted again, a few rounds. No progress, or still short after that, is -EIO.
+  for (int round = 0; round < kShortRounds; ++round) {
+    std::vector<Op> rest;
+    std::vector<size_t> from;
+    for (size_t i = 0; i < n; ++i) {
+      const Op& op = ops[i];
+      if (op.res <= 0 || static_cast<uint64_t>(op.res) >= op.len) continue;
+      Op r = op;
+      r.buf = static_cast<char*>(op.buf) + op.res;
+      r.off = op.off + static_cast<uint64_t>(op.res);
+      r.len = op.len - static_cast<uint32_t>(op.res);
+      rest.push_back(r);
+      from.push_back(i);
+    }
+    if (rest.empty()) break;
+    RunLocked(rest.data(), rest.size());
+    for (size_t k = 0; k < rest.size(); ++k)
+      ops[from[k]].res = rest[k].res < 0 ? rest[k].res : ops[from[k]].res + rest[k].res;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (ops[i].res >= 0 && static_cast<uint64_t>(ops[i].res) < ops[i].len) ops[i].res = -EIO;
+}
+
+void Uring::RunLocked(Op* ops, size_t n) {
   for (size_t start = 0; start < n; start += entries_) {
     size_t count = std::min<size_t>(entries_, n - start);
     if (!ok_ && !Rebuild()) {
@@ -76,7 +102,10 @@ void Uring::Run(Op* ops, size_t n) {
     }
     for (size_t done = 0; done < count; ++done) {
       io_uring_cqe* cqe = nullptr;
-      int w = io_uring_wait_cqe(&ring_, &cqe);
+      int w;
+      do {
+        w = io_uring_wait_cqe(&ring_, &cqe);
+      } while (w == -EINTR || w == -EAGAIN);
       if (w < 0 || !cqe) {  // cannot happen with a healthy ring; fail the rest
         for (size_t i = start; i < start + count; ++i)
           if (ops[i].res == 0) ops[i].res = -EIO;
@@ -87,7 +116,6 @@ void Uring::Run(Op* ops, size_t n) {
       long res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       if (i < start || i >= start + count) continue;
-      if (res >= 0 && static_cast<uint64_t>(res) < ops[i].len) res = -EIO;  // short transfer
       ops[i].res = res;
     }
   }

@@ -44,11 +44,16 @@ class Uring {
   bool RegisterBuffers(const struct iovec* iov, unsigned n);
 
   // Submits every op (in batches of at most `entries`) and waits for all of them. Each op's `res`
-  // is its CQE result; a short transfer is turned into -EIO. A failed submission sets res of every
-  // op of that batch to the error and the ring is rebuilt. Never fails as a whole.
+  // is its CQE result: its length, or -errno. A short transfer is continued (the rest submitted
+  // again, up to kShortRounds times); one that makes no progress ends as -EIO. A failed submission
+  // sets res of every op of that batch to the error and the ring is rebuilt. Never fails as a
+  // whole.
   void Run(Op* ops, size_t n);
 
  private:
+  static constexpr int kShortRounds = 4;
+  // One pass of Run: each op's res is its CQE result as is (short transfers included).
+  void RunLocked(Op* ops, size_t n);
   bool Rebuild();  // after a failed submit: a fresh ring (with the buffers registered again)
 
   Os* os_ = nullptr;
