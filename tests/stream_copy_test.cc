@@ -25,7 +25,8 @@ TEST(StreamCopy, EverySizeAndAlignmentCopiesExactly) {
         for (size_t i = 0; i < dst.size(); ++i) {
           const bool inside = i >= 64 + doff && i < 64 + doff + n;
           const uint8_t want = inside ? src[soff + (i - 64 - doff)] : 0xA5;
-          ASSERT_EQ(dst[i], want) << "n " << n << " soff " << soff << " doff " << doff << " at " << i;
+          ASSERT_EQ(dst[i], want) << "n " << n << " soff " << soff << " doff " << doff << " at "
+                                  << i;
         }
       }
     }

@@ -44,11 +44,11 @@ class StreamFlags {
 
   const CudaApi* api_;
   WaitFn wait_ = nullptr;
-  uint32_t* words_ = nullptr;      // host view
-  unsigned long long dev_ = 0;     // device view of words_
-  std::mutex mu_;                  // guards free_ and next_
+  uint32_t* words_ = nullptr;   // host view
+  unsigned long long dev_ = 0;  // device view of words_
+  std::mutex mu_;               // guards free_ and next_
   std::vector<int> free_;
-  std::vector<uint32_t> next_;     // per flag: the value its next wait waits for
+  std::vector<uint32_t> next_;  // per flag: the value its next wait waits for
 };
 
 }  // namespace zrtier

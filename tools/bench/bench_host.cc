@@ -93,8 +93,8 @@ int RunHost(const HostBenchArgs& a) {
       engine.reset();
     }
   }
-  Report report(
-      {"threads", "memcpy_gbps", "stream_copy_gbps", "decode_gbps", "decode_gbps_per_thread", "engine_read_gbps"});
+  Report report({"threads", "memcpy_gbps", "stream_copy_gbps", "decode_gbps",
+                 "decode_gbps_per_thread", "engine_read_gbps"});
   std::atomic<bool> bad{false};
   for (int t : threads) {
     double mc = 0, sc = 0, dc = 0;
@@ -139,7 +139,8 @@ int RunHost(const HostBenchArgs& a) {
       }
       er = Fixed(best, 2);
     }
-    report.AddRow({std::to_string(t), Fixed(mc, 2), Fixed(sc, 2), Fixed(dc, 2), Fixed(dc / t, 2), er});
+    report.AddRow(
+        {std::to_string(t), Fixed(mc, 2), Fixed(sc, 2), Fixed(dc, 2), Fixed(dc / t, 2), er});
   }
   if (!a.json)
     printf("host ceilings: %s of bf16 in %s chunks, GB/s of chunk bytes (best of 3)\n",
@@ -150,9 +151,9 @@ int RunHost(const HostBenchArgs& a) {
 
 void AddHost(CLI::App* bench) {
   auto* args = new HostBenchArgs();
-  CLI::App* c = bench->add_subcommand(
-      "host",
-      "memcpy, streaming-copy and chunk-decode GB/s with 1..N threads: the host ceilings of the copy paths");
+  CLI::App* c = bench->add_subcommand("host",
+                                      "memcpy, streaming-copy and chunk-decode GB/s with 1..N "
+                                      "threads: the host ceilings of the copy paths");
   c->add_flag("--json", args->json, "one JSON object per row");
   c->add_option("--bytes", args->bytes, "data per pass (default 1G)");
   c->add_option("--chunk", args->chunk, "chunk size (default 64K)");
