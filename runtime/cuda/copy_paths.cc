@@ -106,14 +106,11 @@ struct Shim::PublishTask {
     uint64_t gen = 0;  // the chunk's generation after the publish (0: not published)
   };
   std::vector<Op> ops;
-  // For the first op of each run of whole consecutive chunks, the run's length (0 elsewhere): the
-  // run is adopted by that op's item.
-  std::vector<size_t> run_len;
-  // The ops that start a work item: every op, or with adoption each run's first op and the
-  // partial chunks. Only these are handed to the workers, so that a landed piece whose chunks
-  // one item adopts wakes one worker, not every sleeping one (with one item per chunk, the event
-  // watcher spent 80-170 us in the last piece's StartPublish on the H100 machine).
-  std::vector<size_t> items;
+  // The work items, (first op, ops it adopts): a run of whole consecutive chunks adopted at once
+  // (with adoption), or one op written (0). Only these are handed to the workers, so that a landed
+  // piece whose chunks one item adopts wakes one worker, not every sleeping one (with one item per
+  // chunk, the event watcher spent 80-170 us in the last piece's StartPublish on the H100 machine).
+  std::vector<std::pair<size_t, size_t>> items;
   uint64_t first_chunk = 0, last_chunk = 0;  // the piece's chunks, marked pending until published
   bool adopt = true;       // publish whole chunks by adoption (else every op is written)
   bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
@@ -166,31 +163,23 @@ void Shim::AdoptOps(PublishTask* t, size_t i, size_t n) {
 void Shim::StartPublish(PublishTask* t) {
   PublishGroup* g = t->group;
   const size_t n = t->ops.size();
-  t->run_len.assign(n, 0);
-  for (size_t i = 0; i < n && t->adopt;) {
+  t->items.clear();
+  for (size_t i = 0; i < n;) {
     size_t e = i;
-    while (e < n && e - i < kAdoptRun && t->ops[e].full &&
+    while (t->adopt && e < n && e - i < kAdoptRun && t->ops[e].full &&
            (e == i || t->ops[e].index == t->ops[e - 1].index + 1))
       ++e;
-    if (e == i) {
-      ++i;
-      continue;
-    }
-    t->run_len[i] = e - i;
-    i = e;
+    t->items.emplace_back(i, e - i);
+    i = std::max(e, i + 1);
   }
-  t->items.clear();
-  for (size_t i = 0; i < n; ++i)
-    if (!(t->adopt && t->ops[i].full) || t->run_len[i] > 0) t->items.push_back(i);
   auto batch = workers_->Submit(
       t->items.size(),
       [this, t](size_t k) {
         if (t->cancelled) return;
-        const size_t i = t->items[k];
-        const PublishTask::Op& op = t->ops[i];
+        const auto [i, adopt] = t->items[k];
         uint64_t t0 = MonotonicNs();
-        if (t->adopt && op.full) {
-          AdoptOps(t, i, t->run_len[i]);
+        if (adopt > 0) {
+          AdoptOps(t, i, adopt);
         } else {
           WriteOp(t, i);
         }
@@ -579,7 +568,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   };
   if (last - first + 1 <= kLearnFirstChunks) report();
   ReapRetired(/*all=*/false);
-  auto* group = new PublishGroup{this, r.id, {}, {}, {}};
+  auto* group = new PublishGroup{this, r.id};
   cudaError_t err = cudaSuccess;
   while (cur < end && err == cudaSuccess) {
     uint64_t t_plan = MonotonicNs();
