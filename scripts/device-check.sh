@@ -72,6 +72,10 @@ for k in ("peak_host_used_above_start_bytes", "peak_rss_bytes"):
     print(f"infer.py {k}: plain {p[k] / 2**30:.2f} GiB, zrtier(pool 25%, resident 25%, {sys.argv[3]} store) "
           f"{z[k] / 2**30:.2f} GiB = {z[k] / p[k]:.2f} x")
 print(f"weights {p['weight_bytes'] / 2**30:.2f} GiB; tokens/s plain {p['tokens_per_s']:.2f} zrtier {z['tokens_per_s']:.2f}")
+for tag, r in (("plain", p), ("zrtier", z)):
+    a = r.get("at_peak", {})
+    print(f"  at the {tag} peak ({a.get('phase', '?')}, {a.get('seconds', '?')} s): " +
+          ", ".join(f"{k} {v / 2**30:.2f}" for k, v in a.items() if isinstance(v, int)) + " GiB")
 PYEOF
         done
         rm -rf "$spill"

@@ -9,7 +9,8 @@ so two runs (with and without zrtier) can be compared bit for bit.
     python3 infer.py --compare /tmp/a.json /tmp/b.json       # exit 0 iff bit-identical
 
 Prints one JSON line: logits sha256, tokens/s, peak host memory (peak RSS and peak system memory in
-use above the level before the weights were made), and the weight bytes.
+use above the level before the weights were made, with what it was made of at that moment), and the
+weight bytes.
 """
 import argparse
 import hashlib
@@ -22,13 +23,25 @@ import time
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
-def meminfo_used_bytes():
+def read_kib_fields(path):
     vals = {}
-    with open("/proc/meminfo") as f:
+    with open(path) as f:
         for line in f:
-            k, v = line.split(":", 1)
-            vals[k] = int(v.split()[0]) * 1024
+            k, _, v = line.partition(":")
+            parts = v.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                vals[k] = int(parts[0]) * 1024
+    return vals
+
+
+def meminfo_used_bytes(vals=None):
+    vals = vals or read_kib_fields("/proc/meminfo")
     return vals["MemTotal"] - vals["MemAvailable"]
+
+
+# What the peak is made of: system-wide fields above the start, and this process's own.
+BREAKDOWN_MEMINFO = ("AnonPages", "Shmem", "Cached", "Buffers", "Mlocked", "Unevictable", "Slab", "PageTables")
+BREAKDOWN_SELF = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmLck", "VmPin")
 
 
 def peak_rss_bytes():
@@ -43,21 +56,36 @@ class MemorySampler:
     """Samples system memory in use every 20 ms; reports the peak above the starting level."""
 
     def __init__(self):
-        self.base = meminfo_used_bytes()
+        self.base_fields = read_kib_fields("/proc/meminfo")
+        self.base = meminfo_used_bytes(self.base_fields)
         self.peak = self.base
+        self.phase = "start"
+        self.t0 = time.perf_counter()
+        self.at_peak = {}
         self.stop = False
         self.t = threading.Thread(target=self.run, daemon=True)
         self.t.start()
 
+    def sample(self):
+        fields = read_kib_fields("/proc/meminfo")
+        used = meminfo_used_bytes(fields)
+        if used > self.peak:
+            self.peak = used
+            mine = read_kib_fields("/proc/self/status")
+            self.at_peak = {"phase": self.phase, "seconds": round(time.perf_counter() - self.t0, 2),
+                            **{f"sys_{k}_above_start": fields.get(k, 0) - self.base_fields.get(k, 0)
+                               for k in BREAKDOWN_MEMINFO},
+                            **{f"self_{k}": mine.get(k, 0) for k in BREAKDOWN_SELF}}
+
     def run(self):
         while not self.stop:
-            self.peak = max(self.peak, meminfo_used_bytes())
+            self.sample()
             time.sleep(0.02)
 
     def finish(self):
         self.stop = True
         self.t.join()
-        self.peak = max(self.peak, meminfo_used_bytes())
+        self.sample()
         return self.peak - self.base
 
 
@@ -90,6 +118,7 @@ def main():
     torch.cuda.init()
     torch.empty(1, device=dev)  # CUDA context before the memory baseline
     sampler = MemorySampler()
+    sampler.phase = "weights"
 
     H, I, L, NH = args.hidden, args.intermediate, args.layers, args.heads
     HD = H // NH
@@ -111,6 +140,7 @@ def main():
             weight_bytes += h.numel() * h.element_size()
         host_layers.append(layer)
     torch.cuda.synchronize()
+    sampler.phase = "generate"
     assert all(t.is_pinned() for layer in host_layers for t in layer.values()), "weights not pinned"
     embed = (torch.randn((args.vocab, H), generator=gen, device=dev) * 0.02).to(torch.bfloat16)
     norm_w = torch.ones(H, device=dev, dtype=torch.bfloat16)
@@ -189,6 +219,7 @@ def main():
         "weight_bytes": weight_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_host_used_above_start_bytes": peak_used,
+        "at_peak": sampler.at_peak,
         "zrtier": bool(os.environ.get("LD_PRELOAD", "").find("libzrtier") >= 0),
     }
     print(json.dumps(result))
