@@ -108,7 +108,8 @@ class Engine {
   // copy with -- kNoGeneration if the chunk stays writable (then the copy must not be cached):
   // when protecting it failed, or when the CPU has rewritten it twice after such a protect (a
   // staging buffer, whose stores should not each pay a fault for a copy used once).
-  // Resident bytes are written to `dst` with non-temporal stores (CopyStreaming).
+  // `dst` is written with non-temporal stores: resident bytes by CopyStreaming, stored ones by the
+  // codec's streaming merge (Codec::Decode).
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen);
 
   // Publishes `len` bytes from `src` as the newest content of [dst, dst+len) (inside one region),

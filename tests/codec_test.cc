@@ -76,6 +76,19 @@ TEST(Planes, SplitMergeRoundTripEveryTransform) {
     SplitPlanes(tr, src.data(), n, out);
     MergePlanes(tr, in, n, back.data());
     EXPECT_EQ(back, src) << TransformName(tr);
+    // Streaming merges: non-temporal stores at a 16-byte aligned destination, plain stores at
+    // any other; neither may write outside [dst, dst + n * w).
+    alignas(16) static uint8_t dst[4 * 1001 + 64];
+    for (size_t off : {0, 1, 8, 16}) {
+      memset(dst, 0xaa, sizeof(dst));
+      MergePlanes(tr, in, n, dst + off, /*streaming=*/true);
+      EXPECT_EQ(0, memcmp(dst + off, src.data(), n * w)) << TransformName(tr) << " off " << off;
+      for (size_t i = 0; i < sizeof(dst); ++i) {
+        if (i < off || i >= off + n * w) {
+          ASSERT_EQ(dst[i], 0xaa) << TransformName(tr) << " " << i;
+        }
+      }
+    }
   }
 }
 
@@ -163,6 +176,15 @@ TEST(Codec, RoundTripEveryKindSizeCodecAndVerify) {
                               << " codec=" << int(ck) << " verify=" << verify;
           ASSERT_EQ(back, src) << "kind=" << SampleKindName(kind) << " len=" << len
                                << " codec=" << int(ck) << " verify=" << verify;
+          // Into a T0 slot: streaming stores at an aligned destination (and plain ones else).
+          for (size_t off : {0, 3}) {
+            std::vector<uint8_t> slot(len + 32, 0x5c);
+            uint8_t* d = slot.data() + (16 - reinterpret_cast<uintptr_t>(slot.data()) % 16) + off;
+            s = codec.Decode(enc.data(), enc.size(), d, len, /*streaming=*/true);
+            ASSERT_TRUE(s.ok()) << s.ToString();
+            ASSERT_EQ(0, memcmp(d, src.data(), len))
+                << "streaming kind=" << SampleKindName(kind) << " len=" << len << " off=" << off;
+          }
         }
       }
     }

@@ -219,7 +219,7 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
   return Status::Ok();
 }
 
-Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len) const {
+Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len, bool streaming) const {
   uint8_t* d = static_cast<uint8_t*>(dst);
   if (enc_len == 0) return memset(d, 0, len), Status::Ok();
   const uint8_t* e = static_cast<const uint8_t*>(enc);
@@ -279,9 +279,9 @@ Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len) con
     payload += size[p];
   }
   if (transform == Transform::kNone) {
-    if (mode[0] == kModeRaw) memcpy(d, planes[0], n);
+    if (mode[0] == kModeRaw) MergePlanes(transform, planes, n, d, streaming);
   } else {
-    MergePlanes(transform, planes, n, d);
+    MergePlanes(transform, planes, n, d, streaming);
   }
   memcpy(d + n * width, payload, tail);
   if (crc && Crc32c(d, len) != Get32(e + kFixedHeader))

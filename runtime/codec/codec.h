@@ -46,8 +46,10 @@ class Codec {
   // Decodes an encoding made by Encode of exactly `len` original bytes into `dst`. An empty
   // encoding (enc_len == 0) yields zeros. Returns EBADMSG for a malformed encoding and, with a
   // checksum present, for a mismatch (whatever `verify` says now: a stored checksum is always
-  // checked).
-  Status Decode(const void* enc, size_t enc_len, void* dst, size_t len) const;
+  // checked). `streaming`: `dst` is memory the CPU will not read soon (a T0 slot the GPU's DMA
+  // reads next): the planes are merged into it with non-temporal stores (MergePlanes).
+  Status Decode(const void* enc, size_t enc_len, void* dst, size_t len,
+                bool streaming = false) const;
 
   // True if all `len` bytes are zero (fast, word at a time).
   static bool IsZero(const void* p, size_t len);

@@ -6,6 +6,8 @@
 #include <emmintrin.h>
 #endif
 
+#include "runtime/base/stream_copy.h"
+
 namespace zrtier {
 
 int TransformWidth(Transform t) {
@@ -58,6 +60,15 @@ inline __m128i Load(const uint8_t* p) {
 inline void Store(uint8_t* p, __m128i v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
 }
+// A merge's store into its destination: non-temporal when kStream (REQUIRES: p 16-byte aligned).
+template <bool kStream>
+inline void StoreOut(uint8_t* p, __m128i v) {
+  if constexpr (kStream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), v);
+  } else {
+    Store(p, v);
+  }
+}
 #endif
 
 void SplitBf16(const uint8_t* src, size_t n, uint8_t* e, uint8_t* m) {
@@ -82,6 +93,7 @@ void SplitBf16(const uint8_t* src, size_t n, uint8_t* e, uint8_t* m) {
   }
 }
 
+template <bool kStream>
 void MergeBf16(const uint8_t* e, const uint8_t* m, size_t n, uint8_t* dst) {
   size_t i = 0;
 #if defined(__SSE2__)
@@ -95,7 +107,7 @@ void MergeBf16(const uint8_t* e, const uint8_t* m, size_t n, uint8_t* dst) {
       __m128i ex = halves[k][0], mx = halves[k][1];
       __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(mx, sign), 8),
                                _mm_or_si128(_mm_slli_epi16(ex, 7), _mm_and_si128(mx, mant)));
-      Store(dst + 2 * i + 16 * k, h);
+      StoreOut<kStream>(dst + 2 * i + 16 * k, h);
     }
   }
 #endif
@@ -121,13 +133,14 @@ void SplitBytes2(const uint8_t* src, size_t n, uint8_t* lo, uint8_t* hi) {
   }
 }
 
+template <bool kStream>
 void MergeBytes2(const uint8_t* lo, const uint8_t* hi, size_t n, uint8_t* dst) {
   size_t i = 0;
 #if defined(__SSE2__)
   for (; i + 16 <= n; i += 16) {
     __m128i l = Load(lo + i), h = Load(hi + i);
-    Store(dst + 2 * i, _mm_unpacklo_epi8(l, h));
-    Store(dst + 2 * i + 16, _mm_unpackhi_epi8(l, h));
+    StoreOut<kStream>(dst + 2 * i, _mm_unpacklo_epi8(l, h));
+    StoreOut<kStream>(dst + 2 * i + 16, _mm_unpackhi_epi8(l, h));
   }
 #endif
   for (; i < n; ++i) {
@@ -166,6 +179,7 @@ void SplitFp32(const uint8_t* src, size_t n, uint8_t* const* p) {
   }
 }
 
+template <bool kStream>
 void MergeFp32(const uint8_t* const* p, size_t n, uint8_t* dst) {
   size_t i = 0;
 #if defined(__SSE2__)
@@ -186,8 +200,8 @@ void MergeFp32(const uint8_t* const* p, size_t n, uint8_t* dst) {
                              _mm_or_si128(_mm_slli_epi16(ex, 7), _mm_and_si128(sx, mant)));
     }
     for (int k = 0; k < 2; ++k) {
-      Store(dst + 4 * i + 32 * k, _mm_unpacklo_epi16(lo16[k], hi16[k]));
-      Store(dst + 4 * i + 32 * k + 16, _mm_unpackhi_epi16(lo16[k], hi16[k]));
+      StoreOut<kStream>(dst + 4 * i + 32 * k, _mm_unpacklo_epi16(lo16[k], hi16[k]));
+      StoreOut<kStream>(dst + 4 * i + 32 * k + 16, _mm_unpackhi_epi16(lo16[k], hi16[k]));
     }
   }
 #endif
@@ -218,19 +232,40 @@ void SplitPlanes(Transform t, const uint8_t* src, size_t n, uint8_t* const* plan
   }
 }
 
-void MergePlanes(Transform t, const uint8_t* const* planes, size_t n, uint8_t* dst) {
+void MergePlanes(Transform t, const uint8_t* const* planes, size_t n, uint8_t* dst,
+                 bool streaming) {
+#if defined(__SSE2__)
+  if (streaming && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    switch (t) {
+      case Transform::kNone:
+        CopyStreaming(dst, planes[0], n);  // fenced inside
+        return;
+      case Transform::kBf16:
+        MergeBf16<true>(planes[0], planes[1], n, dst);
+        break;
+      case Transform::kBytes2:
+        MergeBytes2<true>(planes[0], planes[1], n, dst);
+        break;
+      case Transform::kFp32:
+        MergeFp32<true>(planes, n, dst);
+        break;
+    }
+    _mm_sfence();
+    return;
+  }
+#endif
   switch (t) {
     case Transform::kNone:
       memcpy(dst, planes[0], n);
       return;
     case Transform::kBf16:
-      MergeBf16(planes[0], planes[1], n, dst);
+      MergeBf16<false>(planes[0], planes[1], n, dst);
       return;
     case Transform::kBytes2:
-      MergeBytes2(planes[0], planes[1], n, dst);
+      MergeBytes2<false>(planes[0], planes[1], n, dst);
       return;
     case Transform::kFp32:
-      MergeFp32(planes, n, dst);
+      MergeFp32<false>(planes, n, dst);
       return;
   }
 }

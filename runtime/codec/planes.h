@@ -33,6 +33,9 @@ const char* TransformName(Transform t);
 void SplitPlanes(Transform t, const uint8_t* src, size_t n, uint8_t* const* planes);
 
 // The inverse: rebuilds n * width bytes at `dst` from the planes (which must not overlap it).
-void MergePlanes(Transform t, const uint8_t* const* planes, size_t n, uint8_t* dst);
+// With `streaming` and a 16-byte aligned `dst`, the bulk is written with non-temporal stores and
+// fenced (see CopyStreaming): for a destination the CPU will not read soon, a T0 slot.
+void MergePlanes(Transform t, const uint8_t* const* planes, size_t n, uint8_t* dst,
+                 bool streaming = false);
 
 }  // namespace zrtier

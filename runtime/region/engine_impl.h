@@ -171,7 +171,7 @@ class Engine::Impl {
   void Wake(char* p, size_t len);
   void Stray(uint64_t addr, bool wp);
   void Poison(uint64_t addr);
-  Status DecodeChunk(Chunk& c, char* dst, const char* what);
+  Status DecodeChunk(Chunk& c, char* dst, const char* what, bool streaming = false);
   Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0);
   Outcome HandleFault(const Fault& f, bool may_defer);
   void Finish(const Fault& f);

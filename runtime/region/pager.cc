@@ -111,11 +111,12 @@ void Engine::Impl::Stray(uint64_t addr, bool wp) {
 // ---- the pager -----------------------------------------------------------------------------
 
 // Decodes the store entry of chunk `c` into `dst` (chunk_ bytes).
-Status Engine::Impl::DecodeChunk(Chunk& c, char* dst, const char* what) {
+Status Engine::Impl::DecodeChunk(Chunk& c, char* dst, const char* what, bool streaming) {
   uint64_t t0 = MonotonicNs();
   StoreHandle h = c.handle.load();
-  Status st = store_->Get(
-      h, [&](const void* data, size_t len) { return codec_.Decode(data, len, dst, chunk_); });
+  Status st = store_->Get(h, [&](const void* data, size_t len) {
+    return codec_.Decode(data, len, dst, chunk_, streaming);
+  });
   if (!st.ok()) return Status::Error(st.code(), std::string(what) + ": " + st.message());
   StatAdd(Stat::decode_ns, MonotonicNs() - t0);
   StatAdd(Stat::bytes_decoded, chunk_);

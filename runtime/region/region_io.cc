@@ -52,7 +52,8 @@ Status Engine::Impl::Read(const void* src, size_t len, void* dst, bool* zero) {
 }
 
 // Copies bytes [off, off+n) of chunk `i` of `r` into `d` from whichever tier holds them;
-// `streaming`: `d` is a T0 slot, resident bytes are copied with CopyStreaming.
+// `streaming`: `d` is a T0 slot, written with non-temporal stores (CopyStreaming for resident
+// bytes, the codec's streaming merge for stored ones).
 Status Engine::Impl::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming) {
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
@@ -86,7 +87,7 @@ Status Engine::Impl::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d
       if (!c.TryBusy(w)) continue;
       char* buf = n == chunk_ ? d : tl_raw.Get(chunk_);
       uint64_t t0 = MonotonicNs();
-      Status st = DecodeChunk(c, buf, "Read");
+      Status st = DecodeChunk(c, buf, "Read", streaming && buf == d);
       c.EndBusy(kStored);
       SignalParked();
       if (!st.ok()) {

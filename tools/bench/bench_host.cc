@@ -1,11 +1,12 @@
 // `zrtier bench host`: the host-side ceilings of the copy paths, with 1..N threads working on
 // 64 KiB chunks at once -- memcpy (what publishing a device-to-host copy costs at best), the
 // streaming copy (CopyStreaming: non-temporal stores, what filling T0 from T1 costs at best) and
-// the chunk codec's decode of bf16 (what filling T0 from T2 costs at best). The
-// GPU copy paths cannot beat these; PERFORMANCE.md reads its copy numbers against them. The last
-// column reads the same chunks back through a real Engine (stored, Engine::Read decodes them into
-// the destination, as the H2D fill does): its gap to plain decode is the engine's own cost under
-// that many threads ("-" where the engine cannot start, e.g. without userfaultfd).
+// the chunk codec's decode of bf16, with plain and with streaming stores (what filling T0 from T2
+// costs at best). The GPU copy paths cannot beat these; PERFORMANCE.md reads its copy numbers
+// against them. The last column reads the same chunks back through a real Engine (stored,
+// Engine::ReadChunk decodes them into the destination, as the H2D fill does): its gap to the
+// streaming decode is the engine's own cost under that many threads ("-" where the engine cannot
+// start, e.g. without userfaultfd).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -94,10 +95,10 @@ int RunHost(const HostBenchArgs& a) {
     }
   }
   Report report({"threads", "memcpy_gbps", "stream_copy_gbps", "decode_gbps",
-                 "decode_gbps_per_thread", "engine_read_gbps"});
+                 "decode_gbps_per_thread", "decode_stream_gbps", "engine_read_gbps"});
   std::atomic<bool> bad{false};
   for (int t : threads) {
-    double mc = 0, sc = 0, dc = 0;
+    double mc = 0, sc = 0, dc = 0, ds = 0;
     for (int rep = 0; rep < 3; ++rep) {  // best of three
       mc = std::max(mc, Parallel(t, chunks, chunk, [&](int, size_t i) {
                       memcpy(dst.data() + i * chunk, src.data() + i * chunk, chunk);
@@ -115,10 +116,22 @@ int RunHost(const HostBenchArgs& a) {
             if (!codec.Decode(enc.data() + i * cap, enc_len[i], dst.data() + i * chunk, chunk).ok())
               bad = true;
           }));
-    }
-    if (bad || memcmp(dst.data(), src.data(), bytes) != 0) {
-      fprintf(stderr, "zrtier bench host: decoded bytes differ from the original\n");
-      return 1;
+      if (bad || memcmp(dst.data(), src.data(), bytes) != 0) {
+        fprintf(stderr, "zrtier bench host: decoded bytes differ from the original\n");
+        return 1;
+      }
+      memset(dst.data(), 1, bytes);
+      ds = std::max(ds, Parallel(t, chunks, chunk, [&](int, size_t i) {
+                      if (!codec
+                               .Decode(enc.data() + i * cap, enc_len[i], dst.data() + i * chunk,
+                                       chunk, /*streaming=*/true)
+                               .ok())
+                        bad = true;
+                    }));
+      if (bad || memcmp(dst.data(), src.data(), bytes) != 0) {
+        fprintf(stderr, "zrtier bench host: streamed decoded bytes differ from the original\n");
+        return 1;
+      }
     }
     std::string er = "-";
     if (engine) {
@@ -126,10 +139,12 @@ int RunHost(const HostBenchArgs& a) {
       for (int rep = 0; rep < 3; ++rep) {
         best = std::max(best, Parallel(t, chunks, chunk, [&](int, size_t i) {
                           bool zero = false;
+                          uint64_t gen = 0;
                           if (!engine
-                                   ->Read(static_cast<char*>(region.base) + i * chunk, chunk,
-                                          dst.data() + i * chunk, &zero)
-                                   .ok())
+                                   ->ReadChunk(static_cast<char*>(region.base) + i * chunk,
+                                               dst.data() + i * chunk, &zero, &gen)
+                                   .ok() ||
+                              zero)
                             bad = true;
                         }));
       }
@@ -139,8 +154,8 @@ int RunHost(const HostBenchArgs& a) {
       }
       er = Fixed(best, 2);
     }
-    report.AddRow(
-        {std::to_string(t), Fixed(mc, 2), Fixed(sc, 2), Fixed(dc, 2), Fixed(dc / t, 2), er});
+    report.AddRow({std::to_string(t), Fixed(mc, 2), Fixed(sc, 2), Fixed(dc, 2), Fixed(dc / t, 2),
+                   Fixed(ds, 2), er});
   }
   if (!a.json)
     printf("host ceilings: %s of bf16 in %s chunks, GB/s of chunk bytes (best of 3)\n",
