@@ -64,6 +64,7 @@ enum class StatKind { kCounter, kGauge };
   X(io_errors, kCounter, "", "I/O errors of lower tiers (the chunk stayed in a higher tier)")      \
   X(store_full, kCounter, "", "times a store was full and the chunk stayed where it was")        \
   X(h2d_dma_ops, kCounter, "", "real host-to-device DMAs issued from T0 slots for region copies")  \
+  X(d2h_dma_ops, kCounter, "", "real device-to-host DMAs issued into T0 slots for region copies")   \
   X(copy_plan_ns, kCounter, "ns", "copy calls: taking slots (T0 lookups, victims) for pieces")      \
   X(copy_issue_ns, kCounter, "ns", "copy calls: issuing DMAs and events, releasing slots")         \
   X(copy_wait_ns, kCounter, "ns", "copy calls: waiting for (and helping) the fill of a piece")     \
@@ -118,8 +119,8 @@ struct Histogram {
 };
 
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
-// 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned
-inline constexpr uint32_t kStatsVersion = 4;
+// 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 5: d2h_dma_ops
+inline constexpr uint32_t kStatsVersion = 5;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

@@ -609,6 +609,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       cudaError_t e =
           api_->cudaMemcpyAsync(seg_slot, static_cast<const char*>(src) + (seg_dst - dst), seg_len,
                                 cudaMemcpyDeviceToHost, stream);
+      StatAdd(Stat::d2h_dma_ops, 1);
       seg_len = 0;
       return e;
     };

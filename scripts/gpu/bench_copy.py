@@ -123,15 +123,17 @@ def copy_mode(size, iters):
             assert torch.equal(gpu2, ref), f"{case}: H2D bytes differ"
         emit(mode="copy", case=case, dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
              **profile_since(p0, iters))
-        p0 = profile_now()
+        d0, p0 = stat("d2h_dma_ops"), profile_now()
         t = timed(lambda: host.copy_(gpu, non_blocking=True), iters)
         prof = profile_since(p0, iters)
+        dmas = (stat("d2h_dma_ops") - d0) / iters
         torch.cuda.synchronize()
         gpu2.zero_()
         gpu2.copy_(host)
         if check:
             assert torch.equal(gpu2, ref), f"{case}: D2H bytes differ"
-        emit(mode="copy", case=case, dir="d2h", bytes=size, gbps=size / t / 1e9, **prof)
+        emit(mode="copy", case=case, dir="d2h", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
+             **prof)
 
     gpu2 = torch.empty_like(gpu)
     r = raw_pinned(n)

@@ -297,7 +297,11 @@ TEST_F(ShimEngineTest, D2HCopiesEndOnAStreamFlagOrElseAHostFunction) {
       ASSERT_EQ(cudaMemcpy(a, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
       Junk(b, n);
       const uint64_t fns = fakecudaHostFunctionsLaunched(), waits = fakecudaStreamWaits();
+      const uint64_t dmas = StatGet(Stat::d2h_dma_ops);
       ASSERT_EQ(shim_->Memcpy(r + 7, a + 7, n - 7, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+      // At least one DMA, at most one per chunk (runs of consecutive slots share one).
+      EXPECT_GE(StatGet(Stat::d2h_dma_ops) - dmas, 1u);
+      EXPECT_LE(StatGet(Stat::d2h_dma_ops) - dmas, n / chunk_);
       EXPECT_EQ(fakecudaStreamWaits() - waits, memops ? 1u : 0u);
       EXPECT_EQ(fakecudaHostFunctionsLaunched() - fns, memops ? 0u : 1u);
       ASSERT_EQ(shim_->Memcpy(b + 7, r + 7, n - 7, cudaMemcpyHostToDevice, s, false), cudaSuccess);
