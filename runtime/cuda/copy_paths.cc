@@ -113,6 +113,7 @@ struct Shim::PublishTask {
   std::vector<std::pair<size_t, size_t>> items;
   uint64_t first_chunk = 0, last_chunk = 0;  // the piece's chunks, marked pending until published
   bool adopt = true;       // publish whole chunks by adoption (else every op is written)
+  bool last = false;       // the copy's last piece: the stream's end waits for its publish
   bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
 };
 
@@ -172,19 +173,24 @@ void Shim::StartPublish(PublishTask* t) {
     t->items.emplace_back(i, e - i);
     i = std::max(e, i + 1);
   }
+  auto item = [this, t](size_t k) {
+    if (t->cancelled) return;
+    const auto [i, adopt] = t->items[k];
+    uint64_t t0 = MonotonicNs();
+    if (adopt > 0) {
+      AdoptOps(t, i, adopt);
+    } else {
+      WriteOp(t, i);
+    }
+    StatAdd(Stat::publish_ns, MonotonicNs() - t0);
+  };
+  // The last piece of a copy with a single item (one adopted run) is published right here: nothing
+  // overlaps it -- the stream's end waits for it -- and handing it to a worker only adds that
+  // worker's pickup (docs/PERFORMANCE.md, "Session 7").
+  const bool here = t->last && t->items.size() == 1;
+  if (here) item(0);
   auto batch = workers_->Submit(
-      t->items.size(),
-      [this, t](size_t k) {
-        if (t->cancelled) return;
-        const auto [i, adopt] = t->items[k];
-        uint64_t t0 = MonotonicNs();
-        if (adopt > 0) {
-          AdoptOps(t, i, adopt);
-        } else {
-          WriteOp(t, i);
-        }
-        StatAdd(Stat::publish_ns, MonotonicNs() - t0);
-      },
+      here ? 0 : t->items.size(), item,
       // Then, once for the piece: whole chunks written (not adopted) become clean cached copies,
       // every slot is released (an owned one stays out of the victims).
       [this, t, g] {
@@ -567,7 +573,6 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     reported = true;
   };
   if (last - first + 1 <= kLearnFirstChunks) report();
-  ReapRetired(/*all=*/false);
   auto* group = new PublishGroup{this, r.id};
   cudaError_t err = cudaSuccess;
   while (cur < end && err == cudaSuccess) {
@@ -635,6 +640,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     MarkPending(r.id, piece.front().index, piece.back().index, +1);
     task->first_chunk = piece.front().index;
     task->last_chunk = piece.back().index;
+    task->last = piece_end == end;
     ++group->pieces;
     group->refs.fetch_add(2, std::memory_order_relaxed);
     // The piece lands when an event recorded behind its DMAs completes.
@@ -682,6 +688,8 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     if (err == cudaSuccess) err = eerr;
   }
   RecordStall(stall);
+  // Earlier copies' finished groups are deleted here, once this copy's DMAs are queued.
+  ReapRetired(/*all=*/false);
   return err;
 }
 
