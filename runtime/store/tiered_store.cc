@@ -15,6 +15,10 @@ constexpr size_t kMoveBatch = 256;             // entries per mover scan
 constexpr size_t kPrefetchBatch = 32;          // entries per prefetch submission (one group)
 constexpr size_t kPrefetchMinBatch = 8;        // a prefetcher waits up to 200 us for this many
 constexpr uint64_t kBackoffNs = 200'000'000;   // after a failed move
+// Prefetch threads, each with one batch in flight. On the dev box's virtio disk 4 read spilled
+// chunks back faster than 2 in 13 of 14 paired runs, one tie (medians +15 % in random order, +8 %
+// in order; `zrtier bench tiers`, PERFORMANCE.md "Session 7").
+constexpr int kPrefetchThreads = 4;
 
 }  // namespace
 
@@ -29,7 +33,7 @@ TieredStore::TieredStore(std::unique_ptr<RamStore> ram,
     low_ = limit / 4 * 3;
   }
   mover_ = std::thread([this] { MoverLoop(); });
-  for (int i = 0; i < 2; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
+  for (int i = 0; i < kPrefetchThreads; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
 }
 
 TieredStore::~TieredStore() {

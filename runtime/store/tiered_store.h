@@ -10,7 +10,7 @@
 //     now, Put writes straight to the first lower tier with room, so Put never fails just because
 //     RAM is full.
 //   - Get reads from wherever the entry is (a prefetched copy first).
-//   - Prefetch(h) of an entry in a lower tier queues it for the prefetch threads (two), which read
+//   - Prefetch(h) of an entry in a lower tier queues it for the prefetch threads (four), which read
 //     queued entries in batches (one io_uring submission each) into a bounded cache (64 MiB) that
 //     the next Get of the entry consumes. A Get of an entry that is still only queued does the
 //     prefetchers' work itself: it reads its entry and the queued ones behind it in one submission
