@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -15,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/base/stats.h"
 #include "runtime/cuda/pinned_pool.h"
 #include "runtime/cuda/slot_victim.h"
 
@@ -162,6 +164,54 @@ std::vector<int64_t> BeladyReference(const std::vector<uint64_t>& trace, size_t 
     cache.insert(c);
   }
   return evicted;
+}
+
+// Repeated D2H copies into one owned chunk: each AdoptRun's slot replaces the older owned one,
+// which goes free; counts and statistics stay those of one owned copy; a copy at a generation that
+// is not newer leaves the owned one in place; the write-back queue skips the superseded slots.
+TEST(PinnedPool, AdoptRunSupersedesTheOwnedCopyOfAChunk) {
+  auto pool = MakePool(8);
+  const uint64_t owned0 = StatGet(Stat::t0_owned_bytes), cached0 = StatGet(Stat::t0_bytes);
+  int prev = -1;
+  for (uint64_t gen = 2; gen < 202; ++gen) {  // enough to compact the owned queue several times
+    const int s = pool->Acquire(-1);
+    ASSERT_GE(s, 0);
+    ASSERT_NE(s, prev);
+    memset(pool->SlotPtr(s), static_cast<int>(gen & 0xff), 64);
+    PinnedPool::PublishItem item{s, 5, gen};
+    pool->AdoptRun(1, &item, 1);
+    pool->Unpin(s);
+    ASSERT_EQ(pool->owned_slots(), 1u);
+    ASSERT_EQ(pool->free_slots(), 7u) << "the superseded slot goes free";
+    ASSERT_EQ(StatGet(Stat::t0_owned_bytes) - owned0, 64u);
+    ASSERT_EQ(StatGet(Stat::t0_bytes) - cached0, 64u);
+    char first = 0;
+    ASSERT_TRUE(pool->WithBytes(1, 5, gen, [&](const char* b) { first = b[0]; }));
+    ASSERT_EQ(first, static_cast<char>(gen & 0xff));
+    if (gen > 2) {
+      ASSERT_FALSE(pool->WithBytes(1, 5, gen - 1, [](const char*) {}));
+    }
+    prev = s;
+  }
+  // Not newer: the landed slot is dropped, the owned copy stays.
+  const int s = pool->Acquire(-1);
+  ASSERT_GE(s, 0);
+  PinnedPool::PublishItem same{s, 5, 201};
+  pool->AdoptRun(1, &same, 1);
+  pool->Unpin(s);
+  EXPECT_EQ(pool->owned_slots(), 1u);
+  EXPECT_TRUE(pool->WithBytes(1, 5, 201, [](const char*) {}));
+  // The write-back queue holds the one live owned slot.
+  uint64_t region = 0, chunk = 0, gen = 0;
+  const int taken = pool->TakeOwned(PinnedPool::kAnyRegion, &region, &chunk, &gen);
+  ASSERT_EQ(taken, prev);
+  EXPECT_EQ(region, 1u);
+  EXPECT_EQ(chunk, 5u);
+  EXPECT_EQ(gen, 201u);
+  pool->ReleaseOwned(taken, /*written=*/true);
+  EXPECT_EQ(pool->owned_slots(), 0u);
+  EXPECT_EQ(StatGet(Stat::t0_owned_bytes), owned0);
+  EXPECT_LT(pool->TakeOwned(PinnedPool::kAnyRegion, &region, &chunk, &gen), 0);
 }
 
 TEST(PinnedPoolPlacement, CyclicTraceEvictsInBeladyOrder) {
