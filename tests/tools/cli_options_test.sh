@@ -1,5 +1,5 @@
 # Covers `zrtier options` (text and Markdown, generated from the option table), --help of every
-# subcommand, and usage errors (exit status 2).
+# subcommand, the cpu idle line of `zrtier doctor`, and usage errors (exit status 2).
 source "$(dirname "$0")/lib.sh"
 
 out=$("$ZRTIER" options) || fail "zrtier options failed"
@@ -23,6 +23,17 @@ runhelp=$("$ZRTIER" run --help)
 for flag in $(grep -o '`--[a-z-]*`' <<<"$md" | tr -d '`'); do
   expect_contains "$runhelp" "$flag" "zrtier run --help"
 done
+
+# `zrtier doctor` reports how idle CPUs wait, as this machine's sysfs says.
+doc=$("$ZRTIER" doctor 2>&1)
+expect_contains "$doc" "verdict:" "zrtier doctor"
+expect_contains "$doc" "cpu idle" "zrtier doctor"
+if [[ $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null) == haltpoll &&
+      $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null) == 0 ]]; then
+  expect_contains "$doc" "WARN  cpu idle" "zrtier doctor on a VM whose idle vCPUs halt at once"
+else
+  expect_contains "$doc" "OK    cpu idle" "zrtier doctor"
+fi
 
 "$ZRTIER" 2>/dev/null; expect_status 2 $? "zrtier without a subcommand"
 "$ZRTIER" nosuch 2>/dev/null; expect_status 2 $? "zrtier nosuch"

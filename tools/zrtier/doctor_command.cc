@@ -267,6 +267,33 @@ void CheckMemlock(Doctor* d) {
             "ulimit -l unlimited, or memlock in /etc/security/limits.conf, if pinning fails");
 }
 
+// CPU faults on zrtier memory wake the fault handler and then the faulting thread, often on
+// another CPU. In a virtual machine whose idle vCPUs halt at once, each wake-up is a trip through
+// the hypervisor: on the 2-vCPU development VM `zrtier bench fault` gave p50 68-71 us with
+// cpuidle-haltpoll's guest_halt_poll_ns at 0 and 41-52 us with 200000 (docs/PERFORMANCE.md).
+void CheckCpuIdle(Doctor* d) {
+  const std::string driver = ReadFirstLine("/sys/devices/system/cpu/cpuidle/current_driver");
+  if (driver.empty()) {
+    d->Line(Level::kOk, "cpu idle", "no cpuidle driver reported");
+    return;
+  }
+  if (driver != "haltpoll") {
+    d->Line(Level::kOk, "cpu idle", "cpuidle driver " + driver);
+    return;
+  }
+  const std::string poll = ReadFirstLine("/sys/module/haltpoll/parameters/guest_halt_poll_ns");
+  if (poll == "0")
+    d->Line(Level::kWarn, "cpu idle",
+            "virtual machine, haltpoll guest_halt_poll_ns=0: idle vCPUs halt at once, so every "
+            "CPU fault on zrtier memory pays vCPU wake-ups (about 25 us per fault on the "
+            "development VM)",
+            "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns if CPU access "
+            "latency matters (idle vCPUs then poll up to 200 us, which costs the host CPU time)");
+  else
+    d->Line(Level::kOk, "cpu idle",
+            "virtual machine, haltpoll guest_halt_poll_ns=" + (poll.empty() ? "?" : poll));
+}
+
 void CheckNuma(Doctor* d) {
   if (numa_available() < 0) {
     d->Line(Level::kOk, "NUMA", "libnuma: NUMA not available (one node assumed)");
@@ -370,6 +397,7 @@ int RunDoctor() {
   CheckIoUring(&d);
   CheckZram(&d);
   CheckMemlock(&d);
+  CheckCpuIdle(&d);
   CheckNuma(&d);
   CheckCuda(&d);
   CheckShm(&d);
