@@ -232,42 +232,43 @@ void SplitPlanes(Transform t, const uint8_t* src, size_t n, uint8_t* const* plan
   }
 }
 
+namespace {
+
+// Every merge, with plain or (kStream: REQUIRES dst 16-byte aligned) non-temporal stores.
+template <bool kStream>
+void Merge(Transform t, const uint8_t* const* planes, size_t n, uint8_t* dst) {
+  switch (t) {
+    case Transform::kNone:
+      if constexpr (kStream) {
+        CopyStreaming(dst, planes[0], n);
+      } else {
+        memcpy(dst, planes[0], n);
+      }
+      return;
+    case Transform::kBf16:
+      MergeBf16<kStream>(planes[0], planes[1], n, dst);
+      return;
+    case Transform::kBytes2:
+      MergeBytes2<kStream>(planes[0], planes[1], n, dst);
+      return;
+    case Transform::kFp32:
+      MergeFp32<kStream>(planes, n, dst);
+      return;
+  }
+}
+
+}  // namespace
+
 void MergePlanes(Transform t, const uint8_t* const* planes, size_t n, uint8_t* dst,
                  bool streaming) {
 #if defined(__SSE2__)
   if (streaming && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-    switch (t) {
-      case Transform::kNone:
-        CopyStreaming(dst, planes[0], n);  // fenced inside
-        return;
-      case Transform::kBf16:
-        MergeBf16<true>(planes[0], planes[1], n, dst);
-        break;
-      case Transform::kBytes2:
-        MergeBytes2<true>(planes[0], planes[1], n, dst);
-        break;
-      case Transform::kFp32:
-        MergeFp32<true>(planes, n, dst);
-        break;
-    }
-    _mm_sfence();
+    Merge<true>(t, planes, n, dst);
+    _mm_sfence();  // the non-temporal stores are ordered before whatever hands dst on
     return;
   }
 #endif
-  switch (t) {
-    case Transform::kNone:
-      memcpy(dst, planes[0], n);
-      return;
-    case Transform::kBf16:
-      MergeBf16<false>(planes[0], planes[1], n, dst);
-      return;
-    case Transform::kBytes2:
-      MergeBytes2<false>(planes[0], planes[1], n, dst);
-      return;
-    case Transform::kFp32:
-      MergeFp32<false>(planes, n, dst);
-      return;
-  }
+  Merge<false>(t, planes, n, dst);
 }
 
 }  // namespace zrtier
