@@ -119,7 +119,8 @@ struct Histogram {
 };
 
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
-// 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 5: d2h_dma_ops
+// 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
+// t0_writebacks; 5: d2h_dma_ops
 inline constexpr uint32_t kStatsVersion = 5;
 inline constexpr int kStatsMaxRegions = 64;
 
