@@ -278,11 +278,9 @@ Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len, boo
     }
     payload += size[p];
   }
-  if (transform == Transform::kNone) {
-    if (mode[0] == kModeRaw) MergePlanes(transform, planes, n, d, streaming);
-  } else {
+  // (kNone with a zstd plane was decoded straight into dst.)
+  if (transform != Transform::kNone || mode[0] == kModeRaw)
     MergePlanes(transform, planes, n, d, streaming);
-  }
   memcpy(d + n * width, payload, tail);
   if (crc && Crc32c(d, len) != Get32(e + kFixedHeader))
     return Corrupt("checksum mismatch: the decoded chunk differs from the one encoded");
