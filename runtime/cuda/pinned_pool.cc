@@ -388,36 +388,31 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
     // older slot goes free. The general path below took 12-16 us for the 17 chunks of a 64 MiB
     // copy's last piece on the GPU machine, most of that piece's publish (PERFORMANCE.md).
     auto it = cache_.find(Key{region, items[i].chunk});
-    if (it != cache_.end() && it->second != slot && !s.cached && items[i].gen != kNoGeneration) {
-      const int old = it->second;
-      SlotMeta& o = slots_[old];
-      if (o.owned && o.gen < items[i].gen && !o.prefetched) {
-        o.owned = false;
-        o.cached = false;
-        o.next_use = kNoNextUse;
-        RekeyLocked(old);
-        it->second = slot;
-        s.cached = true;
-        s.region = region;
-        s.chunk = items[i].chunk;
-        s.gen = items[i].gen;
-        s.next_use = kNoNextUse;
-        s.predicted_at = clock_.load(std::memory_order_relaxed);
-        s.owned = true;
-        s.owned_seq = ++next_owned_seq_;
-        owned_fifo_.emplace_back(slot, s.owned_seq);
-        index_.Remove(slot);
-        continue;
-      }
+    SlotMeta* o = it != cache_.end() && it->second != slot ? &slots_[it->second] : nullptr;
+    const bool swap = o && o->owned && !o->prefetched && o->gen < items[i].gen && !s.cached &&
+                      items[i].gen != kNoGeneration;
+    if (swap) {
+      o->owned = false;
+      o->cached = false;
+      o->next_use = kNoNextUse;
+      RekeyLocked(it->second);
+      it->second = slot;
+      s.cached = true;
+      s.region = region;
+      s.chunk = items[i].chunk;
+      s.gen = items[i].gen;
+      s.next_use = kNoNextUse;
+      s.predicted_at = clock_.load(std::memory_order_relaxed);
+    } else {
+      // No prediction: an owned slot is no victim, so it needs no key.
+      PublishLocked(slot, region, items[i].chunk, items[i].gen, /*predict=*/false);
+      if (!s.cached) continue;  // the chunk's owned copy is as new: it stays the copy
+      owned_count_.fetch_add(1, std::memory_order_relaxed);
+      StatAdd(Stat::t0_owned_bytes, slot_size_);
     }
-    // No prediction: an owned slot is no victim, so it needs no key.
-    PublishLocked(slot, region, items[i].chunk, items[i].gen, /*predict=*/false);
-    if (!s.cached) continue;  // (not reached: an adopted generation is newer than any copy)
     s.owned = true;
     s.owned_seq = ++next_owned_seq_;
     owned_fifo_.emplace_back(slot, s.owned_seq);
-    owned_count_.fetch_add(1, std::memory_order_relaxed);
-    StatAdd(Stat::t0_owned_bytes, slot_size_);
     index_.Remove(slot);
   }
   if (owned_fifo_.size() > 2 * slots_.size() + 64) {
