@@ -434,12 +434,17 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       }
       size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), max_piece_chunks_, -1,
                                  piece_slots.data(), hits.get());
+      uint64_t hit_bytes = 0;
       for (size_t i = 0; i < got; ++i) {
         char* cstart = base + (first_index + i) * chunk_;
         if (!hits[i]) pc->misses.push_back(i);
+        if (hits[i])
+          hit_bytes +=
+              std::min<const char*>(end, cstart + chunk_) - std::max<const char*>(cur, cstart);
         pc->chunks.push_back(
             PieceChunk{cstart, first_index + i, gens[i], piece_slots[i], hits[i], false});
       }
+      StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);
       if (!pc->chunks.empty()) {
         pc->end = std::min<const char*>(base + (first_index + got) * chunk_, end);
         cur = pc->end;

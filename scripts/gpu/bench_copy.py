@@ -195,7 +195,13 @@ def stream_mode(total, layer, passes):
         torch.cuda.synchronize()
         h2d0, ready0 = stat("h2d_copies"), stat("copies_ready")
         times = []
+        # The first passes teach the predictor (the first read pass is its profile; placement by
+        # predicted reuse keeps its subset from the third on): steady state is measured after them.
+        learn = min(2, passes - 1)
         for p in range(passes):
+            if p == learn:  # the steady passes: where the bytes came from, where time went
+                steady0 = {k: stat(k) for k in ("h2d_bytes", "h2d_t0_hit_bytes", "bytes_decoded")}
+                prof0 = profile_now()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for i, h in enumerate(layers):
@@ -205,13 +211,18 @@ def stream_mode(total, layer, passes):
             # bytes check on the last layer streamed
         bufs[0].copy_(layers[0])
         assert torch.equal(bufs[0], checks[0]), f"{case}: layer 0 bytes differ"
-        steady = sorted(times[1:] or times)[len(times[1:] or times) // 2]
+        steady = sorted(times[learn:])[len(times[learn:]) // 2]
         copies = stat("h2d_copies") - h2d0
         ready = stat("copies_ready") - ready0
+        # Fractions of the steady passes' bytes found in T0 and decoded from T2 (the rest: T1).
+        moved = stat("h2d_bytes") - steady0["h2d_bytes"]
+        frac = {f"{k}_fraction": round((stat(k) - steady0[k]) / moved, 3) if moved else None
+                for k in ("h2d_t0_hit_bytes", "bytes_decoded")}
         emit(mode="stream", case=case, dir="h2d", bytes=total, layer_bytes=layer, passes=passes,
              gbps=total / steady / 1e9, first_pass_gbps=total / times[0] / 1e9,
              prefetch_hit_ratio=(ready / copies) if copies else None,
-             pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")))
+             pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")), **frac,
+             **profile_since(prof0, nl * (passes - learn)))
         checks.clear()
 
     raw = [raw_pinned(n) for _ in range(nl)]
@@ -237,7 +248,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--total", default="16G")
     ap.add_argument("--layer", default="256M")
-    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--passes", type=int, default=5)
     a = ap.parse_args()
     torch.cuda.init()
     if a.mode == "copy":

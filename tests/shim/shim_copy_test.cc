@@ -109,19 +109,29 @@ TEST_F(ShimCopyTest, H2DExactBytesThenPureHitFromT0) {
   ClearDevice(d, n);
   uint64_t reads = heap_->reads();
   uint64_t ready = StatGet(Stat::copies_ready);
+  uint64_t hit_bytes = StatGet(Stat::h2d_t0_hit_bytes);
   ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyDefault, s, false), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(ReadDevice(d, n), data);
   EXPECT_EQ(heap_->reads(), reads);
   EXPECT_EQ(StatGet(Stat::copies_ready), ready + 1);
+  EXPECT_EQ(StatGet(Stat::h2d_t0_hit_bytes), hit_bytes + n);
+  // A part of it starting inside a chunk: only the bytes copied count.
+  hit_bytes = StatGet(Stat::h2d_t0_hit_bytes);
+  ASSERT_EQ(shim_->Memcpy(d, r + 1000, kChunk + 5, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::h2d_t0_hit_bytes), hit_bytes + kChunk + 5);
 
-  // A CPU store makes the cached copy stale: the next copy must see the new bytes.
+  // A CPU store makes the cached copy stale: the next copy must see the new bytes (the changed
+  // chunk is a miss, the rest hit).
   data[12345] ^= 0x7F;
   CpuWrite(r + 12345, std::vector<char>(1, data[12345]));
   ClearDevice(d, n);
+  hit_bytes = StatGet(Stat::h2d_t0_hit_bytes);
   ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(ReadDevice(d, n), data);
+  EXPECT_EQ(StatGet(Stat::h2d_t0_hit_bytes), hit_bytes + n - kChunk);
 }
 
 TEST_F(ShimCopyTest, CountersFollowTheCopies) {
