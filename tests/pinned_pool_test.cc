@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <random>
@@ -40,12 +41,21 @@ cudaError_t EventSync(cudaEvent_t e) {
 cudaError_t EventDestroy(cudaEvent_t) {
   return cudaSuccess;
 }
+// Events of the pool's EventPool (some tests pass in their own): ints that live as long as the test
+// program (a deque keeps their addresses). Single-threaded use only.
+cudaError_t EventCreate(cudaEvent_t* e, unsigned) {
+  static std::deque<int> events;
+  events.push_back(1);
+  *e = reinterpret_cast<cudaEvent_t>(&events.back());
+  return cudaSuccess;
+}
 const CudaApi* HostApi() {
   static const CudaApi api = [] {
     CudaApi a = *HostMemoryCudaApi();
     a.cudaEventQuery = &EventQuery;
     a.cudaEventSynchronize = &EventSync;
     a.cudaEventDestroy = &EventDestroy;
+    a.cudaEventCreateWithFlags = &EventCreate;
     return a;
   }();
   return &api;
@@ -169,6 +179,46 @@ std::vector<int64_t> BeladyReference(const std::vector<uint64_t>& trace, size_t 
 // Repeated D2H copies into one owned chunk: each AdoptRun's slot replaces the older owned one,
 // which goes free; counts and statistics stay those of one owned copy; a copy at a generation that
 // is not newer leaves the owned one in place; the write-back queue skips the superseded slots.
+TEST(PinnedPool, TransitCountsHostToDeviceMissesUntilTheirSlotsAreFree) {
+  auto pool = MakePool(16);
+  EXPECT_EQ(pool->WaitOldest(), 0u) << "nothing in flight: no wait";
+  std::vector<uint64_t> gens(4, 7);
+  int slots[4];
+  bool hits[4];
+  // Four misses of a host-to-device copy (generations given): four slots in transit.
+  ASSERT_EQ(pool->PinRun(1, 0, 4, gens.data(), 4, -1, slots, hits), 4u);
+  EXPECT_EQ(pool->transit_slots(), 4u);
+  std::vector<PinnedPool::PublishItem> items;
+  for (int i = 0; i < 4; ++i) items.push_back({slots[i], static_cast<uint64_t>(i), 7});
+  pool->PublishRun(1, items.data(), items.size());
+  // Slots taken without generations (a device-to-host copy) and hits are not in transit.
+  int d2h[2];
+  bool d2h_hits[2];
+  ASSERT_EQ(pool->PinRun(2, 0, 2, nullptr, 2, -1, d2h, d2h_hits), 2u);
+  int again[4];
+  bool again_hits[4];
+  ASSERT_EQ(pool->PinRun(1, 0, 4, gens.data(), 4, -1, again, again_hits), 4u);
+  for (bool h : std::vector<bool>(again_hits, again_hits + 4)) EXPECT_TRUE(h);
+  EXPECT_EQ(pool->transit_slots(), 4u);
+  pool->UnpinRun(again, 4);
+  pool->UnpinRun(d2h, 2);
+  // Released without a DMA: free again, out of transit.
+  pool->UnpinRun(slots, 2);
+  EXPECT_EQ(pool->transit_slots(), 2u);
+  // The other two are read by a DMA: in transit until its event completes and is retired.
+  cudaError_t err = cudaSuccess;
+  cudaEvent_t ev = pool->events()->Get(&err);
+  ASSERT_NE(ev, nullptr);
+  *reinterpret_cast<int*>(ev) = 0;  // recorded, not done
+  pool->AddInflight(ev, {slots[2], slots[3]});
+  pool->UnpinRun(slots + 2, 2);
+  pool->Reap();
+  EXPECT_EQ(pool->transit_slots(), 2u);
+  EXPECT_GT(pool->WaitOldest(), 0u);
+  EXPECT_EQ(pool->transit_slots(), 0u);
+  EXPECT_EQ(pool->free_slots(), 16u);
+}
+
 TEST(PinnedPool, AdoptRunSupersedesTheOwnedCopyOfAChunk) {
   auto pool = MakePool(8);
   const uint64_t owned0 = StatGet(Stat::t0_owned_bytes), cached0 = StatGet(Stat::t0_bytes);

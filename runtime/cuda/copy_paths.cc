@@ -42,6 +42,17 @@ struct H2DPiece {
 // were no better than 8 (docs/PERFORMANCE.md). The pool bounds it too (half the slots at most).
 constexpr size_t kMaxWindow = 8;
 
+// Host-to-device misses on their way (PinnedPool::transit_slots) at most: a sixteenth of the pool,
+// between two pieces' worth and 8192 chunks (512 MiB, ~10 ms of DMA at 53 GB/s). Each miss takes a
+// slot from the chunks the pool keeps. A copy from resident (T1) memory fills faster than the GPU
+// drains; unbounded, it ran ahead until the pool's slots that were not owned were all in transit,
+// and a cyclic stream with the pool at half the data hit only the owned chunks: 0.28 of the bytes
+// against 0.52 with the bound in a dev-box replay with the fake runtime; on the H100 machine 0.42 /
+// 0.46 (T1 / T2) unbounded, 0.48 with this bound (`h2d_t0_hit_bytes`; PERFORMANCE.md, "Session 8").
+size_t TransitBudget(size_t slots, size_t piece_chunks) {
+  return std::clamp<size_t>(slots / 16, 2 * piece_chunks, std::max<size_t>(8192, 2 * piece_chunks));
+}
+
 // D2H pieces grow up to this many times the piece size (ShimConfig::max_piece_bytes).
 constexpr size_t kD2HGrowth = 4;
 // Chunks one publish item adopts at most (one engine claim pass, one pool lock): a whole piece,
@@ -391,6 +402,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   // double up to 16x, so that data already in T0 leaves in few long DMAs.
   const size_t slots = pool_->slots();
   const size_t window = std::clamp<size_t>(slots / 2 / max_piece_chunks_, 1, kMaxWindow);
+  const size_t transit_budget = TransitBudget(slots, max_piece_chunks_);
   const size_t max_chunks =
       std::max(max_piece_chunks_, std::min(16 * max_piece_chunks_, slots / 4));
   size_t piece_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
@@ -415,8 +427,22 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       report();
     }
     if (err != cudaSuccess || (cur >= end && inflight.empty())) break;
-    // 2. Plan another piece while there is room in the window.
-    if (cur < end && inflight.size() < window) {
+    // 2. Plan another piece while there is room in the window -- and while the misses on their
+    //    way stay within budget: past it, finish this copy's planned pieces first, or (none left)
+    //    wait for the oldest DMA.
+    bool room = cur < end && inflight.size() < window;
+    if (room && pool_->transit_slots() > transit_budget) {
+      pool_->Reap();
+      if (pool_->transit_slots() > transit_budget) {
+        if (!inflight.empty()) {
+          room = false;
+        } else if (const uint64_t waited = pool_->WaitOldest(); waited > 0) {
+          stall += waited;
+          continue;
+        }
+      }
+    }
+    if (room) {
       uint64_t t_plan = MonotonicNs();
       pool_->Reap();
       auto pc = std::make_unique<H2DPiece>();

@@ -57,11 +57,16 @@ PinnedPool::~PinnedPool() {
 }
 
 void PinnedPool::RekeyLocked(int slot) {
-  const SlotMeta& s = slots_[slot];
-  if (SlotIsFree(s))
+  SlotMeta& s = slots_[slot];
+  if (SlotIsFree(s)) {
     index_.Insert(slot, EvictKey(s, slot));
-  else
+    if (s.transit) {
+      s.transit = false;
+      transit_count_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } else {
     index_.Remove(slot);
+  }
 }
 
 void PinnedPool::DisownLocked(int slot) {
@@ -291,6 +296,10 @@ size_t PinnedPool::PinRun(uint64_t region, uint64_t first_chunk, size_t n, const
       slot = AcquireLocked(after);
       if (slot < 0) break;
       ++misses;
+      if (gens && !slots_[slot].transit) {
+        slots_[slot].transit = true;
+        transit_count_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     slots[i] = after = slot;
   }
@@ -368,6 +377,20 @@ uint64_t PinnedPool::WaitForSlot() {
     api_->cudaEventSynchronize(e);
     Reap();
   }
+  return MonotonicNs() - t0;
+}
+
+uint64_t PinnedPool::WaitOldest() {
+  cudaEvent_t e = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (inflight_.empty()) return 0;
+    e = inflight_.front().event;
+  }
+  const uint64_t t0 = MonotonicNs();
+  // As in WaitForSlot: a reused event is a later record, which still completes.
+  api_->cudaEventSynchronize(e);
+  Reap();
   return MonotonicNs() - t0;
 }
 

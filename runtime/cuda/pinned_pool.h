@@ -89,6 +89,11 @@ class PinnedPool final : public ExternalCopies {
   // got a slot (slots[0..ret), hits[0..ret) filled).
   size_t PinRun(uint64_t region, uint64_t first_chunk, size_t n, const uint64_t* gens,
                 size_t max_misses, int after, int* slots, bool* hits);
+  // Slots PinRun took for misses (gens != null: host-to-device fills) that are not free again yet:
+  // pinned while filled, then pending while the DMA reads them. Each one evicted a cached chunk,
+  // so a copy call that runs far ahead of the GPU eats the pool's kept chunks (the copy paths
+  // bound it). Lock-free.
+  size_t transit_slots() const { return transit_count_.load(std::memory_order_relaxed); }
   struct PublishItem {
     int slot;
     uint64_t chunk;
@@ -106,6 +111,9 @@ class PinnedPool final : public ExternalCopies {
   // flight: every slot pinned by other calls or host functions) waits for an Unpin. Returns the
   // nanoseconds waited. REQUIRES: the caller holds no pinned slot (so progress never needs it).
   uint64_t WaitForSlot();
+  // Blocks until the oldest in-flight event completes, then retires what completed. Returns the
+  // nanoseconds waited; 0 at once when nothing is in flight. The caller may hold pinned slots.
+  uint64_t WaitOldest();
   // Drops every cached copy of `region`, owned ones included (the region was freed; before
   // dropping a live region's copies write its owned slots back: TakeOwned).
   void DropRegion(uint64_t region);
@@ -218,7 +226,8 @@ class PinnedPool final : public ExternalCopies {
   std::deque<std::pair<int, uint64_t>> owned_fifo_;
   uint64_t next_owned_seq_ = 0;
   std::atomic<size_t> owned_count_{0};
-  uint64_t scan_region_ = kAnyRegion;  // TakeOwned(region)'s cursor
+  std::atomic<size_t> transit_count_{0};  // slots with SlotMeta::transit (changed under mu_)
+  uint64_t scan_region_ = kAnyRegion;     // TakeOwned(region)'s cursor
   size_t scan_pos_ = 0;
 };
 

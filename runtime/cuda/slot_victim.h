@@ -32,6 +32,7 @@ struct SlotMeta {
   bool cached = false;        // holds a clean chunk copy (key/gen valid)
   bool prefetched = false;    // filled by a prefetch and not yet hit by a copy
   bool owned = false;         // the chunk's only copy (a landed D2H, Engine::Adopt): never a victim
+  bool transit = false;       // taken for a host-to-device fill and not free since (PinRun)
   uint64_t owned_seq = 0;     // which owned_fifo_ entry is current
   uint64_t region = 0;
   uint64_t chunk = 0;

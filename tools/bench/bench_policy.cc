@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -43,6 +44,7 @@ struct PolicyArgs {
   bool pool = false;
   uint64_t slots = 50000;
   uint32_t piece = 64;
+  uint32_t inflight = 0;
 };
 
 struct Case {
@@ -113,9 +115,10 @@ struct PoolRun {
 };
 
 // Copies `trace` through a pool of `slots` slots like the shim does. reuse: with the learned
-// oracle.
+// oracle. `inflight`: pieces whose slots stay held after the piece, oldest released first (DMAs
+// still on the wire keep their slots pending in the shim; neither a hit nor a victim meanwhile).
 PoolRun RunPool(const std::vector<policy::Access>& trace, size_t slots, uint32_t piece,
-                bool reuse) {
+                uint32_t inflight, bool reuse) {
   PoolRun r;
   std::unique_ptr<PinnedPool> pool;
   if (!PinnedPool::Create(HostMemoryCudaApi(), slots * 64, 64, &pool).ok()) return r;
@@ -125,6 +128,7 @@ PoolRun RunPool(const std::vector<policy::Access>& trace, size_t slots, uint32_t
     pool->SetOracle(oracle.get());
   }
   std::vector<int> held;
+  std::deque<std::vector<int>> wire;  // issued pieces still holding their slots
   using Clock = std::chrono::steady_clock;
   Clock::duration pool_time{}, learn_time{};
   for (const policy::Access& a : trace) {
@@ -157,7 +161,11 @@ PoolRun RunPool(const std::vector<policy::Access>& trace, size_t slots, uint32_t
       held.push_back(slot);
       prev = slot;
       if (held.size() == piece || i + 1 == a.chunk_count) {
-        for (int s : held) pool->Unpin(s);
+        wire.push_back(std::move(held));
+        while (wire.size() > inflight) {
+          for (int s : wire.front()) pool->Unpin(s);
+          wire.pop_front();
+        }
         held.clear();
         prev = -2;
         in_run = false;
@@ -165,6 +173,8 @@ PoolRun RunPool(const std::vector<policy::Access>& trace, size_t slots, uint32_t
     }
     pool_time += Clock::now() - t1;
   }
+  for (const std::vector<int>& p : wire)
+    for (int s : p) pool->Unpin(s);
   const double n = r.hit.empty() ? 1 : static_cast<double>(r.hit.size());
   r.ns_per_chunk = std::chrono::duration<double, std::nano>(pool_time).count() / n;
   r.learn_ns_per_chunk = std::chrono::duration<double, std::nano>(learn_time).count() / n;
@@ -236,8 +246,10 @@ void RunPoolBench(const PolicyArgs& args) {
       const size_t slots =
           std::max<size_t>(4, static_cast<size_t>(f * policy::WorkingSetChunks(spec)));
       const uint32_t piece = std::max<uint32_t>(1, std::min<uint32_t>(args.piece, slots / 4));
-      const PoolRun zr = RunPool(trace, slots, piece, true);
-      const PoolRun lru = RunPool(trace, slots, piece, false);
+      // At most half the pool on the wire (the shim's H2D pipeline holds no more).
+      const uint32_t inflight = std::min<uint32_t>(args.inflight, slots / 2 / piece);
+      const PoolRun zr = RunPool(trace, slots, piece, inflight, true);
+      const PoolRun lru = RunPool(trace, slots, piece, inflight, false);
       const double b = SteadyHitRatio(BeladyHits(trace, slots));
       const double z = SteadyHitRatio(zr.hit);
       report.AddRow({name, Fixed(f, 2), Fixed(z, 4), Fixed(SteadyHitRatio(lru.hit), 4), Fixed(b, 4),
@@ -254,8 +266,8 @@ void RunPoolBench(const PolicyArgs& args) {
   big.chunks_per_layer = 1024;
   big.passes = 4;
   const std::vector<policy::Access> big_trace = policy::MakeTrace(big);
-  const PoolRun zr = RunPool(big_trace, args.slots, args.piece, true);
-  const PoolRun lru = RunPool(big_trace, args.slots, args.piece, false);
+  const PoolRun zr = RunPool(big_trace, args.slots, args.piece, 0, true);
+  const PoolRun lru = RunPool(big_trace, args.slots, args.piece, 0, false);
   report.AddRow({"cost_" + std::to_string(args.slots) + "_slots", "0.50",
                  Fixed(SteadyHitRatio(zr.hit), 4), Fixed(SteadyHitRatio(lru.hit), 4), "-", "-",
                  Fixed(zr.runs ? double(zr.miss_chunks) / double(zr.runs) : 0, 1),
@@ -320,6 +332,9 @@ void AddPolicy(CLI::App* bench) {
   cmd->add_option("--slots", args->slots, "--pool: slots of the large pool timed per chunk")
       ->capture_default_str();
   cmd->add_option("--piece", args->piece, "--pool: chunks pinned per piece (the shim's 4 MiB)")
+      ->capture_default_str();
+  cmd->add_option("--inflight", args->inflight,
+                  "--pool: pieces still on the wire (their slots held) behind the one planned")
       ->capture_default_str();
   cmd->callback([args] {
     if (args->pool)
