@@ -463,10 +463,11 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       uint64_t hit_bytes = 0;
       for (size_t i = 0; i < got; ++i) {
         char* cstart = base + (first_index + i) * chunk_;
-        if (!hits[i]) pc->misses.push_back(i);
         if (hits[i])
           hit_bytes +=
               std::min<const char*>(end, cstart + chunk_) - std::max<const char*>(cur, cstart);
+        else
+          pc->misses.push_back(i);
         pc->chunks.push_back(
             PieceChunk{cstart, first_index + i, gens[i], piece_slots[i], hits[i], false});
       }
