@@ -361,37 +361,31 @@ void PinnedPool::Reap() {
 }
 
 uint64_t PinnedPool::WaitForSlot() {
-  uint64_t t0 = MonotonicNs();
-  cudaEvent_t e = nullptr;
-  {
+  const uint64_t t0 = MonotonicNs();
+  if (!SyncOldest()) {
     std::unique_lock<std::mutex> l(mu_);
-    if (!inflight_.empty()) {
-      e = inflight_.front().event;
-    } else {
-      unpinned_.wait_for(l, std::chrono::milliseconds(1));
-    }
-  }
-  if (e) {
-    // The event may be retired and reused by another thread meanwhile: then this waits for a later
-    // record of it, which still completes.
-    api_->cudaEventSynchronize(e);
-    Reap();
+    if (inflight_.empty()) unpinned_.wait_for(l, std::chrono::milliseconds(1));
   }
   return MonotonicNs() - t0;
 }
 
 uint64_t PinnedPool::WaitOldest() {
+  const uint64_t t0 = MonotonicNs();
+  return SyncOldest() ? std::max<uint64_t>(1, MonotonicNs() - t0) : 0;
+}
+
+bool PinnedPool::SyncOldest() {
   cudaEvent_t e = nullptr;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (inflight_.empty()) return 0;
+    if (inflight_.empty()) return false;
     e = inflight_.front().event;
   }
-  const uint64_t t0 = MonotonicNs();
-  // As in WaitForSlot: a reused event is a later record, which still completes.
+  // The event may be retired and reused by another thread meanwhile: then this waits for a later
+  // record of it, which still completes.
   api_->cudaEventSynchronize(e);
   Reap();
-  return MonotonicNs() - t0;
+  return true;
 }
 
 void PinnedPool::DropRegion(uint64_t region) {

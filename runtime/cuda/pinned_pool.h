@@ -199,6 +199,9 @@ class PinnedPool final : public ExternalCopies {
   // How much earlier than `best_key` a key may be and still count as "as good a victim".
   uint64_t SlackLocked(uint64_t best_key) const;
   int PinForFillLocked(int slot);
+  // Synchronizes the oldest in-flight event and retires what completed; false (at once) when
+  // nothing is in flight.
+  bool SyncOldest();
   void DisownLocked(int slot);
 
   const CudaApi* api_;
