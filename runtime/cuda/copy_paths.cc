@@ -431,7 +431,8 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     //    way stay within budget: past it, finish this copy's planned pieces first, or (none left)
     //    wait for the oldest DMA.
     bool room = cur < end && inflight.size() < window;
-    if (room && pool_->transit_slots() > transit_budget) {
+    const uint64_t t_plan = MonotonicNs();
+    if (room) {
       pool_->Reap();
       if (pool_->transit_slots() > transit_budget) {
         if (!inflight.empty()) {
@@ -443,8 +444,6 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       }
     }
     if (room) {
-      uint64_t t_plan = MonotonicNs();
-      pool_->Reap();
       auto pc = std::make_unique<H2DPiece>();
       pc->begin = cur;
       // The generations of every chunk the piece may take (one region lookup), then hits pinned
