@@ -16,6 +16,10 @@ namespace zrtier::testing {
 class ExternalHolder final : public ExternalCopies {
  public:
   explicit ExternalHolder(size_t chunk_size) : chunk_(chunk_size) {}
+  // Takes the lock once before the copies go. An engine thread's last call (Released from a fault
+  // the test's own load raised) is ordered before the test's return only through the kernel's
+  // fault wake-up, which ThreadSanitizer does not see; the lock makes that order visible to it.
+  ~ExternalHolder() override { std::lock_guard<std::mutex> l(mu_); }
 
   // Records `bytes` (chunk_size) as the copy of (region, chunk) at `gen`, replacing an older one.
   void Hold(uint64_t region, uint64_t chunk, uint64_t gen, const char* bytes) {
