@@ -321,8 +321,8 @@ void Engine::PrepareWrite(void* p, size_t len) {
 Status Engine::Write(void* dst, const void* src, size_t len) {
   return impl_->Write(dst, src, len);
 }
-void Engine::Generations(const void* p, size_t n, uint64_t* out) const {
-  impl_->Generations(p, n, out);
+void Engine::Generations(const void* p, size_t n, uint64_t* out, bool* resident) const {
+  impl_->Generations(p, n, out, resident);
 }
 
 uint64_t Engine::Generation(const void* p) const {

@@ -143,7 +143,9 @@ class Engine {
   uint64_t Generation(const void* p) const;
   // The generations of the `n` consecutive chunks starting with the one containing `p` (one region
   // lookup for all), as Generation. Chunks past the region's end, or outside any region, read 0.
-  void Generations(const void* p, size_t n, uint64_t* out) const;
+  // `resident` (optional): whether each chunk is installed in the region now (T1: a copy of it is
+  // a memcpy, not a decode).
+  void Generations(const void* p, size_t n, uint64_t* out, bool* resident = nullptr) const;
 
   // Resident budget (0 = none). Lowering it makes the evictor catch up in the background.
   void SetResidentLimit(uint64_t bytes);

@@ -2,7 +2,9 @@
 // choice with an exact next-use oracle (Belady's order on a small cyclic trace), that pinned and
 // in-flight slots are never handed out, the prefetch reserve and skip rule, and -- with the real
 // learned predictor in learn-only mode -- that a cyclic scan larger than the pool gets at least
-// 0.9 x Belady's hits where LRU gets none. The pool runs over a host-only CUDA table (no GPU).
+// 0.9 x Belady's hits where LRU gets none, and that the spread (slot_spread.h) keeps a share of
+// every layer of such a scan instead of a prefix of it. The pool runs over a host-only CUDA table
+// (no GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -298,7 +300,10 @@ TEST(PinnedPoolPlacement, RandomTraceMatchesBeladyReference) {
   BeladyReference(trace, 8, &want_hits);
   for (bool exact : {true, false}) {
     auto pool = MakePool(8);
-    if (exact) pool->set_run_slack(0);
+    if (exact) {
+      pool->set_run_slack(0);
+      pool->set_spread(false);  // it reorders the chunks beyond the pool's reach by design
+    }
     TraceOracle oracle(trace);
     pool->SetOracle(&oracle);
     uint64_t hits = 0;
@@ -309,7 +314,8 @@ TEST(PinnedPoolPlacement, RandomTraceMatchesBeladyReference) {
       // Victims may differ where next uses tie (chunks never used again); the hits may not.
       EXPECT_EQ(hits, want_hits) << "seed " << seed;
     } else {
-      // The run slack trades a little of Belady's order for contiguous slots.
+      // The run slack trades a little of Belady's order for contiguous slots, the spread a little
+      // for a kept share of every layer.
       EXPECT_GE(hits, want_hits * 95 / 100) << "seed " << seed;
     }
     pool->SetOracle(nullptr);
@@ -551,6 +557,74 @@ TEST(PinnedPoolPlacement, LearnedCyclicScanApproachesBelady) {
     printf("; belady's last pass %.3f\n", belady);
     EXPECT_GE(double(reuse_hits.back()) / data, 0.9 * belady) << "pool fraction " << fraction;
     EXPECT_EQ(lru_hits.back(), 0u);
+  }
+}
+
+// How many layers of the pass starting at access `first` got between 15 % and 85 % of their chunks
+// from T0 (a pool that keeps a prefix of the pass has none: its layers hit all or nothing).
+size_t MixedLayers(const std::vector<bool>& hit_per_chunk, size_t first, uint32_t layers,
+                   uint32_t chunks_per_layer) {
+  size_t mixed = 0;
+  for (uint32_t l = 0; l < layers; ++l) {
+    size_t h = 0;
+    for (uint32_t i = 0; i < chunks_per_layer; ++i)
+      h += hit_per_chunk[first + size_t{l} * chunks_per_layer + i];
+    const double f = double(h) / chunks_per_layer;
+    mixed += f >= 0.15 && f <= 0.85;
+  }
+  return mixed;
+}
+
+TEST(PinnedPoolPlacement, SpreadKeepsAShareOfEveryLayer) {
+  // A cyclic scan twice the pool: farthest-next-use order keeps a stable half, but which half is
+  // up to the spread. With it every layer keeps part of its chunks (its decode overlaps the DMA of
+  // its hits); without it the half is a prefix of the pass.
+  const uint32_t kLayers = 32, kChunksPerLayer = 1024, kPasses = 8;
+  const size_t kPiece = 64;
+  const uint64_t data = uint64_t{kLayers} * kChunksPerLayer;
+  for (bool spread : {true, false}) {
+    auto pool = MakePool(data / 2);
+    pool->set_spread(spread);
+    LearnedOracle oracle(64);
+    pool->SetOracle(&oracle);
+    std::vector<bool> hit;
+    std::vector<int> held;
+    for (uint32_t pass = 0; pass < kPasses; ++pass) {
+      for (uint32_t l = 0; l < kLayers; ++l) {
+        const policy::Access a{1, uint64_t{l} * kChunksPerLayer, kChunksPerLayer};
+        oracle.OnAccess(a);
+        pool->NoteAccess(a.chunk_count);
+        int prev = -1;
+        for (uint32_t i = 0; i < a.chunk_count; ++i) {
+          const uint64_t c = a.first_chunk + i;
+          int slot = pool->PinCached(a.region, c, 0);
+          hit.push_back(slot >= 0);
+          if (slot < 0) {
+            slot = pool->Acquire(prev);
+            ASSERT_GE(slot, 0);
+            pool->Publish(slot, a.region, c, 0);
+          }
+          held.push_back(slot);
+          prev = slot;
+          if (held.size() == kPiece) {
+            for (int s : held) pool->Unpin(s);
+            held.clear();
+            prev = -1;
+          }
+        }
+      }
+    }
+    const size_t last = hit.size() - data;
+    const double ratio = double(std::count(hit.begin() + last, hit.end(), true)) / data;
+    const size_t mixed = MixedLayers(hit, last, kLayers, kChunksPerLayer);
+    printf("spread %d: last pass hit ratio %.3f, %zu of %u layers mixed, member share %.3f\n",
+           spread, ratio, mixed, kLayers, pool->spread_member_fraction());
+    EXPECT_GE(ratio, 0.45) << "spread " << spread;  // Belady: 0.5
+    if (spread)
+      EXPECT_GE(mixed, kLayers * 9 / 10);
+    else
+      EXPECT_LE(mixed, kLayers / 4);  // the metric tells a prefix from a spread
+    pool->SetOracle(nullptr);
   }
 }
 #endif

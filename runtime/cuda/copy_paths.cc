@@ -21,6 +21,7 @@ struct PieceChunk {
   int slot;
   bool hit;
   bool zero;
+  bool resident = false;  // installed in the region (T1) when planned: a miss of it is a memcpy
 };
 
 // One piece of a host-to-device copy on its way: its slots are pinned and its misses are being
@@ -367,7 +368,8 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
   std::vector<PinnedPool::PublishItem> items;
   std::vector<int> slots;
   for (const PieceChunk& c : piece) {
-    if (publish && !failed && !c.hit && !c.zero) items.push_back({c.slot, c.index, c.gen});
+    if (publish && !failed && !c.hit && !c.zero)
+      items.push_back({c.slot, c.index, c.gen, c.resident});
     slots.push_back(c.slot);
   }
   pool->PublishRun(region, items.data(), items.size());
@@ -413,6 +415,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   std::vector<uint64_t> gens(max_chunks);
   std::vector<int> piece_slots(max_chunks);
   std::unique_ptr<bool[]> hits(new bool[max_chunks]);
+  std::unique_ptr<bool[]> resident(new bool[max_chunks]);
   cudaError_t err = cudaSuccess;
   const char* cur = src;
   for (;;) {
@@ -450,12 +453,12 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       // and slots taken for misses (one pool lock); stops early when every slot is held.
       const uint64_t first_index = (cur - base) / chunk_;
       const size_t want = std::min<uint64_t>(piece_chunks, last - first_index + 1);
-      backend_->Generations(base + first_index * chunk_, want, gens.data());
+      backend_->Generations(base + first_index * chunk_, want, gens.data(), resident.get());
       // Dirty chunks (no generation) are protected for caching with one ioctl for the piece, not
       // one per fill; then their generations are read again.
       if (std::find(gens.begin(), gens.begin() + want, kNoGeneration) != gens.begin() + want) {
         backend_->PrepareRead(base + first_index * chunk_, want * chunk_);
-        backend_->Generations(base + first_index * chunk_, want, gens.data());
+        backend_->Generations(base + first_index * chunk_, want, gens.data(), resident.get());
       }
       size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), max_piece_chunks_, -1,
                                  piece_slots.data(), hits.get());
@@ -467,8 +470,8 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
               std::min<const char*>(end, cstart + chunk_) - std::max<const char*>(cur, cstart);
         else
           pc->misses.push_back(i);
-        pc->chunks.push_back(
-            PieceChunk{cstart, first_index + i, gens[i], piece_slots[i], hits[i], false});
+        pc->chunks.push_back(PieceChunk{cstart, first_index + i, gens[i], piece_slots[i], hits[i],
+                                        false, resident[i]});
       }
       StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);
       if (!pc->chunks.empty()) {

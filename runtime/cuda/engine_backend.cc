@@ -21,8 +21,8 @@ class EngineBackend final : public RegionBackend {
   void PrepareRead(const void* p, size_t len) override { e_->PrepareRead(p, len); }
   void PrepareWrite(void* p, size_t len) override { e_->PrepareWrite(p, len); }
   uint64_t Generation(const void* p) const override { return e_->Generation(p); }
-  void Generations(const void* p, size_t n, uint64_t* out) const override {
-    e_->Generations(p, n, out);
+  void Generations(const void* p, size_t n, uint64_t* out, bool* resident) const override {
+    e_->Generations(p, n, out, resident);
   }
   Status EvictRange(const void* p, size_t len) override { return e_->EvictRange(p, len); }
   void SetExternalCopies(ExternalCopies* x) override { e_->SetExternalCopies(x); }

@@ -35,6 +35,7 @@ PinnedPool::PinnedPool(const CudaApi* api, char* base, size_t slot_size, size_t 
       events_(api),
       slots_(n),
       index_(n),
+      spread_(n),
       slack_(std::max<uint64_t>(64, n / 256)),
       prefetch_reserve_(std::max<size_t>(1, n / 4)) {
   for (size_t i = 0; i < n; ++i) RekeyLocked(static_cast<int>(i));
@@ -91,11 +92,20 @@ void PinnedPool::DropCachedLocked(int slot) {
   RekeyLocked(slot);
 }
 
-uint64_t PinnedPool::PredictLocked(uint64_t region, uint64_t chunk) const {
+uint64_t PinnedPool::PredictLocked(uint64_t region, uint64_t chunk, bool resident,
+                                   bool* spread_out) {
+  *spread_out = false;
   if (!oracle_) return kNoNextUse;
   const uint64_t d = oracle_->NextUseDistance(region, chunk);
   if (d == kNoNextUse) return kNoNextUse;
+  *spread_out =
+      spread_.SampleOut(region, chunk, d, owned_count_.load(std::memory_order_relaxed), resident);
   return std::min<uint64_t>(clock_.load(std::memory_order_relaxed) + d, kMaxPredictedTick);
+}
+
+void PinnedPool::PredictIntoLocked(SlotMeta& s, uint64_t region, uint64_t chunk) {
+  s.next_use = PredictLocked(region, chunk, s.resident, &s.spread_out);
+  s.predicted_at = clock_.load(std::memory_order_relaxed);
 }
 
 void PinnedPool::NoteAccess(uint64_t chunks) {
@@ -199,8 +209,7 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   ++s.pinned;
   s.last_use = ++tick_;
   if (!s.owned) {  // an owned slot is no victim: its key is computed when it is written back
-    s.next_use = PredictLocked(region, chunk);
-    s.predicted_at = clock_.load(std::memory_order_relaxed);
+    PredictIntoLocked(s, region, chunk);
   }
   s.prefetched = false;
   index_.Remove(slot);
@@ -215,13 +224,21 @@ int PinnedPool::Acquire(int after) {
 int PinnedPool::AcquireLocked(int after) {
   const int slot = PickLocked(after);
   if (slot < 0) return -1;
+  const SlotMeta& v = slots_[slot];
+  if (v.cached && v.next_use != kNoNextUse) {  // feedback for the spread's threshold
+    if (v.spread_out)
+      spread_.OnEvictSampledOut(index_.spread_out());
+    else if (!ExpiredLocked(slot))
+      spread_.OnEvictPredicted(v.region, v.chunk);
+  }
   return PinForFillLocked(slot);
 }
 
 int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
   std::lock_guard<std::mutex> l(mu_);
   if (index_.size() <= prefetch_reserve_) return -1;
-  const uint64_t want = PredictLocked(region, chunk);
+  bool spread_out;
+  const uint64_t want = PredictLocked(region, chunk, /*resident=*/false, &spread_out);
   int after = -1;
   if (chunk > 0) {
     auto it = cache_.find(Key{region, chunk - 1});
@@ -229,10 +246,13 @@ int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
   }
   const int slot = PickLocked(after);
   if (slot < 0) return -1;
-  const uint64_t key = index_.Key(slot);
   // Never evict a chunk needed no later than the one fetched (an unpredicted fetch evicts only
-  // empty, cold or expired slots).
-  if (IsPredictedKey(key) && !ExpiredLocked(slot) && (want == kNoNextUse || key <= want)) return -1;
+  // empty, cold or expired slots), nor a kept chunk for a sampled-out one. Next uses are compared,
+  // not keys: the sampled-out band orders its keys the other way round.
+  const SlotMeta& v = slots_[slot];
+  if (IsPredictedKey(index_.Key(slot)) && !ExpiredLocked(slot) &&
+      (want == kNoNextUse || v.next_use <= want || (spread_out && !v.spread_out)))
+    return -1;
   PinForFillLocked(slot);
   slots_[slot].prefetched = true;  // until a copy hits it (Publish keeps the flag)
   return slot;
@@ -244,7 +264,7 @@ void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen
 }
 
 void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen,
-                               bool predict) {
+                               bool predict, bool resident) {
   auto it = cache_.find(Key{region, chunk});
   SlotMeta& s = slots_[slot];
   if (it != cache_.end() && it->second != slot) {
@@ -263,8 +283,13 @@ void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64
   s.region = region;
   s.chunk = chunk;
   s.gen = gen;
-  s.next_use = predict ? PredictLocked(region, chunk) : kNoNextUse;
-  s.predicted_at = clock_.load(std::memory_order_relaxed);
+  s.resident = resident;
+  if (predict) {
+    PredictIntoLocked(s, region, chunk);
+  } else {
+    s.next_use = kNoNextUse;
+    s.predicted_at = clock_.load(std::memory_order_relaxed);
+  }
   cache_[Key{region, chunk}] = slot;
   ++cached_count_;
   StatAdd(Stat::t0_bytes, slot_size_);
@@ -309,7 +334,9 @@ size_t PinnedPool::PinRun(uint64_t region, uint64_t first_chunk, size_t n, const
 void PinnedPool::PublishRun(uint64_t region, const PublishItem* items, size_t n) {
   if (n == 0) return;
   std::lock_guard<std::mutex> l(mu_);
-  for (size_t i = 0; i < n; ++i) PublishLocked(items[i].slot, region, items[i].chunk, items[i].gen);
+  for (size_t i = 0; i < n; ++i)
+    PublishLocked(items[i].slot, region, items[i].chunk, items[i].gen, /*predict=*/true,
+                  items[i].resident);
 }
 
 void PinnedPool::UnpinRun(const int* slots, size_t n) {
@@ -418,6 +445,7 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
       s.region = region;
       s.chunk = items[i].chunk;
       s.gen = items[i].gen;
+      s.resident = false;
       s.next_use = kNoNextUse;
       s.predicted_at = clock_.load(std::memory_order_relaxed);
     } else {
@@ -491,8 +519,8 @@ void PinnedPool::ReleaseOwned(int slot, bool written) {
     SlotMeta& s = slots_[slot];
     if (written) {
       if (s.owned && s.cached) {  // now a plain cached copy: keyed for placement
-        s.next_use = PredictLocked(s.region, s.chunk);
-        s.predicted_at = clock_.load(std::memory_order_relaxed);
+        s.resident = true;        // written into the region
+        PredictIntoLocked(s, s.region, s.chunk);
       }
       DisownLocked(slot);
     } else if (s.owned) {
@@ -511,8 +539,7 @@ void PinnedPool::Released(uint64_t region, uint64_t chunk, uint64_t gen) {
   const int slot = it->second;
   SlotMeta& s = slots_[slot];
   if (!s.owned || s.gen != gen) return;
-  s.next_use = PredictLocked(region, chunk);
-  s.predicted_at = clock_.load(std::memory_order_relaxed);
+  PredictIntoLocked(s, region, chunk);
   DisownLocked(slot);
   RekeyLocked(slot);
 }
@@ -536,6 +563,16 @@ bool PinnedPool::WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
 void PinnedPool::SetOracle(SlotOracle* oracle) {
   std::lock_guard<std::mutex> l(mu_);
   oracle_ = oracle;
+}
+
+void PinnedPool::set_spread(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  spread_.set_enabled(on);
+}
+
+double PinnedPool::spread_member_fraction() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return spread_.member_fraction();
 }
 
 void PinnedPool::set_run_slack(uint64_t chunks) {

@@ -9,12 +9,14 @@
 // victim is found in O(log n) without scanning the slots. With a SlotOracle (ZRTIER_POLICY=reuse
 // and the policy layer built in) a published or hit chunk is keyed by its predicted next use on the
 // pool's access clock (NoteAccess), and the victim is the free slot needed farthest in the future
-// (unpredicted chunks first, LRU among them); without one the pool is LRU. Acquire(after) still
-// prefers slot after+1 (one long DMA) when that slot is about as good a victim as the best one,
-// and a victim found in the index is moved back to the start of its run of similar keys so that the
-// next Acquire(after) continues the run. Prefetches take slots through AcquireForPrefetch, which
-// leaves a reserve of free slots to demand copies and never evicts a chunk needed sooner than the
-// one it fetches.
+// (unpredicted chunks first, LRU among them); without one the pool is LRU. When a cycle does not
+// fit, the spread (slot_spread.h) picks WHICH of its chunks stay: a hash sample of chunk groups,
+// a share of every layer; the others are "sampled out" and leave first once used. Acquire(after)
+// still prefers slot after+1 (one long DMA) when that slot is about as good a victim as the best
+// one, and a victim found in the index is moved back to the start of its run of similar keys so
+// that the next Acquire(after) continues the run. Prefetches take slots through AcquireForPrefetch,
+// which leaves a reserve of free slots to demand copies and never evicts a chunk needed sooner than
+// the one it fetches.
 //
 // Owned slots (DESIGN.md section 4): the slot a whole-chunk D2H landed in becomes the chunk's only
 // copy (Engine::Adopt; the engine reads it through WithBytes) instead of being copied into the
@@ -45,6 +47,7 @@
 #include "runtime/base/status.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/event_pool.h"
+#include "runtime/cuda/slot_spread.h"
 #include "runtime/cuda/slot_victim.h"
 #include "runtime/engine.h"
 
@@ -98,6 +101,7 @@ class PinnedPool final : public ExternalCopies {
     int slot;
     uint64_t chunk;
     uint64_t gen;
+    bool resident = false;  // the chunk is also in T1 (a miss of it is a memcpy): the spread's cost
   };
   // Publish for every item (chunks of `region`); the slots stay pinned.
   void PublishRun(uint64_t region, const PublishItem* items, size_t n);
@@ -149,13 +153,19 @@ class PinnedPool final : public ExternalCopies {
   void NoteAccess(uint64_t chunks);
   // Like Acquire, for a prefetch of (region, chunk): returns -1 (take nothing) when at most
   // prefetch_reserve() slots are free, or when the victim's chunk is predicted to be needed no
-  // later than this one. Prefers the slot after the one caching chunk-1 (a contiguous run). The
-  // slot is marked prefetched until a PinCached hits it; dropping it before that is reported to the
-  // oracle (SlotOracle::OnPrefetchDropped).
+  // later than this one, or is kept by the spread while this one is sampled out. Prefers the slot
+  // after the one caching chunk-1 (a contiguous run). The slot is marked prefetched until a
+  // PinCached hits it; dropping it before that is reported to the oracle
+  // (SlotOracle::OnPrefetchDropped).
   int AcquireForPrefetch(uint64_t region, uint64_t chunk);
   // Free slots that prefetches leave to demand copies (default: a quarter of the pool).
   void set_prefetch_reserve(size_t slots);
   size_t prefetch_reserve() const;
+  // The spread (slot_spread.h: which part of a cycle too large for the pool stays): on by
+  // default; off = plain farthest-next-use order (ZRTIER_SPREAD=0). Only with an oracle.
+  void set_spread(bool on);
+  // The share of chunk groups the spread keeps (1 until it has estimated a cycle).
+  double spread_member_fraction() const;
   // Keys within this many chunks (and within 1/8 of the best victim's distance) count as equally
   // good victims, for the after+1 preference and run starts. Default max(64, slots / 256); 0 =
   // exact farthest-next-use order (tests).
@@ -185,13 +195,18 @@ class PinnedPool final : public ExternalCopies {
   int PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen);
   int AcquireLocked(int after);
   // `predict`: key the slot by the oracle's next-use prediction (not for an owned slot).
-  void PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen, bool predict = true);
+  void PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen, bool predict = true,
+                     bool resident = false);
   void UnpinLocked(int slot);
   void RetireLocked(Inflight& f);
   // Puts `slot` into index_ with its current key if it is free, else takes it out.
   void RekeyLocked(int slot);
-  // The predicted next-use tick of (region, chunk), or kNoNextUse.
-  uint64_t PredictLocked(uint64_t region, uint64_t chunk) const;
+  // The predicted next-use tick of (region, chunk), or kNoNextUse; *spread_out: whether the spread
+  // samples it out (a preferred victim).
+  uint64_t PredictLocked(uint64_t region, uint64_t chunk, bool resident, bool* spread_out);
+  // Sets the slot's next_use, predicted_at and spread_out for (region, chunk) (its `resident`
+  // flag says what a miss of it costs).
+  void PredictIntoLocked(SlotMeta& s, uint64_t region, uint64_t chunk);
   // The victim Acquire(after) would take, or -1. Does not change anything.
   int PickLocked(int after) const;
   // True when the slot's predicted next use passed unused long ago (a wrong prediction).
@@ -212,6 +227,7 @@ class PinnedPool final : public ExternalCopies {
   std::condition_variable unpinned_;
   std::vector<SlotMeta> slots_;
   VictimIndex index_;
+  SlotSpread spread_;
   SlotOracle* oracle_ = nullptr;
   std::atomic<uint64_t> clock_{0};
   // The largest access reported: the clock jumps to the end of an access before its chunks are

@@ -35,10 +35,13 @@ class RegionBackend {
   virtual void PrepareRead(const void* p, size_t len) {}
   virtual void PrepareWrite(void* p, size_t len) {}
   virtual uint64_t Generation(const void* p) const = 0;
-  // Generation of `n` consecutive chunks from the one containing `p` (Engine::Generations).
-  virtual void Generations(const void* p, size_t n, uint64_t* out) const {
-    for (size_t i = 0; i < n; ++i)
+  // Generation of `n` consecutive chunks from the one containing `p`, and, when `resident` is not
+  // null, whether each is resident (Engine::Generations; the default: none is).
+  virtual void Generations(const void* p, size_t n, uint64_t* out, bool* resident) const {
+    for (size_t i = 0; i < n; ++i) {
       out[i] = Generation(static_cast<const char*>(p) + i * chunk_size());
+      if (resident) resident[i] = false;
+    }
   }
   // Engine::SetExternalCopies / Adopt / Attach. Backends without adoption return ENOTSUP from
   // Adopt (the D2H publish then writes the bytes into the region instead).

@@ -25,8 +25,10 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   size_t quarter = pool_->slots() / 4;
   if (max_piece_chunks_ > quarter) max_piece_chunks_ = quarter;
   if (max_piece_chunks_ == 0) max_piece_chunks_ = 1;
-  if (cfg_.prefetch_options)
+  if (cfg_.prefetch_options) {
+    pool_->set_spread(cfg_.prefetch_options->Bool(Opt::kSpread));
     prefetch_ = ShimPrefetch::Create(this, *cfg_.prefetch_options, pool_->bytes() / 2);
+  }
   backend_->SetExternalCopies(pool_.get());
 }
 

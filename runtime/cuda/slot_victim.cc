@@ -13,8 +13,10 @@ VictimIndex::VictimIndex(size_t slots) : it_(slots), parked_(slots), in_(slots, 
 void VictimIndex::Insert(int slot, uint64_t key) {
   if (in_[slot]) {
     if (it_[slot]->first == key) return;
+    spread_out_ -= IsSpreadOutKey(it_[slot]->first);
     parked_[slot] = set_.extract(it_[slot]);
   }
+  spread_out_ += IsSpreadOutKey(key);
   parked_[slot].value().first = key;
   // The common insertions land at an end of the order -- LRU: a slot just released is the most
   // recently used, the smallest cold key -- where a hint makes them O(1) instead of a descent
@@ -28,6 +30,7 @@ void VictimIndex::Insert(int slot, uint64_t key) {
 
 void VictimIndex::Remove(int slot) {
   if (!in_[slot]) return;
+  spread_out_ -= IsSpreadOutKey(it_[slot]->first);
   parked_[slot] = set_.extract(it_[slot]);
   in_[slot] = false;
 }

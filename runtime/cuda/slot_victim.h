@@ -9,10 +9,13 @@
 //      cached slot is in this class and the pool is plain LRU;
 //   3. slots whose predicted next use has passed by more than a grace without the chunk being used
 //      (a wrong prediction): the oldest prediction first (VictimIndex::Min, checked by the pool);
-//   4. slots with a predicted next use (an absolute tick of the pool's access clock, computed when
+//   4. "sampled-out" slots (SlotMeta::spread_out, slot_spread.h): a predicted chunk beyond the
+//      pool's reach that the spread does not keep, the earliest predicted next use first (in a
+//      cycle: the chunk used longest ago, so the subset the cycle began with is replaced first);
+//   5. slots with a predicted next use (an absolute tick of the pool's access clock, computed when
 //      the chunk was published or last hit), the one needed farthest in the future first: Belady's
 //      choice with learned next uses. On a cyclic scan larger than the pool this keeps a stable
-//      subset and streams the rest through the slots just used.
+//      subset and streams the rest through the slots just used; band 4 decides which subset.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +36,8 @@ struct SlotMeta {
   bool prefetched = false;    // filled by a prefetch and not yet hit by a copy
   bool owned = false;         // the chunk's only copy (a landed D2H, Engine::Adopt): never a victim
   bool transit = false;       // taken for a host-to-device fill and not free since (PinRun)
+  bool spread_out = false;    // predicted, but sampled out of the kept set (slot_spread.h)
+  bool resident = false;      // the chunk was also resident in T1 when published (slot_spread.h)
   uint64_t owned_seq = 0;     // which owned_fifo_ entry is current
   uint64_t region = 0;
   uint64_t chunk = 0;
@@ -48,6 +53,7 @@ inline constexpr uint64_t kNoNextUse = UINT64_MAX;
 // Eviction keys: three bands, larger = leaves first.
 inline constexpr uint64_t kColdBand = 1ull << 63;                 // [2^63, 2^63 + 2^62)
 inline constexpr uint64_t kEmptyBand = kColdBand + (1ull << 62);  // [2^63 + 2^62, 2^64)
+inline constexpr uint64_t kSpreadOutBand = 1ull << 62;            // [2^62, 2^63)
 inline constexpr uint64_t kMaxPredictedTick = (1ull << 62) - 1;   // predicted: [0, 2^62)
 
 inline uint64_t EvictKey(const SlotMeta& s, int slot) {
@@ -56,10 +62,14 @@ inline uint64_t EvictKey(const SlotMeta& s, int slot) {
     const uint64_t lu = s.last_use < kMaxPredictedTick ? s.last_use : kMaxPredictedTick;
     return kColdBand + (kMaxPredictedTick - lu);
   }
-  return s.next_use < kMaxPredictedTick ? s.next_use : kMaxPredictedTick;
+  const uint64_t tick = s.next_use < kMaxPredictedTick ? s.next_use : kMaxPredictedTick;
+  return s.spread_out ? kSpreadOutBand + (kMaxPredictedTick - tick) : tick;
 }
 inline bool IsPredictedKey(uint64_t key) {
   return key < kColdBand;
+}
+inline bool IsSpreadOutKey(uint64_t key) {
+  return key >= kSpreadOutBand && key < kColdBand;
 }
 
 // Answers how many chunk accesses from now (region, chunk) is next used, or kNoNextUse. The pool
@@ -90,6 +100,8 @@ class VictimIndex {
   void Remove(int slot);
 
   size_t size() const { return set_.size(); }
+  // How many candidates have a spread-out key (IsSpreadOutKey). O(1).
+  size_t spread_out() const { return spread_out_; }
   bool empty() const { return set_.empty(); }
   // The candidate with the largest key (ties: the larger slot index), or -1.
   int Max() const { return set_.empty() ? -1 : set_.rbegin()->second; }
@@ -102,6 +114,7 @@ class VictimIndex {
   std::vector<Set::iterator> it_;       // valid while in_[slot]
   std::vector<Set::node_type> parked_;  // the slot's node while !in_[slot]
   std::vector<bool> in_;
+  size_t spread_out_ = 0;
 };
 
 }  // namespace zrtier

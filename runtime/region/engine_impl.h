@@ -195,7 +195,7 @@ class Engine::Impl {
   void Reprotect(const void* p, size_t len, bool wp);
   long ReprotectClaimed(Region* r, size_t first, size_t end, bool wp);
   uint64_t Generation(const void* p) const;
-  void Generations(const void* p, size_t n, uint64_t* out) const;
+  void Generations(const void* p, size_t n, uint64_t* out, bool* resident) const;
 
   // Adopted chunks (kExternal): runtime/region/external.cc
   Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered);

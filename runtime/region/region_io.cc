@@ -281,11 +281,17 @@ void Engine::Impl::Reprotect(const void* p, size_t len, bool wp) {
   }
 }
 
-void Engine::Impl::Generations(const void* p, size_t n, uint64_t* out) const {
+void Engine::Impl::Generations(const void* p, size_t n, uint64_t* out, bool* resident) const {
   std::shared_ptr<Region> r = Find(p);
   size_t first = r ? r->table.IndexOf(p) : 0;
-  for (size_t i = 0; i < n; ++i)
-    out[i] = r && first + i < r->table.n ? CacheableGeneration(r->table.chunks[first + i]) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool in = r && first + i < r->table.n;
+    out[i] = in ? CacheableGeneration(r->table.chunks[first + i]) : 0;
+    if (resident) {
+      const uint32_t state = in ? StateOf(r->table.chunks[first + i].word.load()) : kEmpty;
+      resident[i] = state == kClean || state == kDirty;
+    }
+  }
 }
 
 uint64_t Engine::Impl::Generation(const void* p) const {
