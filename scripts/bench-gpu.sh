@@ -38,7 +38,7 @@ for stage in "${stages[@]}"; do
           pool=$((total * pct / 100 + (64 << 20)))
           ZRTIER_PREFETCH_AHEAD=${PREFETCH:-0} ZRTIER_PINNED_POOL=$pool BENCH_POOL_BYTES=$pool ZRTIER_RESIDENT_LIMIT=$resident \
             LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py stream --total "$STREAM_TOTAL" \
-            --layer "$STREAM_LAYER" --passes 5 | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool${pct}_$data\"/" \
+            --layer "$STREAM_LAYER" --passes 6 | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool${pct}_$data\"/" \
             | tee -a "$OUTF"
         done
       done ;;
@@ -72,7 +72,7 @@ if copy:
                 print(f"{size >> 20:>5}M {d:>4} {case:<12} {g:7.2f} {g / raw:6.2f} {g / pg:10.2f}")
 stream = [r for r in rows if r.get("mode") == "stream"]
 if stream:
-    print("\nCyclic streaming of bf16 layers (GB/s: median of passes 3-5, after two learning passes; ratio to raw pinned in the same process)")
+    print("\nCyclic streaming of bf16 layers (GB/s: median of passes 4-6, after three learning passes; ratio to raw pinned in the same process)")
     raw = None
     for r in stream:
         if r["case"] == "raw_pinned":
@@ -84,6 +84,9 @@ if stream:
               f"first pass {r['first_pass_gbps']:.2f} GB/s; prefetch hit ratio "
               f"{'n/a' if hr is None else f'{hr:.3f}'}; bytes from T0 "
               f"{r.get('h2d_t0_hit_bytes_fraction')}, decoded {r.get('bytes_decoded_fraction')}")
+        if r.get("pass_gbps"):
+            print(f"{'':<18} passes {r['pass_gbps']} GB/s; last pass, tenths from T0 per layer: "
+                  f"{r.get('last_pass_t0_tenths')}")
 inf = {r["case"]: r["r"] for r in rows if r.get("mode") == "infer"}
 if "plain" in inf:
     p = inf["plain"]

@@ -195,17 +195,24 @@ def stream_mode(total, layer, passes):
         torch.cuda.synchronize()
         h2d0, ready0 = stat("h2d_copies"), stat("copies_ready")
         times = []
-        # The first passes teach the predictor (the first read pass is its profile; placement by
-        # predicted reuse keeps its subset from the third on): steady state is measured after them.
-        learn = min(2, passes - 1)
+        # The first passes teach the predictor and settle placement: the first read pass is the
+        # predictor's profile, placement by predicted reuse keeps its subset from the second on,
+        # and the spread (ZRTIER_SPREAD) moves that subset to a share of every layer over the
+        # next one or two (pass_gbps shows it). Steady state is measured after three.
+        learn = min(3, passes - 1)
         for p in range(passes):
             if p == learn:  # the steady passes: where the bytes came from, where time went
                 steady0 = {k: stat(k) for k in ("h2d_bytes", "h2d_t0_hit_bytes", "bytes_decoded")}
                 prof0 = profile_now()
+            last = p == passes - 1 and ZR is not None and case != "raw_pinned"
+            hits = []
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for i, h in enumerate(layers):
+                before = stat("h2d_t0_hit_bytes") if last else 0
                 bufs[i % 2].copy_(h, non_blocking=True)
+                if last:  # counted when the copy is planned, before it returns
+                    hits.append(stat("h2d_t0_hit_bytes") - before)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             # bytes check on the last layer streamed
@@ -220,6 +227,11 @@ def stream_mode(total, layer, passes):
                 for k in ("h2d_t0_hit_bytes", "bytes_decoded")}
         emit(mode="stream", case=case, dir="h2d", bytes=total, layer_bytes=layer, passes=passes,
              gbps=total / steady / 1e9, first_pass_gbps=total / times[0] / 1e9,
+             pass_gbps=[round(total / t / 1e9, 2) for t in times],
+             # Per layer of the last pass, tenths of its bytes found in T0 (9 = 85 % or more):
+             # whether the hits are spread over the pass or bunched.
+             last_pass_t0_tenths="".join(str(min(9, round(10 * b / layer))) for b in hits),
+             spread_permille=stat("t0_spread_permille"),  # the share of groups T0 keeps
              prefetch_hit_ratio=(ready / copies) if copies else None,
              pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")), **frac,
              **profile_since(prof0, nl * (passes - learn)))
@@ -248,7 +260,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--total", default="16G")
     ap.add_argument("--layer", default="256M")
-    ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument("--passes", type=int, default=6)
     a = ap.parse_args()
     torch.cuda.init()
     if a.mode == "copy":

@@ -8,6 +8,7 @@
 // a cached hit or Acquire(prev) + Publish, unpinned piece by piece) over host memory (no GPU), with
 // the learned predictor in learn-only mode (ZRTIER_POLICY=reuse) or none (lru), beside Belady's
 // offline optimum at the same number of slots; plus the pool's cost per chunk (ns) at --slots.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +46,7 @@ struct PolicyArgs {
   uint64_t slots = 50000;
   uint32_t piece = 64;
   uint32_t inflight = 0;
+  bool no_spread = false;
 };
 
 struct Case {
@@ -118,11 +120,12 @@ struct PoolRun {
 // oracle. `inflight`: pieces whose slots stay held after the piece, oldest released first (DMAs
 // still on the wire keep their slots pending in the shim; neither a hit nor a victim meanwhile).
 PoolRun RunPool(const std::vector<policy::Access>& trace, size_t slots, uint32_t piece,
-                uint32_t inflight, bool reuse) {
+                uint32_t inflight, bool reuse, bool spread = true) {
   PoolRun r;
   std::unique_ptr<PinnedPool> pool;
   if (!PinnedPool::Create(HostMemoryCudaApi(), slots * 64, 64, &pool).ok()) return r;
   std::unique_ptr<LearnedOracle> oracle;
+  pool->set_spread(spread);
   if (reuse) {
     oracle = std::make_unique<LearnedOracle>();
     pool->SetOracle(oracle.get());
@@ -228,10 +231,38 @@ double SteadyHitRatio(const std::vector<bool>& hit) {
   return hit.size() > from ? double(h) / double(hit.size() - from) : 0;
 }
 
+// How evenly the hits spread over the copies (second half of the accesses): the 10th and 90th
+// percentile of the per-copy hit fraction. A pool that keeps a prefix of each pass shows 0 and 1
+// (copies all hit, then all miss: decode and DMA cannot overlap); an even spread shows both near
+// the hit ratio.
+std::pair<double, double> CopyHitPercentiles(const std::vector<policy::Access>& trace,
+                                             const std::vector<bool>& hit) {
+  std::vector<double> f;
+  size_t pos = 0;
+  for (const policy::Access& a : trace) {
+    if (pos >= hit.size() / 2 && a.chunk_count > 0) {
+      size_t h = 0;
+      for (uint32_t i = 0; i < a.chunk_count && pos + i < hit.size(); ++i) h += hit[pos + i];
+      f.push_back(double(h) / a.chunk_count);
+    }
+    pos += a.chunk_count;
+  }
+  if (getenv("KSPREAD_DEBUG")) {
+    std::string l;
+    for (size_t i = f.size() - 64; i < f.size(); ++i)
+      l += char('0' + std::min(9, int(f[i] * 10 + 0.5)));
+    fprintf(stderr, "last pass: %s\n", l.c_str());
+  }
+  if (f.empty()) return {0, 0};
+  std::sort(f.begin(), f.end());
+  return {f[f.size() / 10], f[f.size() * 9 / 10]};
+}
+
 void RunPoolBench(const PolicyArgs& args) {
   Report report({"case", "pool_fraction", "reuse", "lru", "belady", "reuse_vs_belady",
-                 "reuse_chunks_per_dma", "lru_chunks_per_dma", "reuse_ns_per_chunk",
-                 "lru_ns_per_chunk", "learn_ns_per_chunk"});
+                 "reuse_copy_hit_p10", "reuse_copy_hit_p90", "reuse_chunks_per_dma",
+                 "lru_chunks_per_dma", "reuse_ns_per_chunk", "lru_ns_per_chunk",
+                 "learn_ns_per_chunk"});
   const std::pair<const char*, policy::TraceShape> shapes[] = {
       {"cyclic", policy::TraceShape::kCyclic}, {"fwdbwd", policy::TraceShape::kForwardBackward}};
   for (const auto& [name, shape] : shapes) {
@@ -248,12 +279,13 @@ void RunPoolBench(const PolicyArgs& args) {
       const uint32_t piece = std::max<uint32_t>(1, std::min<uint32_t>(args.piece, slots / 4));
       // At most half the pool on the wire (the shim's H2D pipeline holds no more).
       const uint32_t inflight = std::min<uint32_t>(args.inflight, slots / 2 / piece);
-      const PoolRun zr = RunPool(trace, slots, piece, inflight, true);
+      const PoolRun zr = RunPool(trace, slots, piece, inflight, true, !args.no_spread);
       const PoolRun lru = RunPool(trace, slots, piece, inflight, false);
       const double b = SteadyHitRatio(BeladyHits(trace, slots));
       const double z = SteadyHitRatio(zr.hit);
+      const auto [p10, p90] = CopyHitPercentiles(trace, zr.hit);
       report.AddRow({name, Fixed(f, 2), Fixed(z, 4), Fixed(SteadyHitRatio(lru.hit), 4), Fixed(b, 4),
-                     Fixed(b > 0 ? z / b : 0, 3),
+                     Fixed(b > 0 ? z / b : 0, 3), Fixed(p10, 2), Fixed(p90, 2),
                      Fixed(zr.runs ? double(zr.miss_chunks) / double(zr.runs) : 0, 1),
                      Fixed(lru.runs ? double(lru.miss_chunks) / double(lru.runs) : 0, 1),
                      Fixed(zr.ns_per_chunk, 0), Fixed(lru.ns_per_chunk, 0),
@@ -266,11 +298,11 @@ void RunPoolBench(const PolicyArgs& args) {
   big.chunks_per_layer = 1024;
   big.passes = 4;
   const std::vector<policy::Access> big_trace = policy::MakeTrace(big);
-  const PoolRun zr = RunPool(big_trace, args.slots, args.piece, 0, true);
+  const PoolRun zr = RunPool(big_trace, args.slots, args.piece, 0, true, !args.no_spread);
   const PoolRun lru = RunPool(big_trace, args.slots, args.piece, 0, false);
   report.AddRow({"cost_" + std::to_string(args.slots) + "_slots", "0.50",
-                 Fixed(SteadyHitRatio(zr.hit), 4), Fixed(SteadyHitRatio(lru.hit), 4), "-", "-",
-                 Fixed(zr.runs ? double(zr.miss_chunks) / double(zr.runs) : 0, 1),
+                 Fixed(SteadyHitRatio(zr.hit), 4), Fixed(SteadyHitRatio(lru.hit), 4), "-", "-", "-",
+                 "-", Fixed(zr.runs ? double(zr.miss_chunks) / double(zr.runs) : 0, 1),
                  Fixed(lru.runs ? double(lru.miss_chunks) / double(lru.runs) : 0, 1),
                  Fixed(zr.ns_per_chunk, 0), Fixed(lru.ns_per_chunk, 0),
                  Fixed(zr.learn_ns_per_chunk, 0)});
@@ -336,6 +368,8 @@ void AddPolicy(CLI::App* bench) {
   cmd->add_option("--inflight", args->inflight,
                   "--pool: pieces still on the wire (their slots held) behind the one planned")
       ->capture_default_str();
+  cmd->add_flag("--no-spread", args->no_spread,
+                "--pool: keep whichever subset of a cycle the pool held (ZRTIER_SPREAD=0)");
   cmd->callback([args] {
     if (args->pool)
       RunPoolBench(*args);
