@@ -343,8 +343,8 @@ void Engine::SetExternalCopies(ExternalCopies* x) {
 Status Engine::Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) {
   return impl_->Adopt(p, n, gens, registered);
 }
-Status Engine::Attach(void* chunk_start, uint64_t gen, const void* bytes) {
-  return impl_->Attach(chunk_start, gen, bytes);
+Status Engine::Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
+  return impl_->Attach(chunk_start, gen, bytes, installed);
 }
 EngineUsage Engine::Usage() const {
   return impl_->Usage();

@@ -165,11 +165,16 @@ class Engine {
   // faults on those chunks wait and are then served from the holder. EINVAL outside a region.
   Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered);
   // Gives an external chunk its bytes back: if the chunk starting at `chunk_start` is still
-  // external at generation `gen`, installs `bytes` write-protected (clean, same generation).
-  // Returns OK (the holder may forget its copy) also when the chunk is no longer external at `gen`
-  // (written, installed or freed meanwhile: then nothing changes); an error (UFFDIO_COPY failed)
-  // means the chunk is still external and the holder must keep its copy.
-  Status Attach(void* chunk_start, uint64_t gen, const void* bytes);
+  // external at generation `gen`, installs `bytes` write-protected (T1: clean, same generation)
+  // when the resident budget has room for one more chunk; without room it encodes them into the
+  // store instead (T2: stored at the same generation, no pages) -- it never waits for the evictor,
+  // so a write-back costs one encode, not an install plus another chunk's eviction. A store that
+  // refuses the entry (full, I/O error) makes it install anyway. *installed (optional): whether
+  // the bytes went into the region. Returns OK (the holder may forget its copy) also when the
+  // chunk is no longer external at `gen` (written, installed or freed meanwhile: then nothing
+  // changes); an error (UFFDIO_COPY failed) means the chunk is still external and the holder must
+  // keep its copy.
+  Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed = nullptr);
   EngineUsage Usage() const;
   const Codec& codec() const;
 

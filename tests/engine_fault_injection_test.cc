@@ -1,6 +1,7 @@
 // Engine error paths with injected failures (FaultyOs, a failing store): creation fails with a
-// Status naming cause and fix; a full or failing store keeps chunks resident and nothing is lost;
-// a dead fault handler is reported on stderr.
+// Status naming cause and fix; a full or failing store keeps chunks resident and nothing is lost
+// (also when an adopted chunk's write-back has no room in T1); a dead fault handler is reported on
+// stderr.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -12,6 +13,7 @@
 #include "runtime/base/stats.h"
 #include "runtime/engine.h"
 #include "tests/testutil/data.h"
+#include "tests/testutil/external_holder.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
 
@@ -173,6 +175,74 @@ TEST(EngineFaultInjectionTest, StoreIoErrorOnEvictionLosesNothing) {
   EXPECT_NE(st.message().find("chunk at"), std::string::npos) << st.message();
   flaky->get_err.store(0);
   EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+}
+
+// Attach (an owned T0 slot's write-back) installs the bytes while T1 has room; without room it
+// encodes them into the store (same generation, no pages, an all-zero chunk stores nothing), and
+// a store that refuses the entry makes it install past the limit. Every byte reads back.
+TEST(EngineFaultInjectionTest, AttachWithoutRoomStoresTheBytesOrInstallsThem) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto store = std::make_unique<FlakyStore>();
+  FlakyStore* flaky = store.get();
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestOptions(), Os::Default(), std::move(store), &e).ok());
+  const size_t cs = e->chunk_size(), n = 4;
+  testing::ExternalHolder holder(cs);
+  e->SetExternalCopies(&holder);
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
+  char* p = static_cast<char*>(r.base);
+  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 14, n * cs);
+  memset(data.data() + 2 * cs, 0, cs);  // chunk 2: all zero
+  std::vector<uint64_t> gens(n);
+  ASSERT_TRUE(e->Adopt(p, n, gens.data(), [&] {
+                 for (size_t k = 0; k < n; ++k) holder.Hold(r.id, k, gens[k], data.data() + k * cs);
+               }).ok());
+  EXPECT_EQ(e->Usage().external_bytes, n * cs);
+
+  // No limit: room, installed.
+  bool installed = false;
+  ASSERT_TRUE(e->Attach(p, gens[0], data.data(), &installed).ok());
+  EXPECT_TRUE(installed);
+  EXPECT_EQ(e->Usage().resident_bytes, cs);
+
+  // A limit of one chunk, reached: chunks 1 (bf16) and 2 (zero) go to the store, encoded.
+  e->SetResidentLimit(cs);
+  const uint64_t encoded0 = StatGet(Stat::bytes_encoded);
+  for (size_t k : {1, 2}) {
+    installed = true;
+    ASSERT_TRUE(e->Attach(p + k * cs, gens[k], data.data() + k * cs, &installed).ok());
+    EXPECT_FALSE(installed) << "chunk " << k;
+    EXPECT_EQ(e->Generation(p + k * cs), gens[k]) << "chunk " << k;
+  }
+  EXPECT_EQ(StatGet(Stat::bytes_encoded) - encoded0, 2 * cs);
+  EngineUsage u = e->Usage();
+  EXPECT_EQ(u.resident_bytes, cs);
+  EXPECT_EQ(u.stored_raw_bytes, cs);  // chunk 1; chunk 2 is empty
+  EXPECT_EQ(u.external_bytes, cs);    // chunk 3
+  uint64_t g[n];
+  bool resident[n];
+  e->Generations(p, n, g, resident);
+  EXPECT_TRUE(resident[0]);
+  EXPECT_FALSE(resident[1]);
+  EXPECT_FALSE(resident[2]);
+
+  // The store refuses chunk 3: installed anyway (nothing waits, nothing is lost).
+  flaky->put_err.store(ENOSPC);
+  const uint64_t full0 = StatGet(Stat::store_full);
+  installed = false;
+  ASSERT_TRUE(e->Attach(p + 3 * cs, gens[3], data.data() + 3 * cs, &installed).ok());
+  EXPECT_TRUE(installed);
+  EXPECT_GE(StatGet(Stat::store_full) - full0, 1u);  // (the evictor may fail on it too)
+  EXPECT_EQ(e->Usage().external_bytes, 0u);
+  flaky->put_err.store(0);
+
+  std::vector<char> out(n * cs);
+  ASSERT_TRUE(e->Read(p, n * cs, out.data(), nullptr).ok());
+  EXPECT_EQ(out, data);
+  EXPECT_EQ(0, memcmp(p, data.data(), n * cs));  // CPU loads: faults decode chunk 1
+  EXPECT_TRUE(e->Free(p).ok());
+  e->SetExternalCopies(nullptr);
 }
 
 TEST(EngineFaultInjectionTest, TinyStoreLimitFillsUpWithoutLoss) {

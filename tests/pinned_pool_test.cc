@@ -3,8 +3,8 @@
 // in-flight slots are never handed out, the prefetch reserve and skip rule, and -- with the real
 // learned predictor in learn-only mode -- that a cyclic scan larger than the pool gets at least
 // 0.9 x Belady's hits where LRU gets none, and that the spread (slot_spread.h) keeps a share of
-// every layer of such a scan instead of a prefix of it. The pool runs over a host-only CUDA table
-// (no GPU).
+// every layer of such a scan instead of a prefix of it, also of layers a D2H left in owned slots.
+// The pool runs over a host-only CUDA table (no GPU).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -260,7 +260,7 @@ TEST(PinnedPool, AdoptRunSupersedesTheOwnedCopyOfAChunk) {
   EXPECT_EQ(region, 1u);
   EXPECT_EQ(chunk, 5u);
   EXPECT_EQ(gen, 201u);
-  pool->ReleaseOwned(taken, /*written=*/true);
+  pool->ReleaseOwned(taken, /*written=*/true, /*resident=*/true);
   EXPECT_EQ(pool->owned_slots(), 0u);
   EXPECT_EQ(StatGet(Stat::t0_owned_bytes), owned0);
   EXPECT_LT(pool->TakeOwned(PinnedPool::kAnyRegion, &region, &chunk, &gen), 0);
@@ -624,6 +624,86 @@ TEST(PinnedPoolPlacement, SpreadKeepsAShareOfEveryLayer) {
       EXPECT_GE(mixed, kLayers * 9 / 10);
     else
       EXPECT_LE(mixed, kLayers / 4);  // the metric tells a prefix from a spread
+    pool->SetOracle(nullptr);
+  }
+}
+
+TEST(PinnedPoolPlacement, OwnedLayersReadEveryCycleJoinTheSpread) {
+  // The same scan after a fill by D2H copies, which leaves the last layers in owned slots (3/8 of
+  // the pool: what the shim's write-back keeps). Owned slots are no victims, so those layers stay
+  // all hits -- a prefix again -- unless the ones the spread samples out are written back
+  // (TakeWanted, ReleaseOwned; the shim does it on its workers) and become plain cached copies.
+  const uint32_t kLayers = 32, kChunksPerLayer = 1024, kPasses = 8, kOwnedLayers = 6;
+  const size_t kPiece = 64;
+  const uint64_t data = uint64_t{kLayers} * kChunksPerLayer, gen = 1;
+  for (bool write_back : {true, false}) {
+    auto pool = MakePool(data / 2);
+    LearnedOracle oracle(64);
+    pool->SetOracle(&oracle);
+    for (uint32_t l = kLayers - kOwnedLayers; l < kLayers; ++l) {
+      std::vector<PinnedPool::PublishItem> items;
+      int prev = -1;
+      for (uint32_t i = 0; i < kChunksPerLayer; ++i) {
+        prev = pool->Acquire(prev);
+        ASSERT_GE(prev, 0);
+        items.push_back({prev, uint64_t{l} * kChunksPerLayer + i, gen});
+      }
+      pool->AdoptRun(1, items.data(), items.size());
+      for (const auto& it : items) pool->Unpin(it.slot);
+    }
+    const size_t owned0 = pool->owned_slots();
+    ASSERT_EQ(owned0, size_t{kOwnedLayers} * kChunksPerLayer);
+    std::vector<bool> hit;
+    std::vector<int> held;
+    size_t written = 0;
+    for (uint32_t pass = 0; pass < kPasses; ++pass) {
+      for (uint32_t l = 0; l < kLayers; ++l) {
+        const policy::Access a{1, uint64_t{l} * kChunksPerLayer, kChunksPerLayer};
+        oracle.OnAccess(a);
+        pool->NoteAccess(a.chunk_count);
+        int prev = -1;
+        for (uint32_t i = 0; i < a.chunk_count; ++i) {
+          const uint64_t c = a.first_chunk + i;
+          int slot = pool->PinCached(a.region, c, gen);
+          hit.push_back(slot >= 0);
+          if (slot < 0) {
+            slot = pool->Acquire(prev);
+            ASSERT_GE(slot, 0);
+            pool->Publish(slot, a.region, c, gen);
+          }
+          held.push_back(slot);
+          prev = slot;
+          if (held.size() == kPiece) {
+            for (int s : held) pool->Unpin(s);
+            held.clear();
+            prev = -1;
+          }
+        }
+        uint64_t region, chunk, g;
+        for (int slot; write_back && (slot = pool->TakeWanted(&region, &chunk, &g)) >= 0;) {
+          ASSERT_EQ(g, gen);
+          pool->ReleaseOwned(slot, /*written=*/true, /*resident=*/false);
+          ++written;
+        }
+      }
+    }
+    const size_t last = hit.size() - data;
+    const double ratio = double(std::count(hit.begin() + last, hit.end(), true)) / data;
+    const size_t mixed = MixedLayers(hit, last, kLayers, kChunksPerLayer);
+    printf(
+        "write-back %d: %zu of %zu owned slots written back (%zu wanted now), last pass hit "
+        "ratio %.3f, %zu of %u layers mixed, member share %.3f\n",
+        write_back, written, owned0, pool->wanted_slots(), ratio, mixed, kLayers,
+        pool->spread_member_fraction());
+    EXPECT_GE(ratio, 0.45) << "write-back " << write_back;  // Belady: 0.5
+    if (write_back) {
+      EXPECT_GT(written, owned0 / 2);
+      EXPECT_GE(mixed, kLayers * 9 / 10);
+    } else {
+      EXPECT_EQ(pool->owned_slots(), owned0);
+      EXPECT_GT(pool->wanted_slots(), owned0 / 2);
+      EXPECT_LE(mixed, kLayers - kOwnedLayers);  // the owned layers: all hits
+    }
     pool->SetOracle(nullptr);
   }
 }

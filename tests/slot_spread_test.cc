@@ -1,7 +1,7 @@
 // Covers SlotSpread (runtime/cuda/slot_spread.h): the hash sample's share follows the threshold,
 // only non-members beyond the pool's reach are sampled out (and resident members while the copies
 // decode), the first cycle estimate, and the feedback once per cycle (members evicted: fewer
-// members; sampled-out slots to spare: more).
+// members; sampled-out slots to spare, or owned slots written back: more).
 #include "runtime/cuda/slot_spread.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +114,21 @@ TEST(SlotSpread, SampledOutSlotsToSpareRaiseTheThreshold) {
   s.OnEvictSampledOut(10);
   Window(&s, 4 * kSlots, 4 * kSlots);
   EXPECT_NEAR(s.member_fraction(), start + 200.0 / 4000, 1e-3);
+}
+
+TEST(SlotSpread, OwnedSlotsThatLeaveRaiseTheThreshold) {
+  SlotSpread s(kSlots);
+  Window(&s, 4 * kSlots, kSlots, /*owned=*/500);
+  const double start = s.member_fraction();
+  // 300 owned slots written back during the cycle: room for 300 more member chunks.
+  Window(&s, 4 * kSlots, 4 * kSlots, /*owned=*/200);
+  EXPECT_NEAR(s.member_fraction(), start + 300.0 / 4000, 1e-3);
+  // Owned unchanged, nothing to spare: unchanged. Spare slots count only when they are more.
+  Window(&s, 4 * kSlots, 4 * kSlots, 200);
+  EXPECT_NEAR(s.member_fraction(), start + 300.0 / 4000, 1e-3);
+  s.OnEvictSampledOut(115);
+  Window(&s, 4 * kSlots, 4 * kSlots, 150);  // 50 left, 100 to spare
+  EXPECT_NEAR(s.member_fraction(), start + 400.0 / 4000, 1e-3);
 }
 
 TEST(SlotSpread, ResidentMembersMakeRoomWhileCopiesDecode) {

@@ -512,6 +512,9 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     StatAdd(Stat::copy_wait_ns, MonotonicNs() - t_wait);
   }
   report();
+  // Owned slots these hits asked to leave (PinnedPool::TakeWanted): queued behind this copy's
+  // fills.
+  MaybeWriteBack();
   // After an error: let the queued fills finish (they write into our slots), then release.
   for (auto& pc : inflight) {
     if (pc->fill) workers_->Wait(*pc->fill);
@@ -727,40 +730,56 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
   return err;
 }
 
+bool Shim::WriteBackSlot(int slot, uint64_t rid, uint64_t chunk, uint64_t gen) {
+  Status st;
+  bool installed = false;
+  {
+    // Held shared while attaching: FreeHost cannot free the region meanwhile.
+    std::shared_lock<std::shared_mutex> l(regions_mu_);
+    auto it = regions_.find(rid);
+    if (it != regions_.end())  // else freed: the copy is garbage
+      st = backend_->Attach(static_cast<char*>(it->second.base) + chunk * chunk_, gen,
+                            pool_->SlotPtr(slot), &installed);
+  }
+  pool_->ReleaseOwned(slot, st.ok(), installed);
+  if (!st.ok()) {
+    ZRTIER_LOG_ONCE(LogLevel::kError,
+                    "writing an owned T0 slot back into its region failed: %s (it stays in T0)",
+                    st.ToString().c_str());
+    return false;
+  }
+  StatAdd(Stat::t0_writebacks, 1);
+  return true;
+}
+
 void Shim::WriteBack(uint64_t region, size_t keep) {
   while (pool_->owned_slots() > keep) {
     uint64_t rid, chunk, gen;
     const int slot = pool_->TakeOwned(region, &rid, &chunk, &gen);
-    if (slot < 0) break;
-    Status st;
-    {
-      // Held shared while attaching: FreeHost cannot free the region meanwhile.
-      std::shared_lock<std::shared_mutex> l(regions_mu_);
-      auto it = regions_.find(rid);
-      if (it != regions_.end())  // else freed: the copy is garbage
-        st = backend_->Attach(static_cast<char*>(it->second.base) + chunk * chunk_, gen,
-                              pool_->SlotPtr(slot));
-    }
-    pool_->ReleaseOwned(slot, st.ok());
-    if (!st.ok()) {
-      ZRTIER_LOG_ONCE(LogLevel::kError,
-                      "writing an owned T0 slot back into its region failed: %s (it stays in T0)",
-                      st.ToString().c_str());
-      break;
-    }
-    StatAdd(Stat::t0_writebacks, 1);
+    if (slot < 0 || !WriteBackSlot(slot, rid, chunk, gen)) break;
+  }
+}
+
+void Shim::WriteBackWanted(size_t max) {
+  for (size_t k = 0; k < max; ++k) {
+    uint64_t rid, chunk, gen;
+    const int slot = pool_->TakeWanted(&rid, &chunk, &gen);
+    if (slot < 0 || !WriteBackSlot(slot, rid, chunk, gen)) break;
   }
 }
 
 void Shim::MaybeWriteBack() {
   const size_t limit = pool_->slots() / 2;
-  if (pool_->owned_slots() <= limit) return;
+  const bool over = pool_->owned_slots() > limit;
+  if (!over && pool_->wanted_slots() == 0) return;
   std::lock_guard<std::mutex> l(writeback_mu_);
   if (writeback_ && !writeback_->done()) return;  // one job at a time; it rechecks as it goes
-  // Down to 3/8 of the pool, so that the next copies do not trigger it again at once; every
-  // worker takes part (each write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per thread).
-  writeback_ = workers_->Submit(std::max(1, workers_->threads()), [this, limit](size_t) {
-    WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
+  // Over half the pool owned: down to 3/8 of the pool, so that the next copies do not trigger it
+  // again at once; every worker takes part (a write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per
+  // thread, or an encode into the store when T1 is full).
+  writeback_ = workers_->Submit(std::max(1, workers_->threads()), [this, limit, over](size_t) {
+    WriteBackWanted(kWantedPerItem);
+    if (over) WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
   });
 }
 

@@ -30,8 +30,8 @@ class EngineBackend final : public RegionBackend {
                const std::function<void()>& registered) override {
     return e_->Adopt(p, n, gens, registered);
   }
-  Status Attach(void* chunk_start, uint64_t gen, const void* bytes) override {
-    return e_->Attach(chunk_start, gen, bytes);
+  Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) override {
+    return e_->Attach(chunk_start, gen, bytes, installed);
   }
 
  private:

@@ -70,8 +70,34 @@ void PinnedPool::RekeyLocked(int slot) {
   }
 }
 
+void PinnedPool::ClearWantedLocked(SlotMeta& s) {
+  if (!s.wanted) return;
+  s.wanted = false;
+  wanted_count_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void PinnedPool::NoteOwnedHitLocked(int slot) {
+  SlotMeta& s = slots_[slot];
+  if (s.owned_hits < UINT32_MAX) ++s.owned_hits;
+  if (s.wanted || s.owned_hits < kOwnedHitsForWriteBack || !oracle_) return;
+  bool spread_out;
+  if (PredictLocked(s.region, s.chunk, /*resident=*/false, &spread_out) == kNoNextUse ||
+      !spread_out)
+    return;
+  s.wanted = true;
+  wanted_count_.fetch_add(1, std::memory_order_relaxed);
+  wanted_fifo_.emplace_back(slot, s.owned_seq);
+  if (wanted_fifo_.size() > 2 * slots_.size() + 64) {  // mostly stale: superseded before taken
+    std::deque<std::pair<int, uint64_t>> live;
+    for (const auto& e : wanted_fifo_)
+      if (slots_[e.first].wanted && slots_[e.first].owned_seq == e.second) live.push_back(e);
+    wanted_fifo_.swap(live);
+  }
+}
+
 void PinnedPool::DisownLocked(int slot) {
   SlotMeta& s = slots_[slot];
+  ClearWantedLocked(s);
   if (!s.owned) return;
   s.owned = false;
   owned_count_.fetch_sub(1, std::memory_order_relaxed);
@@ -208,9 +234,10 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   }
   ++s.pinned;
   s.last_use = ++tick_;
-  if (!s.owned) {  // an owned slot is no victim: its key is computed when it is written back
+  if (!s.owned)  // an owned slot is no victim: its key is computed when it is written back
     PredictIntoLocked(s, region, chunk);
-  }
+  else
+    NoteOwnedHitLocked(slot);
   s.prefetched = false;
   index_.Remove(slot);
   return slot;
@@ -436,6 +463,7 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
     const bool swap = o && o->owned && !o->prefetched && o->gen < items[i].gen && !s.cached &&
                       items[i].gen != kNoGeneration;
     if (swap) {
+      ClearWantedLocked(*o);
       o->owned = false;
       o->cached = false;
       o->next_use = kNoNextUse;
@@ -456,6 +484,7 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
       StatAdd(Stat::t0_owned_bytes, slot_size_);
     }
     s.owned = true;
+    s.owned_hits = 0;
     s.owned_seq = ++next_owned_seq_;
     owned_fifo_.emplace_back(slot, s.owned_seq);
     index_.Remove(slot);
@@ -478,6 +507,23 @@ size_t PinnedPool::OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) cons
     if (it != cache_.end() && slots_[it->second].owned) ++owned;
   }
   return owned;
+}
+
+int PinnedPool::TakeWanted(uint64_t* region, uint64_t* chunk, uint64_t* gen) {
+  std::lock_guard<std::mutex> l(mu_);
+  while (!wanted_fifo_.empty()) {
+    auto [slot, seq] = wanted_fifo_.front();
+    wanted_fifo_.pop_front();
+    SlotMeta& s = slots_[slot];
+    if (!s.wanted || !s.owned || s.owned_seq != seq) continue;
+    ClearWantedLocked(s);
+    ++s.pinned;
+    *region = s.region;
+    *chunk = s.chunk;
+    *gen = s.gen;
+    return slot;
+  }
+  return -1;
 }
 
 int PinnedPool::TakeOwned(uint64_t region, uint64_t* out_region, uint64_t* chunk, uint64_t* gen) {
@@ -513,13 +559,13 @@ int PinnedPool::TakeOwned(uint64_t region, uint64_t* out_region, uint64_t* chunk
   return slot;
 }
 
-void PinnedPool::ReleaseOwned(int slot, bool written) {
+void PinnedPool::ReleaseOwned(int slot, bool written, bool resident) {
   {
     std::lock_guard<std::mutex> l(mu_);
     SlotMeta& s = slots_[slot];
     if (written) {
       if (s.owned && s.cached) {  // now a plain cached copy: keyed for placement
-        s.resident = true;        // written into the region
+        s.resident = resident;
         PredictIntoLocked(s, s.region, s.chunk);
       }
       DisownLocked(slot);

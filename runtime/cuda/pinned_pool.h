@@ -21,9 +21,12 @@
 // Owned slots (DESIGN.md section 4): the slot a whole-chunk D2H landed in becomes the chunk's only
 // copy (Engine::Adopt; the engine reads it through WithBytes) instead of being copied into the
 // region. An owned slot is cached like any other (an H2D of it is a hit) but is never a victim: it
-// leaves only when the shim writes it back (TakeOwned, Engine::Attach, ReleaseOwned), when a newer
-// generation of its chunk proves it superseded, or when its region is freed. A generation is not
-// proof while it is kNoGeneration or older than the slot's (read before the Adopt).
+// leaves only when the shim writes it back (TakeOwned or TakeWanted, Engine::Attach,
+// ReleaseOwned), when a newer generation of its chunk proves it superseded, or when its region is
+// freed. A generation is not proof while it is kNoGeneration or older than the slot's (read before
+// the Adopt). An owned slot that H2D copies read again and again (weights a D2H put there, not
+// an activation read once) and that the spread samples out is "wanted" for write-back: owned, it
+// would stay in T0 whatever placement decides, a fixed prefix of the cycle.
 //
 // Locking: mu_ guards slots_, index_, cache_, inflight_, tick_ and oracle_. CUDA is NEVER called
 // with mu_ held: the fill workers publishing a landed D2H piece take mu_ (PublishRun/UnpinRun)
@@ -130,9 +133,17 @@ class PinnedPool final : public ExternalCopies {
   // fills its chunk and generation, and returns it; -1 if there is none.
   static constexpr uint64_t kAnyRegion = UINT64_MAX;
   int TakeOwned(uint64_t region, uint64_t* out_region, uint64_t* chunk, uint64_t* gen);
-  // Ends a TakeOwned: `written` (Engine::Attach succeeded) makes the slot a plain clean cached
-  // copy, evictable like any other; otherwise it stays owned. Unpins it.
-  void ReleaseOwned(int slot, bool written);
+  // Like TakeOwned, for the owned slots wanted for write-back, oldest want first: an owned slot
+  // hit by kOwnedHitsForWriteBack H2D copies and then sampled out by the spread (a share of the
+  // cycle other chunks should hold). -1 if none is wanted.
+  static constexpr uint32_t kOwnedHitsForWriteBack = 2;
+  int TakeWanted(uint64_t* region, uint64_t* chunk, uint64_t* gen);
+  size_t wanted_slots() const { return wanted_count_.load(std::memory_order_relaxed); }
+  // Ends a TakeOwned or TakeWanted: `written` (Engine::Attach succeeded) makes the slot a plain
+  // clean cached copy, evictable like any other (`resident`: Attach installed the chunk in T1
+  // rather than storing it in T2, which is what a miss of it costs); otherwise it stays owned.
+  // Unpins it.
+  void ReleaseOwned(int slot, bool written, bool resident);
   size_t owned_slots() const { return owned_count_.load(std::memory_order_relaxed); }
   // How many of chunks first_chunk .. first_chunk+n-1 of `region` have an owned slot now.
   size_t OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) const;
@@ -218,6 +229,10 @@ class PinnedPool final : public ExternalCopies {
   // nothing is in flight.
   bool SyncOldest();
   void DisownLocked(int slot);
+  // An H2D hit of the owned slot: counts it and, past kOwnedHitsForWriteBack, queues the slot
+  // for write-back when the spread samples its chunk out.
+  void NoteOwnedHitLocked(int slot);
+  void ClearWantedLocked(SlotMeta& s);
 
   const CudaApi* api_;
   char* base_;
@@ -243,6 +258,10 @@ class PinnedPool final : public ExternalCopies {
   // Owned slots, oldest adoption first, as (slot, owned_seq): an entry whose slot is no longer
   // owned at that sequence is stale and skipped (compacted when it outgrows the pool).
   std::deque<std::pair<int, uint64_t>> owned_fifo_;
+  // Owned slots wanted for write-back, as (slot, owned_seq), oldest want first; an entry whose
+  // slot is no longer wanted at that sequence is stale and skipped.
+  std::deque<std::pair<int, uint64_t>> wanted_fifo_;
+  std::atomic<size_t> wanted_count_{0};
   uint64_t next_owned_seq_ = 0;
   std::atomic<size_t> owned_count_{0};
   std::atomic<size_t> transit_count_{0};  // slots with SlotMeta::transit (changed under mu_)

@@ -49,7 +49,7 @@ class RegionBackend {
   virtual Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) {
     return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
   }
-  virtual Status Attach(void* chunk_start, uint64_t gen, const void* bytes) {
+  virtual Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
     return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
   }
   // Compresses the chunks of [p, p+len) out of T1 now (Engine::EvictRange). Backends without

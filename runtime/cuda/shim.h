@@ -129,8 +129,16 @@ class Shim {
   // Writes owned slots back (oldest first; of `region` only unless PinnedPool::kAnyRegion) until
   // at most `keep` are owned.
   void WriteBack(uint64_t region, size_t keep);
-  // Once more than half the pool is owned, writes the oldest back on a worker.
+  // Writes back up to `max` of the owned slots the pool wants written back (TakeWanted).
+  void WriteBackWanted(size_t max);
+  // Writes `slot` (pinned by TakeOwned/TakeWanted, caching chunk `chunk` of region `rid` at `gen`)
+  // back through RegionBackend::Attach and releases it; false (logged once) if that failed.
+  bool WriteBackSlot(int slot, uint64_t rid, uint64_t chunk, uint64_t gen);
+  // On a worker, one job at a time: once more than half the pool is owned, writes the oldest back;
+  // and writes back some of the slots the pool wants written back (kWantedPerItem per worker,
+  // so that the copies' fills queued behind the job wait for little).
   void MaybeWriteBack();
+  static constexpr size_t kWantedPerItem = 64;
   // Queued-but-unpublished D2H copies per chunk.
   void MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta);
   bool AnyPending(uint64_t region, uint64_t first, uint64_t last);

@@ -55,10 +55,15 @@ void SlotSpread::EndWindow(size_t owned) {
     // the first window after the estimate: non-members are sampled out only once they are used
     // again, so in that window members find no sampled-out slot whatever the threshold.
     if (windows_ > 1) theta_ -= std::min(theta_, kOne * evicted_ / n);
-  } else if (min_free_ != SIZE_MAX && min_free_ > Reserve()) {
-    // Sampled-out slots that no miss needed all window long: room for that many more members.
-    theta_ = std::min(kOne, theta_ + kOne * (min_free_ - Reserve()) / n);
+  } else {
+    // Sampled-out slots that no miss needed all window long, or owned slots that left since the
+    // last window (their chunks written back): room for that many more members.
+    uint64_t room = owned < owned_at_ ? owned_at_ - owned : 0;
+    if (min_free_ != SIZE_MAX && min_free_ > Reserve())
+      room = std::max<uint64_t>(room, min_free_ - Reserve());
+    theta_ = std::min(kOne, theta_ + kOne * room / n);
   }
+  owned_at_ = owned;
   const uint64_t decoded = StatGet(Stat::bytes_decoded);
   decoding_ = decoded != decoded_at_;
   decoded_at_ = decoded;

@@ -23,7 +23,9 @@
 // The threshold follows the pool: it starts at the share of the cycle (the largest predicted
 // distance over a window of predictions) that the pool's slots not owned can hold, then once per
 // cycle drops by the members evicted before their use (too many members) or rises by the
-// sampled-out slots that no miss needed all cycle long (room to spare, beyond a reserve).
+// sampled-out slots that no miss needed all cycle long (room to spare, beyond a reserve) -- or, if
+// more, by the owned slots that left since the last cycle (written back: PinnedPool::TakeWanted),
+// whose room the first estimate had left out.
 //
 // Thread safety: none; the pool calls it with its mutex held.
 #pragma once
@@ -76,6 +78,7 @@ class SlotSpread {
   uint64_t windows_ = 0;
   uint64_t evicted_ = 0;        // members evicted before their use this window
   size_t min_free_ = SIZE_MAX;  // fewest free sampled-out slots at an eviction this window
+  size_t owned_at_ = 0;         // owned slots when the last window ended
   uint64_t decoded_at_ = 0;     // Stat::bytes_decoded when the window began
   bool decoding_ = false;       // the previous window decoded bytes
 };

@@ -39,6 +39,8 @@ struct SlotMeta {
   bool spread_out = false;    // predicted, but sampled out of the kept set (slot_spread.h)
   bool resident = false;      // the chunk was also resident in T1 when published (slot_spread.h)
   uint64_t owned_seq = 0;     // which owned_fifo_ entry is current
+  uint32_t owned_hits = 0;    // H2D hits since the slot became owned
+  bool wanted = false;        // owned, queued for write-back (PinnedPool::TakeWanted)
   uint64_t region = 0;
   uint64_t chunk = 0;
   uint64_t gen = 0;

@@ -199,7 +199,7 @@ class Engine::Impl {
 
   // Adopted chunks (kExternal): runtime/region/external.cc
   Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered);
-  Status Attach(void* chunk_start, uint64_t gen, const void* bytes);
+  Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed);
   // Calls use(bytes) with the external copy of chunk `i` of `r` at generation `gen`; false if the
   // holder has none (or there is no holder).
   bool WithExternal(Region* r, size_t i, uint64_t gen, const std::function<void(const char*)>& use);

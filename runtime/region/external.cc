@@ -1,14 +1,15 @@
 // Adopted chunks (kExternal): a chunk whose newest copy is held outside the engine -- the T0 slot a
 // device-to-host copy landed in (DESIGN.md section 4) -- so that the D2H costs no copy into the
-// region. Adopt makes chunks external, Attach gives one its bytes back (the holder's write-back),
+// region. Adopt makes chunks external, Attach gives one its bytes back (the holder's write-back:
+// installed in T1 while the resident budget has room, else encoded straight into the store),
 // WithExternal reads the held copy for a fault (pager.cc), Read and a partial Write (region_io.cc).
 // See docs/ARCHITECTURE.md ("Owned slots").
 //
 // Why no byte is lost: a chunk enters kExternal only through Adopt, which calls the holder's
 // registration while the chunk is still claimed, so the holder has the copy before anyone can see
-// the state; the holder drops a copy only after Attach (the chunk is installed, or has moved on)
-// or once a newer generation proves it superseded; and every way out of kExternal (a fault, a
-// Write, Attach, another Adopt, Free) claims the chunk first.
+// the state; the holder drops a copy only after Attach (the chunk is installed or stored, or has
+// moved on) or once a newer generation proves it superseded; and every way out of kExternal (a
+// fault, a Write, Attach, another Adopt, Free) claims the chunk first.
 
 #include <sys/mman.h>
 
@@ -113,14 +114,31 @@ Status Engine::Impl::Adopt(void* p, size_t n, uint64_t* gens,
   return Status::Ok();
 }
 
-Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes) {
+Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
+  if (installed) *installed = false;
   std::shared_ptr<Region> r = Find(chunk_start);
   if (!r) return Status::Ok();  // freed: nothing to give back to
   const size_t i = r->table.IndexOf(chunk_start);
   char* p = r->table.AddressOf(i);
   if (p != chunk_start) return Status::Error(EINVAL, "Attach: not a chunk start");
   Chunk& c = r->table.chunks[i];
-  WaitForRoom();
+  // No room in T1 for one more chunk: the bytes go to the store, encoded before the chunk is
+  // claimed (faults on it do not wait for the codec). An all-zero chunk encodes to nothing.
+  const uint64_t limit = limit_.load(std::memory_order_relaxed);
+  const bool store = limit && !stalled_.load(std::memory_order_relaxed) &&
+                     resident_.load(std::memory_order_relaxed) + chunk_ > limit;
+  size_t enc_len = 0;
+  char* enc = nullptr;
+  Status encoded = Status::Ok();
+  if (store) {
+    const size_t cap = Codec::MaxEncodedSize(chunk_);
+    enc = tl_enc.Get(cap);
+    const uint64_t t0 = MonotonicNs();
+    encoded = codec_.Encode(bytes, chunk_, enc, cap, &enc_len);
+    StatAdd(Stat::encode_ns, MonotonicNs() - t0);
+    StatAdd(Stat::bytes_encoded, chunk_);
+    StatAdd(Stat::bytes_encoded_out, enc_len);
+  }
   int spins = 0;
   for (;;) {
     uint32_t w = c.word.load();
@@ -131,6 +149,34 @@ Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes) 
     // Written, installed or freed since: the held copy is not needed any more.
     if (StateOf(w) != kExternal || c.gen.load() != gen) return Status::Ok();
     if (c.TryBusy(w)) break;
+  }
+  if (store && encoded.ok()) {
+    StoreHandle h = 0;
+    Status st = enc_len ? store_->Put(enc, enc_len, chunk_, &h) : Status::Ok();
+    if (st.ok()) {
+      ChunkState to = kEmpty;
+      if (enc_len) {
+        c.handle.store(h);
+        c.enc_len.store(static_cast<uint32_t>(enc_len));
+        r->stored_bytes.fetch_add(enc_len);
+        r->stored_raw.fetch_add(chunk_);
+        stored_raw_.fetch_add(chunk_);
+        to = kStored;
+      }
+      AddExternal(-static_cast<int64_t>(chunk_));
+      c.EndBusy(to);
+      SignalParked();
+      return Status::Ok();
+    }
+    StatAdd(st.code() == ENOSPC ? Stat::store_full : Stat::io_errors, 1);
+    ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                    "writing an adopted chunk back into the store failed (%s); it is installed in "
+                    "the region instead, past the resident limit",
+                    st.ToString().c_str());
+  } else if (!encoded.ok()) {
+    ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                    "encoding an adopted chunk failed (%s); it is installed in the region instead",
+                    encoded.ToString().c_str());
   }
   Status st = Copy(p, static_cast<const char*>(bytes), chunk_, /*wp=*/true);
   if (!st.ok()) {
@@ -144,6 +190,7 @@ Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes) 
   c.EndBusy(kClean);
   SignalParked();
   KickEvictor();
+  if (installed) *installed = true;
   return Status::Ok();
 }
 

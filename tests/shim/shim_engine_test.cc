@@ -1,6 +1,7 @@
 // The shim over the real Engine (userfaultfd regions, the codec, the RAM store) and the fake CUDA
 // runtime: exact bytes through H2D/D2H with the data in every tier -- T0 hit, T1 resident, T2
-// compressed after eviction, never written -- and CPU access to what a D2H published.
+// compressed after eviction, never written -- CPU access to what a D2H published, and owned slots
+// written back once H2D copies read them every cycle.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,6 +24,12 @@ class ShimEngineTest : public ::testing::Test {
   void SetUp() override {
     ZRTIER_SKIP_UNLESS_UFFD();
     ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
+    Build(16, nullptr);
+  }
+  // (Re)creates the engine and the shim: a pool of `pool_chunks` slots; `prefetch`: the policy
+  // layer's options (ShimConfig::prefetch_options), null for none.
+  void Build(size_t pool_chunks, const Options* prefetch) {
+    shim_.reset();
     Options opts;
     ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
     ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
@@ -32,9 +39,10 @@ class ShimEngineTest : public ::testing::Test {
     engine_ = engine.get();
     chunk_ = engine->chunk_size();
     std::unique_ptr<PinnedPool> pool;
-    ASSERT_TRUE(PinnedPool::Create(RealCudaApi(), 16 * chunk_, chunk_, &pool).ok());
+    ASSERT_TRUE(PinnedPool::Create(RealCudaApi(), pool_chunks * chunk_, chunk_, &pool).ok());
     ShimConfig cfg;
     cfg.workers = 2;
+    cfg.prefetch_options = prefetch;
     shim_ = std::make_unique<Shim>(RealCudaApi(), MakeEngineBackend(std::move(engine)),
                                    std::move(pool), cfg);
   }
@@ -368,6 +376,69 @@ TEST_F(ShimEngineTest, CpuStoresAfterT0CopiesReachTheNextH2D) {
   EXPECT_EQ(FromDevice(b, n), want);
   EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
+// Weights filled by D2H copies (the stream benchmark, an offload from the GPU) leave their last
+// layers in owned slots. Once H2D copies read those chunks cycle after cycle, the ones the spread
+// samples out are written back -- encoded straight into the store, T1 being full -- and become
+// plain cached copies that placement may evict: the owned prefix dissolves, every byte stays exact.
+TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
+#if !__has_include("runtime/policy/prefetcher.h")
+  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
+#else
+  Options policy;
+  ASSERT_TRUE(policy.Set(Opt::kPrefetchAhead, "0").ok());  // placement only
+  ASSERT_TRUE(policy.Set(Opt::kWorkers, "2").ok());
+  const size_t kPoolChunks = 512, kLayers = 8, kLayerChunks = 128;  // the cycle: twice the pool
+  Build(kPoolChunks, &policy);
+  const size_t layer = kLayerChunks * chunk_;
+  engine_->SetResidentLimit(4 * chunk_);  // T1 full: misses decode, write-backs encode
+  std::vector<char*> regions;
+  std::vector<std::vector<char> > want;
+  char* d = Device(layer);
+  for (size_t l = 0; l < kLayers; ++l) {
+    regions.push_back(Region(layer));
+    want.emplace_back(layer);
+    FillSample(SampleKind::kBf16Gaussian, 40 + l, want[l].data(), layer);
+    ASSERT_EQ(cudaMemcpy(d, want[l].data(), layer, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(shim_->Memcpy(regions[l], d, layer, cudaMemcpyDeviceToHost, nullptr, true),
+              cudaSuccess);
+  }
+  const uint64_t owned0 = StatGet(Stat::t0_owned_bytes) / chunk_;
+  EXPECT_GE(owned0, kPoolChunks / 4) << "the fill left no layer in owned slots";
+  const uint64_t wb0 = StatGet(Stat::t0_writebacks), stored0 = engine_->Usage().stored_raw_bytes;
+  const int kPasses = 6;
+  uint64_t hit_last = 0;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const uint64_t hit0 = StatGet(Stat::h2d_t0_hit_bytes);
+    for (size_t l = 0; l < kLayers; ++l) {
+      Junk(d, layer);
+      ASSERT_EQ(shim_->Memcpy(d, regions[l], layer, cudaMemcpyHostToDevice, nullptr, true),
+                cudaSuccess);
+      ASSERT_TRUE(FromDevice(d, layer) == want[l]) << "pass " << pass << " layer " << l;
+    }
+    hit_last = StatGet(Stat::h2d_t0_hit_bytes) - hit0;
+  }
+  shim_->WaitForWriteBack();
+  const uint64_t owned = StatGet(Stat::t0_owned_bytes) / chunk_;
+  const double hit_ratio = double(hit_last) / double(kLayers * layer);
+  printf(
+      "owned slots %llu after the fill, %llu after %d passes; %llu written back; last pass "
+      "hit ratio %.3f; stored %llu chunks more\n",
+      static_cast<unsigned long long>(owned0), static_cast<unsigned long long>(owned), kPasses,
+      static_cast<unsigned long long>(StatGet(Stat::t0_writebacks) - wb0), hit_ratio,
+      static_cast<unsigned long long>((engine_->Usage().stored_raw_bytes - stored0) / chunk_));
+  EXPECT_LT(owned, owned0 * 3 / 4) << "the owned slots did not leave";
+  EXPECT_GT(StatGet(Stat::t0_writebacks), wb0);
+  EXPECT_GT(engine_->Usage().stored_raw_bytes, stored0) << "written back into T1, not the store";
+  EXPECT_GE(hit_ratio, 0.3);  // Belady: 0.5
+  // The CPU sees every byte (the written-back chunks fault in from the store).
+  for (size_t l = 0; l < kLayers; ++l) {
+    EXPECT_EQ(memcmp(regions[l], want[l].data(), layer), 0) << "layer " << l;
+    EXPECT_EQ(shim_->FreeHost(regions[l]), cudaSuccess);
+  }
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+#endif
 }
 
 }  // namespace
