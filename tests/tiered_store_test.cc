@@ -1,11 +1,12 @@
 // Covers the store stack built by CreateStore: 3x the RAM limit written and read back exactly, the
 // mover taking the coldest entries down (age, and the reuse hint), Put succeeding while RAM is
-// full, Prefetch serving Get from memory, device faults leaving entries in RAM with nothing lost,
-// and CreateStore's errors naming the option.
+// full, Prefetch serving Get from memory (its read buffers reused), device faults leaving entries
+// in RAM with nothing lost, and CreateStore's errors naming the option.
 #include "runtime/store/tiered_store.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
@@ -169,6 +170,40 @@ TEST_F(TieredStoreTest, PrefetchedEntriesAreServedFromMemory) {
   for (auto& it : items) store->Free(it.first);
   store->WaitIdle();
   EXPECT_EQ(store->Usage().entries, 0u);
+}
+
+// The buffers consumed Gets leave are reused for later reads (no fresh heap memory per entry),
+// bounded, and a reused buffer of another size delivers exactly its entry's bytes.
+TEST_F(TieredStoreTest, PrefetchReadBuffersAreReusedAndExact) {
+  auto store = Make("ram+file", "256K", Os::Default());
+  ASSERT_TRUE(store);
+  std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
+  for (int i = 0; i < 300; ++i) {
+    auto d = Bytes(i % 2 ? 60000 : 20000, 700 + i);
+    StoreHandle h;
+    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
+    items.emplace_back(h, std::move(d));
+  }
+  store->WaitIdle();
+  EXPECT_EQ(store->spare_buffers(), 0u);
+  for (int round = 0; round < 3; ++round) {
+    // Each round in another order, so buffers of one size come back for entries of the other.
+    std::vector<size_t> order;
+    for (size_t i = 0; i < items.size(); ++i)
+      if (store->TierOf(items[i].first) == 1) order.push_back(i);
+    ASSERT_GT(order.size(), 200u);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(round));
+    for (size_t i : order) store->Prefetch(items[i].first);
+    for (size_t i : order) {
+      std::vector<unsigned char> got;
+      ASSERT_TRUE(ReadInto(store.get(), items[i].first, &got).ok());
+      ASSERT_EQ(got, items[i].second) << "round " << round << " entry " << i;
+    }
+    store->WaitIdle();
+    EXPECT_GT(store->spare_buffers(), 0u) << "round " << round;
+    EXPECT_LE(store->spare_buffers(), TieredStore::kSpareBuffers);
+  }
+  for (auto& it : items) store->Free(it.first);
 }
 
 TEST_F(TieredStoreTest, DeviceFaultsKeepEntriesInRamAndLoseNothing) {

@@ -19,6 +19,8 @@ constexpr uint64_t kBackoffNs = 200'000'000;   // after a failed move
 // chunks back faster than 2 in 13 of 14 paired runs, one tie (medians +15 % in random order, +8 %
 // in order; `zrtier bench tiers`, PERFORMANCE.md "Session 7").
 constexpr int kPrefetchThreads = 4;
+static_assert(TieredStore::kSpareBuffers >= 4 * kPrefetchThreads * kPrefetchBatch,
+              "spare read buffers: a few batches' worth of every prefetch thread");
 
 }  // namespace
 
@@ -124,7 +126,10 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     cache_.erase(c);
     cache_bytes_ -= bytes.size();
     lock.unlock();
-    return fn(bytes.data(), bytes.size());
+    Status s = fn(bytes.data(), bytes.size());
+    lock.lock();
+    KeepSpareLocked(std::move(bytes));
+    return s;
   }
   if (help) {
     // The caller is ahead of the prefetch threads: do their work in this thread (no hand-off),
@@ -132,7 +137,7 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     prefetch_inflight_[h] = true;
     e.prefetching = true;
     std::vector<FetchItem> items;
-    items.push_back(FetchItem{h, e.tier, e.inner, {}, Status()});
+    items.push_back(FetchItem{h, e.tier, e.inner, TakeSpareLocked(), Status()});
     TakeQueuedLocked(&items);
     lock.unlock();
     ReadItems(&items);
@@ -143,7 +148,12 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     PublishLocked(&items, 1, &release);
     lock.unlock();
     for (auto& [tier, inner] : release) ReleaseInner(tier, inner);
-    if (items[0].status.ok()) return fn(items[0].bytes.data(), items[0].bytes.size());
+    if (items[0].status.ok()) {
+      Status s = fn(items[0].bytes.data(), items[0].bytes.size());
+      lock.lock();
+      KeepSpareLocked(std::move(items[0].bytes));
+      return s;
+    }
     lock.lock();  // the batch read failed: read it alone below (reports the tier's error)
   }
   Entry& e2 = entries_[h];
@@ -217,8 +227,24 @@ void TieredStore::TakeQueuedLocked(std::vector<FetchItem>* items) {
     }
     pf->second = true;
     it->second.prefetching = true;
-    items->push_back(FetchItem{h, it->second.tier, it->second.inner, {}, Status()});
+    items->push_back(FetchItem{h, it->second.tier, it->second.inner, TakeSpareLocked(), Status()});
   }
+}
+
+size_t TieredStore::spare_buffers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spare_.size();
+}
+
+std::vector<unsigned char> TieredStore::TakeSpareLocked() {
+  if (spare_.empty()) return {};
+  std::vector<unsigned char> b = std::move(spare_.back());
+  spare_.pop_back();
+  return b;
+}
+
+void TieredStore::KeepSpareLocked(std::vector<unsigned char>&& b) {
+  if (spare_.size() < kSpareBuffers && b.capacity() > 0) spare_.push_back(std::move(b));
 }
 
 void TieredStore::ReadItems(std::vector<FetchItem>* items) {

@@ -12,7 +12,9 @@
 //   - Get reads from wherever the entry is (a prefetched copy first).
 //   - Prefetch(h) of an entry in a lower tier queues it for the prefetch threads (four), which read
 //     queued entries in batches (one io_uring submission each) into a bounded cache (64 MiB) that
-//     the next Get of the entry consumes. A Get of an entry that is still only queued does the
+//     the next Get of the entry consumes. The buffers a Get consumed are kept for the next reads
+//     (up to kSpareBuffers): a fresh one is new heap memory, one page fault per 4 KiB, which cost
+//     about as much CPU as the rest of the read-back on the dev box (PERFORMANCE.md, "Session 10"). A Get of an entry that is still only queued does the
 //     prefetchers' work itself: it reads its entry and the queued ones behind it in one submission
 //     (no thread hand-off on the critical path) and caches the others.
 //   - A failed move (I/O error, full device) leaves the entry in RAM; the mover backs off for a
@@ -62,6 +64,9 @@ class TieredStore : public ChunkStore {
   // Blocks until the mover is idle (RAM under its high-water mark, or the mover backing off) and
   // the prefetch queue is empty. For tests and benchmarks.
   void WaitIdle();
+  // Read buffers kept for reuse now (at most kSpareBuffers). For tests.
+  size_t spare_buffers() const;
+  static constexpr size_t kSpareBuffers = 512;
 
  private:
   struct Entry {
@@ -98,6 +103,10 @@ class TieredStore : public ChunkStore {
   void PublishLocked(std::vector<FetchItem>* items, size_t from,
                      std::vector<std::pair<int, StoreHandle>>* release);
   void ReleaseInner(int tier, StoreHandle inner);
+  // A buffer for an entry read: a spare one if any (capacity kept), else empty. REQUIRES: mu_.
+  std::vector<unsigned char> TakeSpareLocked();
+  // Keeps `b` (its capacity) for a later read, up to kSpareBuffers. REQUIRES: mu_.
+  void KeepSpareLocked(std::vector<unsigned char>&& b);
 
   std::unique_ptr<RamStore> ram_;
   std::vector<std::unique_ptr<ExtentStore>> lower_;
@@ -121,6 +130,7 @@ class TieredStore : public ChunkStore {
   std::unordered_map<StoreHandle, bool> prefetch_inflight_;
   std::unordered_map<StoreHandle, std::vector<unsigned char>> cache_;  // guarded by mu_
   uint64_t cache_bytes_ = 0;                                           // guarded by mu_
+  std::vector<std::vector<unsigned char>> spare_;  // guarded by mu_: consumed read buffers
   int prefetch_busy_ = 0;  // guarded by mu_: prefetch threads working on a batch
 
   std::thread mover_;
