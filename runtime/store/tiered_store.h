@@ -12,11 +12,12 @@
 //   - Get reads from wherever the entry is (a prefetched copy first).
 //   - Prefetch(h) of an entry in a lower tier queues it for the prefetch threads (four), which read
 //     queued entries in batches (one io_uring submission each) into a bounded cache (64 MiB) that
-//     the next Get of the entry consumes. The buffers a Get consumed are kept for the next reads
-//     (up to kSpareBuffers): a fresh one is new heap memory, one page fault per 4 KiB, which cost
-//     about as much CPU as the rest of the read-back on the dev box (PERFORMANCE.md, "Session 10"). A Get of an entry that is still only queued does the
+//     the next Get of the entry consumes. A Get of an entry that is still only queued does the
 //     prefetchers' work itself: it reads its entry and the queued ones behind it in one submission
-//     (no thread hand-off on the critical path) and caches the others.
+//     (no thread hand-off on the critical path) and caches the others. The buffers consumed Gets
+//     leave are kept for the next reads (up to kSpareBuffers): a fresh one is new heap memory, a
+//     page fault per 4 KiB, which cost several times the CPU of the rest of the read-back on the
+//     dev box (PERFORMANCE.md, store tiers, "Session 10").
 //   - A failed move (I/O error, full device) leaves the entry in RAM; the mover backs off for a
 //     while before trying again. Entries are never promoted back up (the engine frees an entry once
 //     it has decoded it into a higher tier of its own).
