@@ -3,13 +3,16 @@
 // compression ratio of the kernel's zram codecs on the same raw bf16 data against zrtier's codec.
 //
 // read_mbps counts the encoded bytes delivered to the caller (copied into its buffer) per second of
-// the read loop; p50/p99 are per-Get latencies; reqs / avg_req_kib are the I/O requests the tier
-// issued during the loop and their average size (adjacent entries of a batch are read in one
-// request). Reads go in shuffled order, except the `+prefetch-seq` rows, which read the same
-// entries in the order they were written (a region read front to back). The file tier reads with
-// O_DIRECT (no page cache) unless the file system refuses it. The `disk-dd-1m` row reads the spill
-// files themselves with 1 MiB O_DIRECT requests: the disk's speed during the same run, for scale.
+// the read loop; p50/p99 are per-Get latencies; cpu_cores is the CPU time of the whole process
+// (the prefetch and io_uring worker threads too) over the loop's wall time; reqs / avg_req_kib are
+// the I/O requests the tier issued during the loop and their average size (adjacent entries of a
+// batch are read in one request). Reads go in shuffled order, except the `+prefetch-seq` rows,
+// which read the same entries in the order they were written (a region read front to back). The
+// file tier reads with O_DIRECT (no page cache) unless the file system refuses it. The `disk-dd-1m`
+// row reads the spill files themselves with 1 MiB O_DIRECT requests: the disk's speed during the
+// same run, for scale.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,9 +54,18 @@ double NowUs() {
 
 struct ReadResult {
   double mbps = 0, p50 = 0, p99 = 0;
-  int64_t reqs = -1;  // >= 0: requests issued (when the tier does not count them itself)
+  double cpu_cores = 0;  // the process's CPU time (every thread) over the loop's wall time
+  int64_t reqs = -1;     // >= 0: requests issued (when the tier does not count them itself)
   double avg_kib = 0;
 };
+
+// CPU seconds used by the whole process so far (user + system, every thread).
+double ProcessCpuSeconds() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 // The disk's own speed right now, for scale: every spill file in `dir` read front to back with
 // 1 MiB O_DIRECT preads, one at a time (what `dd bs=1M iflag=direct` does), up to its allocated
@@ -67,7 +79,7 @@ ReadResult DiskRead(const std::string& dir, bool* ok) {
   }
   std::vector<double> lat;
   uint64_t bytes = 0;
-  double start = NowUs();
+  double start = NowUs(), cpu0 = ProcessCpuSeconds();
   for (auto& e : std::filesystem::directory_iterator(dir)) {
     if (e.path().extension() != ".spill") continue;
     int fd = open(e.path().c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
@@ -88,6 +100,7 @@ ReadResult DiskRead(const std::string& dir, bool* ok) {
   double secs = (NowUs() - start) / 1e6;
   free(buf);
   ReadResult r;
+  r.cpu_cores = (ProcessCpuSeconds() - cpu0) / secs;
   if (lat.empty()) {
     fprintf(stderr, "bench tiers: disk baseline: nothing to read in %s\n", dir.c_str());
     return r;
@@ -114,7 +127,7 @@ ReadResult ReadBack(ChunkStore* store, const std::vector<StoreHandle>& hs, int a
   uint64_t bytes = 0;
   for (int i = 0; i < ahead && i < static_cast<int>(order.size()); ++i)
     store->Prefetch(hs[order[i]]);
-  double start = NowUs();
+  double start = NowUs(), cpu0 = ProcessCpuSeconds();
   for (size_t i = 0; i < order.size(); ++i) {
     if (ahead > 0 && i + ahead < order.size()) store->Prefetch(hs[order[i + ahead]]);
     double t0 = NowUs();
@@ -133,6 +146,7 @@ ReadResult ReadBack(ChunkStore* store, const std::vector<StoreHandle>& hs, int a
   double secs = (NowUs() - start) / 1e6;
   std::sort(lat.begin(), lat.end());
   ReadResult r;
+  r.cpu_cores = (ProcessCpuSeconds() - cpu0) / secs;
   r.mbps = bytes / 1e6 / secs;
   r.p50 = lat[lat.size() / 2];
   r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
@@ -149,7 +163,7 @@ ReadResult BatchReadBack(ExtentStore* store, const std::vector<StoreHandle>& hs,
   std::vector<std::vector<unsigned char>> out(32);
   std::vector<double> lat;
   uint64_t bytes = 0;
-  double start = NowUs();
+  double start = NowUs(), cpu0 = ProcessCpuSeconds();
   for (size_t i = 0; i < order.size(); i += 32) {
     std::vector<ExtentStore::GetReq> reqs;
     for (size_t k = i; k < std::min(order.size(), i + 32); ++k) {
@@ -175,6 +189,7 @@ ReadResult BatchReadBack(ExtentStore* store, const std::vector<StoreHandle>& hs,
   double secs = (NowUs() - start) / 1e6;
   std::sort(lat.begin(), lat.end());
   ReadResult r;
+  r.cpu_cores = (ProcessCpuSeconds() - cpu0) / secs;
   r.mbps = bytes / 1e6 / secs;
   r.p50 = lat[lat.size() / 2];
   r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
@@ -277,7 +292,7 @@ int Run(const Args& a) {
     printf("%zu chunks of 64 KiB bf16, encoded to %.1f MB (zrtier codec auto, %.3fx)\n", n,
            enc_bytes / 1e6, static_cast<double>(n * kChunk) / enc_bytes);
 
-  Report tiers({"tier", "read_mbps", "p50_us", "p99_us", "reqs", "avg_req_kib"});
+  Report tiers({"tier", "read_mbps", "p50_us", "p99_us", "cpu_cores", "reqs", "avg_req_kib"});
   // `before`: the tier's request counts at the start of the read loop (store nullptr: RAM).
   auto add = [&](const std::string& name, const ReadResult& r, const ExtentStore* store,
                  const ExtentStore::IoCounts& before) {
@@ -291,7 +306,8 @@ int Run(const Args& a) {
       reqs = std::to_string(n);
       if (n) avg = Fixed((now.read_bytes - before.read_bytes) / 1024.0 / n, 1);
     }
-    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1), reqs, avg});
+    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1), Fixed(r.cpu_cores, 2),
+                  reqs, avg});
   };
   bool ok = true;
   {
