@@ -575,6 +575,35 @@ size_t MixedLayers(const std::vector<bool>& hit_per_chunk, size_t first, uint32_
   return mixed;
 }
 
+// Copies layer `l` (chunks_per_layer chunks of region 1 from l * chunks_per_layer) through `pool`
+// as the H2D path does: the access reported first, hits pinned, misses acquired after the previous
+// slot and published at `gen`, slots released every `piece` chunks. Appends each chunk's hit.
+void CopyLayer(PinnedPool* pool, LearnedOracle* oracle, uint32_t l, uint32_t chunks_per_layer,
+               size_t piece, uint64_t gen, std::vector<bool>* hit) {
+  const policy::Access a{1, uint64_t{l} * chunks_per_layer, chunks_per_layer};
+  oracle->OnAccess(a);
+  pool->NoteAccess(a.chunk_count);
+  std::vector<int> held;
+  int prev = -1;
+  for (uint32_t i = 0; i < a.chunk_count; ++i) {
+    const uint64_t c = a.first_chunk + i;
+    int slot = pool->PinCached(a.region, c, gen);
+    hit->push_back(slot >= 0);
+    if (slot < 0) {
+      slot = pool->Acquire(prev);
+      ASSERT_GE(slot, 0);
+      pool->Publish(slot, a.region, c, gen);
+    }
+    held.push_back(slot);
+    prev = slot;
+    if (held.size() == piece || i + 1 == a.chunk_count) {
+      for (int s : held) pool->Unpin(s);
+      held.clear();
+      prev = -1;
+    }
+  }
+}
+
 TEST(PinnedPoolPlacement, SpreadKeepsAShareOfEveryLayer) {
   // A cyclic scan twice the pool: farthest-next-use order keeps a stable half, but which half is
   // up to the spread. With it every layer keeps part of its chunks (its decode overlaps the DMA of
@@ -588,32 +617,11 @@ TEST(PinnedPoolPlacement, SpreadKeepsAShareOfEveryLayer) {
     LearnedOracle oracle(64);
     pool->SetOracle(&oracle);
     std::vector<bool> hit;
-    std::vector<int> held;
-    for (uint32_t pass = 0; pass < kPasses; ++pass) {
+    for (uint32_t pass = 0; pass < kPasses; ++pass)
       for (uint32_t l = 0; l < kLayers; ++l) {
-        const policy::Access a{1, uint64_t{l} * kChunksPerLayer, kChunksPerLayer};
-        oracle.OnAccess(a);
-        pool->NoteAccess(a.chunk_count);
-        int prev = -1;
-        for (uint32_t i = 0; i < a.chunk_count; ++i) {
-          const uint64_t c = a.first_chunk + i;
-          int slot = pool->PinCached(a.region, c, 0);
-          hit.push_back(slot >= 0);
-          if (slot < 0) {
-            slot = pool->Acquire(prev);
-            ASSERT_GE(slot, 0);
-            pool->Publish(slot, a.region, c, 0);
-          }
-          held.push_back(slot);
-          prev = slot;
-          if (held.size() == kPiece) {
-            for (int s : held) pool->Unpin(s);
-            held.clear();
-            prev = -1;
-          }
-        }
+        CopyLayer(pool.get(), &oracle, l, kChunksPerLayer, kPiece, 0, &hit);
+        ASSERT_FALSE(::testing::Test::HasFatalFailure());
       }
-    }
     const size_t last = hit.size() - data;
     const double ratio = double(std::count(hit.begin() + last, hit.end(), true)) / data;
     const size_t mixed = MixedLayers(hit, last, kLayers, kChunksPerLayer);
@@ -654,31 +662,11 @@ TEST(PinnedPoolPlacement, OwnedLayersReadEveryCycleJoinTheSpread) {
     const size_t owned0 = pool->owned_slots();
     ASSERT_EQ(owned0, size_t{kOwnedLayers} * kChunksPerLayer);
     std::vector<bool> hit;
-    std::vector<int> held;
     size_t written = 0;
     for (uint32_t pass = 0; pass < kPasses; ++pass) {
       for (uint32_t l = 0; l < kLayers; ++l) {
-        const policy::Access a{1, uint64_t{l} * kChunksPerLayer, kChunksPerLayer};
-        oracle.OnAccess(a);
-        pool->NoteAccess(a.chunk_count);
-        int prev = -1;
-        for (uint32_t i = 0; i < a.chunk_count; ++i) {
-          const uint64_t c = a.first_chunk + i;
-          int slot = pool->PinCached(a.region, c, gen);
-          hit.push_back(slot >= 0);
-          if (slot < 0) {
-            slot = pool->Acquire(prev);
-            ASSERT_GE(slot, 0);
-            pool->Publish(slot, a.region, c, gen);
-          }
-          held.push_back(slot);
-          prev = slot;
-          if (held.size() == kPiece) {
-            for (int s : held) pool->Unpin(s);
-            held.clear();
-            prev = -1;
-          }
-        }
+        CopyLayer(pool.get(), &oracle, l, kChunksPerLayer, kPiece, gen, &hit);
+        ASSERT_FALSE(::testing::Test::HasFatalFailure());
         uint64_t region, chunk, g;
         for (int slot; write_back && (slot = pool->TakeWanted(&region, &chunk, &g)) >= 0;) {
           ASSERT_EQ(g, gen);
