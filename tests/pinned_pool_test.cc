@@ -488,40 +488,47 @@ TEST(PinnedPoolPlacement, PassedPredictionsLeaveBeforeFarOnes) {
 
 #ifdef ZRTIER_HAVE_POLICY
 
-// Layer-by-layer copies the way the shim issues them: per piece of `piece` chunks, each chunk is a
-// cached hit or Acquire(prev) + fill + Publish; the piece's slots are unpinned after its "DMA".
-// Returns the hits of each pass (`per_pass` accesses each).
+// One copy the way the shim issues it: the access reported first (with an oracle), then per piece
+// of `piece` chunks each chunk is a cached hit or Acquire(prev) + fill + Publish at `gen`; the
+// piece's slots are unpinned after its "DMA". Appends each chunk's hit to *hit.
+void CopyAccess(PinnedPool* pool, LearnedOracle* oracle, const policy::Access& a, size_t piece,
+                uint64_t gen, std::vector<bool>* hit) {
+  if (oracle) {
+    oracle->OnAccess(a);
+    pool->NoteAccess(a.chunk_count);
+  }
+  std::vector<int> held;
+  int prev = -1;
+  for (uint32_t i = 0; i < a.chunk_count; ++i) {
+    const uint64_t c = a.first_chunk + i;
+    int slot = pool->PinCached(a.region, c, gen);
+    hit->push_back(slot >= 0);
+    if (slot < 0) {
+      slot = pool->Acquire(prev);
+      ASSERT_GE(slot, 0);
+      pool->Publish(slot, a.region, c, gen);
+    }
+    held.push_back(slot);
+    prev = slot;
+    if (held.size() == piece || i + 1 == a.chunk_count) {
+      for (int s : held) pool->Unpin(s);
+      held.clear();
+      prev = -1;
+    }
+  }
+}
+
+// The copies of trace `t` (CopyAccess); returns the hits of each pass (`per_pass` accesses each).
 std::vector<uint64_t> CopyLayers(PinnedPool* pool, LearnedOracle* oracle,
                                  const std::vector<policy::Access>& t, size_t per_pass,
                                  size_t piece) {
   std::vector<uint64_t> hits;
-  std::vector<int> held;
   for (size_t k = 0; k < t.size(); ++k) {
-    const policy::Access& a = t[k];
     if (k % per_pass == 0) hits.push_back(0);
-    if (oracle) {
-      oracle->OnAccess(a);
-      pool->NoteAccess(a.chunk_count);
-    }
-    int prev = -1;
-    for (uint32_t i = 0; i < a.chunk_count; ++i) {
-      const uint64_t c = a.first_chunk + i;
-      int slot = pool->PinCached(a.region, c, 0);
-      if (slot >= 0) {
-        ++hits.back();
-      } else {
-        slot = pool->Acquire(prev);
-        EXPECT_GE(slot, 0);
-        pool->Publish(slot, a.region, c, 0);
-      }
-      held.push_back(slot);
-      prev = slot;
-      if (held.size() == piece || i + 1 == a.chunk_count) {
-        for (int s : held) pool->Unpin(s);
-        held.clear();
-        prev = -1;
-      }
-    }
+    std::vector<bool> hit;
+    CopyAccess(pool, oracle, t[k], piece, 0, &hit);
+    if (::testing::Test::HasFatalFailure()) break;
+    hits.back() += std::count(hit.begin(), hit.end(), true);
   }
   return hits;
 }
@@ -575,35 +582,6 @@ size_t MixedLayers(const std::vector<bool>& hit_per_chunk, size_t first, uint32_
   return mixed;
 }
 
-// Copies layer `l` (chunks_per_layer chunks of region 1 from l * chunks_per_layer) through `pool`
-// as the H2D path does: the access reported first, hits pinned, misses acquired after the previous
-// slot and published at `gen`, slots released every `piece` chunks. Appends each chunk's hit.
-void CopyLayer(PinnedPool* pool, LearnedOracle* oracle, uint32_t l, uint32_t chunks_per_layer,
-               size_t piece, uint64_t gen, std::vector<bool>* hit) {
-  const policy::Access a{1, uint64_t{l} * chunks_per_layer, chunks_per_layer};
-  oracle->OnAccess(a);
-  pool->NoteAccess(a.chunk_count);
-  std::vector<int> held;
-  int prev = -1;
-  for (uint32_t i = 0; i < a.chunk_count; ++i) {
-    const uint64_t c = a.first_chunk + i;
-    int slot = pool->PinCached(a.region, c, gen);
-    hit->push_back(slot >= 0);
-    if (slot < 0) {
-      slot = pool->Acquire(prev);
-      ASSERT_GE(slot, 0);
-      pool->Publish(slot, a.region, c, gen);
-    }
-    held.push_back(slot);
-    prev = slot;
-    if (held.size() == piece || i + 1 == a.chunk_count) {
-      for (int s : held) pool->Unpin(s);
-      held.clear();
-      prev = -1;
-    }
-  }
-}
-
 TEST(PinnedPoolPlacement, SpreadKeepsAShareOfEveryLayer) {
   // A cyclic scan twice the pool: farthest-next-use order keeps a stable half, but which half is
   // up to the spread. With it every layer keeps part of its chunks (its decode overlaps the DMA of
@@ -619,7 +597,8 @@ TEST(PinnedPoolPlacement, SpreadKeepsAShareOfEveryLayer) {
     std::vector<bool> hit;
     for (uint32_t pass = 0; pass < kPasses; ++pass)
       for (uint32_t l = 0; l < kLayers; ++l) {
-        CopyLayer(pool.get(), &oracle, l, kChunksPerLayer, kPiece, 0, &hit);
+        CopyAccess(pool.get(), &oracle, {1, uint64_t{l} * kChunksPerLayer, kChunksPerLayer}, kPiece,
+                   0, &hit);
         ASSERT_FALSE(::testing::Test::HasFatalFailure());
       }
     const size_t last = hit.size() - data;
@@ -665,7 +644,8 @@ TEST(PinnedPoolPlacement, OwnedLayersReadEveryCycleJoinTheSpread) {
     size_t written = 0;
     for (uint32_t pass = 0; pass < kPasses; ++pass) {
       for (uint32_t l = 0; l < kLayers; ++l) {
-        CopyLayer(pool.get(), &oracle, l, kChunksPerLayer, kPiece, gen, &hit);
+        CopyAccess(pool.get(), &oracle, {1, uint64_t{l} * kChunksPerLayer, kChunksPerLayer}, kPiece,
+                   gen, &hit);
         ASSERT_FALSE(::testing::Test::HasFatalFailure());
         uint64_t region, chunk, g;
         for (int slot; write_back && (slot = pool->TakeWanted(&region, &chunk, &g)) >= 0;) {
