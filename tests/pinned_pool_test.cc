@@ -1,6 +1,6 @@
 // Covers T0 placement: the VictimIndex (against a brute-force reference), the PinnedPool's victim
 // choice with an exact next-use oracle (Belady's order on a small cyclic trace), that pinned and
-// in-flight slots are never handed out, the prefetch reserve and skip rule, and -- with the real
+// in-flight slots are never handed out, the prefetch reserve and skip rules, and -- with the real
 // learned predictor in learn-only mode -- that a cyclic scan larger than the pool gets at least
 // 0.9 x Belady's hits where LRU gets none, and that the spread (slot_spread.h) keeps a share of
 // every layer of such a scan instead of a prefix of it, also of layers a D2H left in owned slots.
@@ -21,6 +21,7 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/cuda/pinned_pool.h"
+#include "runtime/cuda/slot_spread.h"
 #include "runtime/cuda/slot_victim.h"
 
 #if __has_include("runtime/policy/prefetcher.h")
@@ -451,6 +452,60 @@ TEST(PinnedPoolPlacement, PrefetchKeepsReserveAndNeverEvictsSoonerChunks) {
   pool->DropRegion(1);
   EXPECT_EQ(oracle.dropped, std::vector<uint64_t>{101});
   pool->SetOracle(nullptr);
+}
+
+// A prefetch never makes room for a chunk the spread samples out by evicting one it keeps, even
+// one needed later; a member (kept) chunk may take that slot, and without the spread so may any.
+TEST(PinnedPoolPlacement, PrefetchOfASampledOutChunkNeverEvictsAKeptOne) {
+  constexpr size_t kSlots = 64;
+  constexpr uint64_t kFar = 1000, kNear = 500;  // reach: max(1.5 pools, half the cycle) = 500
+  // The pool's spread sees as many predictions at the same distance as this copy of it, so it
+  // makes the same members.
+  SlotSpread same(kSlots);
+  for (size_t i = 0; i < kSlots; ++i) same.SampleOut(1, i, kFar, 0);
+  ASSERT_LT(same.member_fraction(), 0.5);
+  // Two member groups (one cached, one fetched) and a non-member group.
+  std::vector<uint64_t> members;
+  uint64_t non_member = 0;
+  for (uint64_t g = 1; members.size() < 2 || non_member == 0; ++g) {
+    const uint64_t c = g * SlotSpread::kGroupChunks;
+    if (same.Member(1, c))
+      members.push_back(c);
+    else
+      non_member = c;
+  }
+  for (bool spread : {true, false}) {
+    auto pool = MakePool(kSlots);
+    pool->set_spread(spread);
+    MapOracle oracle;
+    pool->SetOracle(&oracle);
+    pool->set_prefetch_reserve(1);
+    // Every slot: a chunk of the first member group needed at kFar (kept); the last publish ends
+    // the spread's first window.
+    for (uint64_t c = members[0]; c < members[0] + kSlots; ++c) {
+      oracle.dist[c] = kFar;
+      const int s = pool->Acquire(-1);
+      ASSERT_GE(s, 0);
+      pool->Publish(s, 1, c, 0);
+      pool->Unpin(s);
+    }
+    EXPECT_EQ(pool->spread_member_fraction(), spread ? same.member_fraction() : 1.0);
+    // Needed sooner than every cached chunk, but sampled out (with the spread): refused.
+    oracle.dist[non_member] = kNear;
+    const int out = pool->AcquireForPrefetch(1, non_member);
+    if (spread) {
+      EXPECT_LT(out, 0) << "a kept chunk was evicted for a sampled-out one";
+    } else {
+      EXPECT_GE(out, 0);
+      if (out >= 0) pool->Unpin(out);
+    }
+    // A member needed as soon: takes the slot of a chunk needed later.
+    oracle.dist[members[1]] = kNear;
+    const int in = pool->AcquireForPrefetch(1, members[1]);
+    EXPECT_GE(in, 0) << "spread " << spread;
+    if (in >= 0) pool->Unpin(in);
+    pool->SetOracle(nullptr);
+  }
 }
 
 TEST(PinnedPoolPlacement, PassedPredictionsLeaveBeforeFarOnes) {
