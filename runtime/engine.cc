@@ -191,8 +191,7 @@ void Engine::Impl::Release(Region* r) {
   }
   os_->Madvise(r->base, r->size, MADV_DONTNEED);
   AddResident(r, -static_cast<int64_t>(resident));
-  r->stored_raw.fetch_sub(stored);
-  stored_raw_.fetch_sub(stored);
+  AddStoredRaw(r, -static_cast<int64_t>(stored));
   AddExternal(-static_cast<int64_t>(external));
   if (r->stats_row >= 0) StatsRegionRelease(r->stats_row);
   region_bytes_.fetch_sub(r->size);
@@ -213,6 +212,17 @@ void Engine::Impl::AddResident(Region* r, int64_t delta) {
   } else {
     StatSub(Stat::resident_bytes, -delta);
   }
+}
+
+void Engine::Impl::AddStoredRaw(Region* r, int64_t delta) {
+  r->stored_raw.fetch_add(static_cast<uint64_t>(delta));
+  stored_raw_.fetch_add(static_cast<uint64_t>(delta));
+}
+
+void Engine::Impl::SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len) {
+  c.handle.store(h);
+  c.enc_len.store(static_cast<uint32_t>(enc_len));
+  r->stored_bytes.fetch_add(enc_len);
 }
 
 void Engine::Impl::FreeHandle(Region* r, Chunk& c) {

@@ -158,6 +158,10 @@ class Engine::Impl {
   Status Free(void* base);
   void Release(Region* r);
   void AddResident(Region* r, int64_t delta);
+  void AddStoredRaw(Region* r, int64_t delta);  // original bytes of kStored chunks
+  // Makes `h` (an entry of `enc_len` encoded bytes) the chunk's store copy; FreeHandle drops it.
+  // REQUIRES: the caller holds the chunk in kBusy and it has no handle.
+  void SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len);
   void FreeHandle(Region* r, Chunk& c);
   uint64_t Slack() const;
   bool OverBudget() const;
@@ -180,6 +184,9 @@ class Engine::Impl {
 
   // eviction and the resident budget: runtime/region/evictor.cc
   void WaitForRoom();
+  // Encodes one chunk of `raw` bytes into this thread's scratch (*enc, *enc_len; 0: all zero),
+  // counting the codec statistics.
+  Status EncodeChunk(const void* raw, char** enc, size_t* enc_len);
   Status EvictChunk(Region* r, size_t i, uint32_t w);
   Status EvictSome(uint64_t target);
   void EvictorLoop();

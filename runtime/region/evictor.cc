@@ -21,6 +21,18 @@ void Engine::Impl::WaitForRoom() {
     room_cv_.wait_for(lock, std::chrono::milliseconds(5));
 }
 
+Status Engine::Impl::EncodeChunk(const void* raw, char** enc, size_t* enc_len) {
+  const size_t cap = Codec::MaxEncodedSize(chunk_);
+  *enc = tl_enc.Get(cap);
+  *enc_len = 0;
+  const uint64_t t0 = MonotonicNs();
+  Status st = codec_.Encode(raw, chunk_, *enc, cap, enc_len);
+  StatAdd(Stat::encode_ns, MonotonicNs() - t0);
+  StatAdd(Stat::bytes_encoded, chunk_);
+  StatAdd(Stat::bytes_encoded_out, *enc_len);
+  return st;
+}
+
 // Evicts chunk `i` of `r` seen in state word `w` (resident, no pins). EAGAIN: lost a race.
 Status Engine::Impl::EvictChunk(Region* r, size_t i, uint32_t w) {
   Chunk& c = r->table.chunks[i];
@@ -40,15 +52,10 @@ Status Engine::Impl::EvictChunk(Region* r, size_t i, uint32_t w) {
       }
     }
     char* raw = tl_raw.Get(chunk_);
-    size_t cap = Codec::MaxEncodedSize(chunk_);
-    char* enc = tl_enc.Get(cap);
     CopyFromRegion(raw, p, chunk_);
-    uint64_t t0 = MonotonicNs();
+    char* enc = nullptr;
     size_t enc_len = 0;
-    Status st = codec_.Encode(raw, chunk_, enc, cap, &enc_len);
-    StatAdd(Stat::encode_ns, MonotonicNs() - t0);
-    StatAdd(Stat::bytes_encoded, chunk_);
-    StatAdd(Stat::bytes_encoded_out, enc_len);
+    Status st = EncodeChunk(raw, &enc, &enc_len);
     if (st.ok() && enc_len == 0) {
       to = kEmpty;
       StatAdd(Stat::evictions_zero, 1);
@@ -66,9 +73,7 @@ Status Engine::Impl::EvictChunk(Region* r, size_t i, uint32_t w) {
                         st.ToString().c_str());
         return st;
       }
-      c.handle.store(h);
-      c.enc_len.store(static_cast<uint32_t>(enc_len));
-      r->stored_bytes.fetch_add(enc_len);
+      SetHandle(r, c, h, enc_len);
     }
   }
   long rc = os_->Madvise(p, chunk_, MADV_DONTNEED);
@@ -79,10 +84,7 @@ Status Engine::Impl::EvictChunk(Region* r, size_t i, uint32_t w) {
     return Status::Error(static_cast<int>(-rc), "madvise(MADV_DONTNEED): " + Err(rc));
   }
   AddResident(r, -static_cast<int64_t>(chunk_));
-  if (to == kStored) {
-    r->stored_raw.fetch_add(chunk_);
-    stored_raw_.fetch_add(chunk_);
-  }
+  if (to == kStored) AddStoredRaw(r, static_cast<int64_t>(chunk_));
   c.EndBusy(to);
   StatAdd(Stat::evictions, 1);
   stalled_.store(false);

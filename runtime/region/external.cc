@@ -98,10 +98,7 @@ Status Engine::Impl::Adopt(void* p, size_t n, uint64_t* gens,
     }
     Chunk& c = r->table.chunks[first + k];
     ChunkState s = StateOf(was[k]);
-    if (s == kStored) {
-      r->stored_raw.fetch_sub(chunk_);
-      stored_raw_.fetch_sub(chunk_);
-    }
+    if (s == kStored) AddStoredRaw(r.get(), -static_cast<int64_t>(chunk_));
     if (s != kExternal) AddExternal(chunk_);
     FreeHandle(r.get(), c);
     gens[k] = c.gen.fetch_add(1) + 1;
@@ -129,16 +126,7 @@ Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes, 
                      resident_.load(std::memory_order_relaxed) + chunk_ > limit;
   size_t enc_len = 0;
   char* enc = nullptr;
-  Status encoded = Status::Ok();
-  if (store) {
-    const size_t cap = Codec::MaxEncodedSize(chunk_);
-    enc = tl_enc.Get(cap);
-    const uint64_t t0 = MonotonicNs();
-    encoded = codec_.Encode(bytes, chunk_, enc, cap, &enc_len);
-    StatAdd(Stat::encode_ns, MonotonicNs() - t0);
-    StatAdd(Stat::bytes_encoded, chunk_);
-    StatAdd(Stat::bytes_encoded_out, enc_len);
-  }
+  const Status encoded = store ? EncodeChunk(bytes, &enc, &enc_len) : Status::Ok();
   int spins = 0;
   for (;;) {
     uint32_t w = c.word.load();
@@ -156,11 +144,8 @@ Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes, 
     if (st.ok()) {
       ChunkState to = kEmpty;
       if (enc_len) {
-        c.handle.store(h);
-        c.enc_len.store(static_cast<uint32_t>(enc_len));
-        r->stored_bytes.fetch_add(enc_len);
-        r->stored_raw.fetch_add(chunk_);
-        stored_raw_.fetch_add(chunk_);
+        SetHandle(r.get(), c, h, enc_len);
+        AddStoredRaw(r.get(), static_cast<int64_t>(chunk_));
         to = kStored;
       }
       AddExternal(-static_cast<int64_t>(chunk_));

@@ -168,10 +168,7 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
   }
   c.referenced.store(1, std::memory_order_relaxed);
   AddResident(r, chunk_);
-  if (from == kStored) {
-    r->stored_raw.fetch_sub(chunk_);
-    stored_raw_.fetch_sub(chunk_);
-  }
+  if (from == kStored) AddStoredRaw(r, -static_cast<int64_t>(chunk_));
   if (from == kExternal) AddExternal(-static_cast<int64_t>(chunk_));
   StatAdd(Stat::faults_missing, 1);
   if (from == kEmpty) StatAdd(Stat::faults_zero, 1);

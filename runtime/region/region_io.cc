@@ -210,10 +210,7 @@ Status Engine::Impl::Write(void* dst, const void* src, size_t len) {
         return Status::Error(st.code(), "Write: " + st.message());
       }
       AddResident(r.get(), chunk_);
-      if (was == kStored) {
-        r->stored_raw.fetch_sub(chunk_);
-        stored_raw_.fetch_sub(chunk_);
-      }
+      if (was == kStored) AddStoredRaw(r.get(), -static_cast<int64_t>(chunk_));
       if (was == kExternal) AddExternal(-static_cast<int64_t>(chunk_));
     }
     FreeHandle(r.get(), c);
