@@ -87,12 +87,15 @@ void PinnedPool::NoteOwnedHitLocked(int slot) {
   s.wanted = true;
   wanted_count_.fetch_add(1, std::memory_order_relaxed);
   wanted_fifo_.emplace_back(slot, s.owned_seq);
-  if (wanted_fifo_.size() > 2 * slots_.size() + 64) {  // mostly stale: superseded before taken
-    std::deque<std::pair<int, uint64_t>> live;
-    for (const auto& e : wanted_fifo_)
-      if (slots_[e.first].wanted && slots_[e.first].owned_seq == e.second) live.push_back(e);
-    wanted_fifo_.swap(live);
-  }
+  CompactLocked(&wanted_fifo_, &SlotMeta::wanted);  // stale entries: superseded before taken
+}
+
+void PinnedPool::CompactLocked(std::deque<std::pair<int, uint64_t>>* fifo, bool SlotMeta::*live) {
+  if (fifo->size() <= 2 * slots_.size() + 64) return;
+  std::deque<std::pair<int, uint64_t>> kept;
+  for (const auto& [slot, seq] : *fifo)
+    if (slots_[slot].*live && slots_[slot].owned_seq == seq) kept.emplace_back(slot, seq);
+  fifo->swap(kept);
 }
 
 void PinnedPool::DisownLocked(int slot) {
@@ -489,13 +492,9 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
     owned_fifo_.emplace_back(slot, s.owned_seq);
     index_.Remove(slot);
   }
-  if (owned_fifo_.size() > 2 * slots_.size() + 64) {
-    // Mostly stale entries (repeated D2H copies into one buffer supersede their own slots).
-    std::deque<std::pair<int, uint64_t>> live;
-    for (const auto& e : owned_fifo_)
-      if (slots_[e.first].owned && slots_[e.first].owned_seq == e.second) live.push_back(e);
-    owned_fifo_.swap(live);
-  }
+  // Mostly stale entries once it outgrows the pool (repeated D2H copies into one buffer supersede
+  // their own slots).
+  CompactLocked(&owned_fifo_, &SlotMeta::owned);
 }
 
 size_t PinnedPool::OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) const {

@@ -233,6 +233,9 @@ class PinnedPool final : public ExternalCopies {
   // for write-back when the spread samples its chunk out.
   void NoteOwnedHitLocked(int slot);
   void ClearWantedLocked(SlotMeta& s);
+  // Once `fifo` (entries (slot, owned_seq)) outgrows the pool, drops the entries whose slot is no
+  // longer `live` (SlotMeta::owned or ::wanted) at that sequence.
+  void CompactLocked(std::deque<std::pair<int, uint64_t>>* fifo, bool SlotMeta::*live);
 
   const CudaApi* api_;
   char* base_;

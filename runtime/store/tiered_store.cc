@@ -106,6 +106,14 @@ Status TieredStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHan
 
 Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
   std::unique_lock<std::mutex> lock(mu_);
+  // Hands a copy read ahead to `fn` (called without the lock), then keeps its buffer for the next
+  // reads.
+  auto serve = [&](std::vector<unsigned char>& bytes) {
+    Status s = fn(bytes.data(), bytes.size());
+    lock.lock();
+    KeepSpareLocked(std::move(bytes));
+    return s;
+  };
   bool help = false;
   for (;;) {
     auto pf = prefetch_inflight_.find(h);
@@ -126,10 +134,7 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     cache_.erase(c);
     cache_bytes_ -= bytes.size();
     lock.unlock();
-    Status s = fn(bytes.data(), bytes.size());
-    lock.lock();
-    KeepSpareLocked(std::move(bytes));
-    return s;
+    return serve(bytes);
   }
   if (help) {
     // The caller is ahead of the prefetch threads: do their work in this thread (no hand-off),
@@ -148,12 +153,7 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     PublishLocked(&items, 1, &release);
     lock.unlock();
     for (auto& [tier, inner] : release) ReleaseInner(tier, inner);
-    if (items[0].status.ok()) {
-      Status s = fn(items[0].bytes.data(), items[0].bytes.size());
-      lock.lock();
-      KeepSpareLocked(std::move(items[0].bytes));
-      return s;
-    }
+    if (items[0].status.ok()) return serve(items[0].bytes);
     lock.lock();  // the batch read failed: read it alone below (reports the tier's error)
   }
   Entry& e2 = entries_[h];
