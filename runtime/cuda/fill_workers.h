@@ -87,7 +87,7 @@ class FillWorkers {
   std::deque<std::shared_ptr<Batch>> queue_;       // batches with items left to claim, oldest first
   std::deque<std::shared_ptr<Batch>> background_;  // the same, of SubmitBackground
   std::atomic<size_t> queued_{0};  // queue_.size() + background_.size(), readable without mu_
-  int sleepers_ = 0;                          // workers waiting on wake_ (guarded by mu_)
+  int sleepers_ = 0;               // workers waiting on wake_ (guarded by mu_)
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
