@@ -3,7 +3,8 @@
 # $BENCH_JSON (default bench-gpu.jsonl). Every zrtier figure is a ratio to raw pinned memory
 # measured in the same process.
 #   scripts/bench-gpu.sh [copy] [stream] [infer]      (default: all three)
-#   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G STREAM_DATA="t2 t1" scripts/bench-gpu.sh stream
+#   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G STREAM_DATA="t2 t1" STREAM_PASSES=10 \
+#     scripts/bench-gpu.sh stream
 # Streaming and infer run with the bytes that miss the pool compressed (t2) and resident (t1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +39,7 @@ for stage in "${stages[@]}"; do
           pool=$((total * pct / 100 + (64 << 20)))
           ZRTIER_PREFETCH_AHEAD=${PREFETCH:-0} ZRTIER_PINNED_POOL=$pool BENCH_POOL_BYTES=$pool ZRTIER_RESIDENT_LIMIT=$resident \
             LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py stream --total "$STREAM_TOTAL" \
-            --layer "$STREAM_LAYER" --passes 6 | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool${pct}_$data\"/" \
+            --layer "$STREAM_LAYER" --passes ${STREAM_PASSES:-10} | sed "s/\"case\": \"zrtier\"/\"case\": \"zrtier_pool${pct}_$data\"/" \
             | tee -a "$OUTF"
         done
       done ;;
@@ -72,7 +73,7 @@ if copy:
                 print(f"{size >> 20:>5}M {d:>4} {case:<12} {g:7.2f} {g / raw:6.2f} {g / pg:10.2f}")
 stream = [r for r in rows if r.get("mode") == "stream"]
 if stream:
-    print("\nCyclic streaming of bf16 layers (GB/s: median of passes 4-6, after three learning passes; ratio to raw pinned in the same process)")
+    print("\nCyclic streaming of bf16 layers (GB/s: median of the second half of the passes, after as many learning ones; ratio to raw pinned in the same process)")
     raw = None
     for r in stream:
         if r["case"] == "raw_pinned":
@@ -85,7 +86,8 @@ if stream:
               f"{'n/a' if hr is None else f'{hr:.3f}'}; bytes from T0 "
               f"{r.get('h2d_t0_hit_bytes_fraction')}, decoded {r.get('bytes_decoded_fraction')}")
         if r.get("pass_gbps"):
-            print(f"{'':<18} passes {r['pass_gbps']} GB/s; last pass, tenths from T0 per layer: "
+            print(f"{'':<18} passes {r['pass_gbps']} GB/s; owned T0 slots written back per pass "
+                  f"{r.get('pass_writebacks')}; last pass, tenths from T0 per layer: "
                   f"{r.get('last_pass_t0_tenths')}")
 inf = {r["case"]: r["r"] for r in rows if r.get("mode") == "infer"}
 if "plain" in inf:
@@ -97,4 +99,10 @@ if "plain" in inf:
         print(f"\ninfer.py tokens/s: plain {p['tokens_per_s']:.2f}, zrtier pool 50%, {where}: "
               f"{z['tokens_per_s']:.2f} = {z['tokens_per_s'] / p['tokens_per_s']:.2f} x; "
               f"logits identical: {p['logits_sha256'] == z['logits_sha256']}")
+        if p.get("pass_seconds") and z.get("pass_seconds"):
+            # The forward passes' median over the second half: steady state, without the prompt.
+            med = lambda v: sorted(v[len(v) // 2:])[len(v[len(v) // 2:]) // 2] * 1e3
+            print(f"  steady forward pass: plain {med(p['pass_seconds']):.0f} ms, zrtier "
+                  f"{med(z['pass_seconds']):.0f} ms = {med(p['pass_seconds']) / med(z['pass_seconds']):.2f} x; "
+                  f"every pass (ms): {[round(x * 1e3) for x in z['pass_seconds']]}")
 PYEOF

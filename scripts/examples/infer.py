@@ -198,10 +198,12 @@ def main():
     tokens = []
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    pass_ends = []  # each forward pass ends where its logits reach the CPU
     logits = forward(prompt, kv, 0)
     pos = args.prompt
     for _ in range(args.new_tokens):
         digest.update(logits.cpu().numpy().tobytes())
+        pass_ends.append(time.perf_counter())
         nxt = int(torch.argmax(logits[0]))
         tokens.append(nxt)
         logits = forward(torch.tensor([nxt], device=dev), kv, pos)
@@ -209,6 +211,7 @@ def main():
     digest.update(logits.cpu().numpy().tobytes())
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
+    pass_ends.append(time.perf_counter())
     peak_used = sampler.finish()
 
     result = {
@@ -216,6 +219,8 @@ def main():
         "tokens": tokens,
         "forward_passes": args.new_tokens + 1,
         "tokens_per_s": (args.new_tokens + 1) / elapsed,
+        # Seconds per forward pass (the first includes the prompt): where the time went.
+        "pass_seconds": [round(b - a, 4) for a, b in zip([t0] + pass_ends, pass_ends)],
         "weight_bytes": weight_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_host_used_above_start_bytes": peak_used,

@@ -194,12 +194,13 @@ def stream_mode(total, layer, passes):
                 checks.append(gpu_src.clone())
         torch.cuda.synchronize()
         h2d0, ready0 = stat("h2d_copies"), stat("copies_ready")
-        times = []
+        times, writebacks = [], []
         # The first passes teach the predictor and settle placement: the first read pass is the
         # predictor's profile, placement by predicted reuse keeps its subset from the second on,
         # and the spread (ZRTIER_SPREAD) moves that subset to a share of every layer over the
-        # next one or two (pass_gbps shows it). Steady state is measured after three.
-        learn = min(3, passes - 1)
+        # next ones, writing back (in the background) the D2H-filled chunks it samples out
+        # (pass_gbps and pass_writebacks show it). Steady state: the second half of the passes.
+        learn = max(1, passes // 2)
         for p in range(passes):
             if p == learn:  # the steady passes: where the bytes came from, where time went
                 steady0 = {k: stat(k) for k in ("h2d_bytes", "h2d_t0_hit_bytes", "bytes_decoded")}
@@ -207,6 +208,7 @@ def stream_mode(total, layer, passes):
             last = p == passes - 1 and ZR is not None and case != "raw_pinned"
             hits = []
             torch.cuda.synchronize()
+            wb0 = stat("t0_writebacks")
             t0 = time.perf_counter()
             for i, h in enumerate(layers):
                 before = stat("h2d_t0_hit_bytes") if last else 0
@@ -215,6 +217,7 @@ def stream_mode(total, layer, passes):
                     hits.append(stat("h2d_t0_hit_bytes") - before)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
+            writebacks.append(stat("t0_writebacks") - wb0)
             # bytes check on the last layer streamed
         bufs[0].copy_(layers[0])
         assert torch.equal(bufs[0], checks[0]), f"{case}: layer 0 bytes differ"
@@ -228,6 +231,8 @@ def stream_mode(total, layer, passes):
         emit(mode="stream", case=case, dir="h2d", bytes=total, layer_bytes=layer, passes=passes,
              gbps=total / steady / 1e9, first_pass_gbps=total / times[0] / 1e9,
              pass_gbps=[round(total / t / 1e9, 2) for t in times],
+             # Owned T0 slots written back per pass (D2H-filled chunks the spread samples out).
+             pass_writebacks=writebacks,
              # Per layer of the last pass, tenths of its bytes found in T0 (9 = 85 % or more):
              # whether the hits are spread over the pass or bunched.
              last_pass_t0_tenths="".join(str(min(9, round(10 * b / layer))) for b in hits),
@@ -260,7 +265,7 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--total", default="16G")
     ap.add_argument("--layer", default="256M")
-    ap.add_argument("--passes", type=int, default=6)
+    ap.add_argument("--passes", type=int, default=10)
     a = ap.parse_args()
     torch.cuda.init()
     if a.mode == "copy":
