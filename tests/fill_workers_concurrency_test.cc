@@ -1,11 +1,9 @@
 // Covers FillWorkers: every item of every batch runs exactly once, Submit returns before the items
-// run, Wait finishes a batch even with no worker threads, background batches yield to the copies'
-// batches, and many threads submitting and waiting at once (the copy calls and the publish host
-// functions do) lose nothing.
+// run, Wait finishes a batch even with no worker threads, and many threads submitting and waiting
+// at once (the copy calls and the publish host functions do) lose nothing.
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -53,51 +51,6 @@ TEST(FillWorkers, WaitRunsTheItemsWithoutWorkers) {
   auto empty = w.Submit(0, [](size_t) { FAIL() << "no item"; });
   EXPECT_TRUE(empty->done());
   w.Wait(*empty);
-}
-
-TEST(FillWorkers, BackgroundItemsRunOnlyOnceTheCopiesBatchesAreClaimed) {
-  constexpr int kThreads = 2;
-  constexpr int kFill = 50, kBackground = 20;
-  FillWorkers w(kThreads);
-  // Both workers busy until released, so that both later batches are queued before either runs.
-  std::atomic<bool> release{false};
-  std::atomic<int> blocked{0};
-  auto gate = w.Submit(kThreads, [&](size_t) {
-    blocked.fetch_add(1);
-    while (!release.load()) std::this_thread::yield();
-  });
-  while (blocked.load() < kThreads) std::this_thread::yield();
-  // The background batch is queued first; FIFO order would run it first.
-  std::atomic<int> fill_done{0};
-  std::vector<int> seen(kBackground, -1);
-  auto background = w.SubmitBackground(
-      kBackground, [&](size_t i) { seen[i] = fill_done.load(std::memory_order_acquire); });
-  auto fill = w.Submit(kFill, [&](size_t) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-    fill_done.fetch_add(1, std::memory_order_release);
-  });
-  release = true;
-  w.Wait(*gate);
-  w.Wait(*fill);  // (Wait runs the batch's items here too: the background one's only after)
-  w.Wait(*background);
-  EXPECT_EQ(fill_done.load(), kFill);
-  // A background item starts only once every fill item is claimed: at most the other worker's
-  // and the waiting caller's last ones still running (FIFO order would show 0).
-  for (int i = 0; i < kBackground; ++i) EXPECT_GE(seen[i], kFill - kThreads) << i;
-}
-
-TEST(FillWorkers, BackgroundBatchesFinishWithAndWithoutWorkers) {
-  for (int threads : {0, 1, 3}) {
-    FillWorkers w(threads);
-    std::vector<std::atomic<int>> hits(300);
-    std::atomic<bool> then_ran{false};
-    auto b = w.SubmitBackground(
-        hits.size(), [&](size_t i) { hits[i].fetch_add(1); }, [&] { then_ran = true; });
-    w.Wait(*b);
-    EXPECT_TRUE(b->done());
-    EXPECT_TRUE(then_ran.load());
-    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << i << " " << threads;
-  }
 }
 
 TEST(FillWorkers, ManySubmittersWithPipelinedBatches) {

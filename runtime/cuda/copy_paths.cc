@@ -771,27 +771,16 @@ void Shim::WriteBackWanted(size_t max) {
 void Shim::MaybeWriteBack() {
   const size_t limit = pool_->slots() / 2;
   const bool over = pool_->owned_slots() > limit;
-  const size_t wanted = pool_->wanted_slots();
-  if (!over && wanted == 0) return;
+  if (!over && pool_->wanted_slots() == 0) return;
   std::lock_guard<std::mutex> l(writeback_mu_);
   if (writeback_ && !writeback_->done()) return;  // one job at a time; it rechecks as it goes
-  if (over) {
-    // Over half the pool owned: down to 3/8 of the pool, so that the next copies do not trigger
-    // it again at once; every worker takes part (a write-back is a UFFDIO_COPY of a chunk, ~4
-    // GB/s per thread, or an encode into the store when T1 is full). D2H copies may be waiting
-    // for these slots: queued like a copy's fill.
-    writeback_ = workers_->Submit(std::max(1, workers_->threads()), [this, limit](size_t) {
-      WriteBackWanted(kWantedPerItem);
-      WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
-    });
-    return;
-  }
-  // Only wanted slots (they hold their chunks meanwhile, nothing waits for them): in the
-  // background, kWantedPerItem at a time, so that the copies' fills go first.
-  const size_t cap = kWantedPerJob * static_cast<size_t>(std::max(1, workers_->threads()));
-  const size_t items = (std::min(wanted, cap) + kWantedPerItem - 1) / kWantedPerItem;
-  writeback_ =
-      workers_->SubmitBackground(items, [this](size_t) { WriteBackWanted(kWantedPerItem); });
+  // Over half the pool owned: down to 3/8 of the pool, so that the next copies do not trigger it
+  // again at once; every worker takes part (a write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per
+  // thread, or an encode into the store when T1 is full).
+  writeback_ = workers_->Submit(std::max(1, workers_->threads()), [this, limit, over](size_t) {
+    WriteBackWanted(kWantedPerItem);
+    if (over) WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
+  });
 }
 
 void Shim::WaitForWriteBack() {

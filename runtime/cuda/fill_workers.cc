@@ -40,26 +40,14 @@ void FillWorkers::Finished(Batch&) {
 std::shared_ptr<FillWorkers::Batch> FillWorkers::Submit(size_t count,
                                                         std::function<void(size_t)> fn,
                                                         std::function<void()> then) {
-  return Queue(/*background=*/false, count, std::move(fn), std::move(then));
-}
-
-std::shared_ptr<FillWorkers::Batch> FillWorkers::SubmitBackground(size_t count,
-                                                                  std::function<void(size_t)> fn,
-                                                                  std::function<void()> then) {
-  return Queue(/*background=*/true, count, std::move(fn), std::move(then));
-}
-
-std::shared_ptr<FillWorkers::Batch> FillWorkers::Queue(bool background, size_t count,
-                                                       std::function<void(size_t)> fn,
-                                                       std::function<void()> then) {
   if (count == 0 && then) then();
   std::shared_ptr<Batch> b(new Batch(count, std::move(fn), std::move(then)));
   if (threads_.empty() || count == 0) return b;
   int sleepers;
   {
     std::lock_guard<std::mutex> l(mu_);
-    (background ? background_ : queue_).push_back(b);
-    queued_.store(queue_.size() + background_.size(), std::memory_order_release);
+    queue_.push_back(b);
+    queued_.store(queue_.size(), std::memory_order_release);
     sleepers = sleepers_;
   }
   // Workers that are still spinning pick the batch up by themselves.
@@ -69,14 +57,6 @@ std::shared_ptr<FillWorkers::Batch> FillWorkers::Queue(bool background, size_t c
   else
     wake_.notify_all();
   return b;
-}
-
-void FillWorkers::PopLocked(std::deque<std::shared_ptr<Batch>>& q,
-                            const std::shared_ptr<Batch>& b) {
-  if (!q.empty() && q.front() == b) {
-    q.pop_front();
-    queued_.store(queue_.size() + background_.size(), std::memory_order_release);
-  }
 }
 
 void FillWorkers::Wait(Batch& b) {
@@ -96,7 +76,7 @@ void FillWorkers::Wait(Batch& b) {
 void FillWorkers::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
-    if (queue_.empty() && background_.empty() && !stop_) {
+    if (queue_.empty() && !stop_) {
       // Copies come in pieces a few tens of microseconds apart: spin a while before sleeping, so
       // the next piece does not wait for this thread (and its core) to wake up.
       l.unlock();
@@ -106,25 +86,19 @@ void FillWorkers::Loop() {
         sched_yield();
       l.lock();
       ++sleepers_;
-      wake_.wait(l, [&] { return stop_ || !queue_.empty() || !background_.empty(); });
+      wake_.wait(l, [&] { return stop_ || !queue_.empty(); });
       --sleepers_;
     }
     if (stop_) return;
-    if (!queue_.empty()) {
-      std::shared_ptr<Batch> b = queue_.front();
-      l.unlock();
-      while (b->RunOne(this)) {
-      }
-      l.lock();
-      // Nothing left to claim in b: drop it from the queue (unless another worker already did).
-      PopLocked(queue_, b);
-    } else if (!background_.empty()) {
-      // One item, then the copies' queue again.
-      std::shared_ptr<Batch> b = background_.front();
-      l.unlock();
-      const bool ran = b->RunOne(this);
-      l.lock();
-      if (!ran) PopLocked(background_, b);
+    std::shared_ptr<Batch> b = queue_.front();
+    l.unlock();
+    while (b->RunOne(this)) {
+    }
+    l.lock();
+    // Nothing left to claim in b: drop it from the queue (unless another worker already did).
+    if (!queue_.empty() && queue_.front() == b) {
+      queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_release);
     }
   }
 }

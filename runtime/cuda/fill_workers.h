@@ -6,8 +6,7 @@
 // call can plan and queue piece i+1 (and i+2, ...) while the workers still fill piece i and the GPU
 // moves an earlier piece: the workers never sit idle between pieces. Batches are served oldest
 // first; Wait makes the caller work on its own batch too, so a batch always finishes even when
-// every worker is busy elsewhere. Background batches (SubmitBackground: work no copy waits for)
-// run only while no other batch has items left to claim, one item at a time.
+// every worker is busy elsewhere.
 //
 // Thread safety: every method may be called from any thread, concurrently. Items must not block on
 // CUDA (host functions of the streams call Wait). Workers never call CUDA.
@@ -63,31 +62,21 @@ class FillWorkers {
   // count == 0 gives a batch that is already done (`then` runs at once, on the caller).
   std::shared_ptr<Batch> Submit(size_t count, std::function<void(size_t)> fn,
                                 std::function<void()> then = nullptr);
-  // Like Submit, but for work no copy waits for: a worker claims one of its items only while no
-  // Submit batch has items left to claim, and looks at those again before its next item. So a
-  // copy's batch waits for at most one background item per worker (keep items short).
-  std::shared_ptr<Batch> SubmitBackground(size_t count, std::function<void(size_t)> fn,
-                                          std::function<void()> then = nullptr);
   // Runs unclaimed items of `b` on the calling thread, then blocks until every item is finished.
   void Wait(Batch& b);
 
  private:
   void Loop();
   void Finished(Batch& b);
-  std::shared_ptr<Batch> Queue(bool background, size_t count, std::function<void(size_t)> fn,
-                               std::function<void()> then);
-  // Drops `b` from the front of `q` if it is still there. REQUIRES: mu_ held.
-  void PopLocked(std::deque<std::shared_ptr<Batch>>& q, const std::shared_ptr<Batch>& b);
 
   // How long an idle worker polls for the next batch before it sleeps.
   static constexpr int kSpinUs = 100;
 
-  std::mutex mu_;  // guards queue_, background_ and stop_; done_ waits under it
+  std::mutex mu_;  // guards queue_ and stop_; done_ waits under it
   std::condition_variable wake_, done_;
-  std::deque<std::shared_ptr<Batch>> queue_;       // batches with items left to claim, oldest first
-  std::deque<std::shared_ptr<Batch>> background_;  // the same, of SubmitBackground
-  std::atomic<size_t> queued_{0};  // queue_.size() + background_.size(), readable without mu_
-  int sleepers_ = 0;               // workers waiting on wake_ (guarded by mu_)
+  std::deque<std::shared_ptr<Batch>> queue_;  // batches with items left to claim, oldest first
+  std::atomic<size_t> queued_{0};             // queue_.size(), readable without mu_ (spinning)
+  int sleepers_ = 0;                          // workers waiting on wake_ (guarded by mu_)
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };

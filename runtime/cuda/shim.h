@@ -134,13 +134,11 @@ class Shim {
   // Writes `slot` (pinned by TakeOwned/TakeWanted, caching chunk `chunk` of region `rid` at `gen`)
   // back through RegionBackend::Attach and releases it; false (logged once) if that failed.
   bool WriteBackSlot(int slot, uint64_t rid, uint64_t chunk, uint64_t gen);
-  // On the workers, one job at a time: once more than half the pool is owned, writes the oldest
-  // back (queued like a copy's fill: D2H copies may wait for those slots); else writes back up to
-  // kWantedPerJob per worker of the slots the pool wants written back, as background work in
-  // items of kWantedPerItem, so that the copies' fills never queue behind it.
+  // On a worker, one job at a time: once more than half the pool is owned, writes the oldest back;
+  // and writes back some of the slots the pool wants written back (kWantedPerItem per worker,
+  // so that the copies' fills queued behind the job wait for little).
   void MaybeWriteBack();
-  static constexpr size_t kWantedPerItem = 8;
-  static constexpr size_t kWantedPerJob = 64;
+  static constexpr size_t kWantedPerItem = 64;
   // Queued-but-unpublished D2H copies per chunk.
   void MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta);
   bool AnyPending(uint64_t region, uint64_t first, uint64_t last);
