@@ -40,8 +40,10 @@ def meminfo_used_bytes(vals=None):
 
 
 # What the peak is made of: system-wide fields above the start, and this process's own.
-BREAKDOWN_MEMINFO = ("AnonPages", "Shmem", "Cached", "Buffers", "Mlocked", "Unevictable", "Slab", "PageTables")
-BREAKDOWN_SELF = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmLck", "VmPin")
+BREAKDOWN_MEMINFO = ("AnonPages", "Shmem", "Cached", "Buffers", "Mlocked", "Unevictable", "Slab", "PageTables",
+                     "MemFree", "Active(file)", "Inactive(file)", "Dirty", "Writeback", "SReclaimable",
+                     "SUnreclaim", "KernelStack", "VmallocUsed", "Percpu", "AnonHugePages")
+BREAKDOWN_SELF = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmLck", "VmPin", "VmPTE")
 
 
 def peak_rss_bytes():
