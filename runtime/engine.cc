@@ -356,6 +356,9 @@ Status Engine::Adopt(void* p, size_t n, uint64_t* gens, const std::function<void
 Status Engine::Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
   return impl_->Attach(chunk_start, gen, bytes, installed);
 }
+uint64_t Engine::ResidentRoom() const {
+  return impl_->ResidentRoom();
+}
 EngineUsage Engine::Usage() const {
   return impl_->Usage();
 }

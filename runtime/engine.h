@@ -175,6 +175,10 @@ class Engine {
   // changes); an error (UFFDIO_COPY failed) means the chunk is still external and the holder must
   // keep its copy.
   Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed = nullptr);
+  // Bytes the resident budget has left (UINT64_MAX without a resident limit): an Attach installs
+  // while there is room for its chunk and encodes into the store once there is not. A snapshot:
+  // the budget moves with every fault, install and eviction.
+  uint64_t ResidentRoom() const;
   EngineUsage Usage() const;
   const Codec& codec() const;
 

@@ -201,13 +201,17 @@ TEST(EngineFaultInjectionTest, AttachWithoutRoomStoresTheBytesOrInstallsThem) {
   EXPECT_EQ(e->Usage().external_bytes, n * cs);
 
   // No limit: room, installed.
+  EXPECT_EQ(e->ResidentRoom(), UINT64_MAX);
   bool installed = false;
   ASSERT_TRUE(e->Attach(p, gens[0], data.data(), &installed).ok());
   EXPECT_TRUE(installed);
   EXPECT_EQ(e->Usage().resident_bytes, cs);
+  e->SetResidentLimit(3 * cs);
+  EXPECT_EQ(e->ResidentRoom(), 2 * cs);
 
   // A limit of one chunk, reached: chunks 1 (bf16) and 2 (zero) go to the store, encoded.
   e->SetResidentLimit(cs);
+  EXPECT_EQ(e->ResidentRoom(), 0u);
   const uint64_t encoded0 = StatGet(Stat::bytes_encoded);
   for (size_t k : {1, 2}) {
     installed = true;

@@ -30,6 +30,7 @@ class EngineBackend final : public RegionBackend {
                const std::function<void()>& registered) override {
     return e_->Adopt(p, n, gens, registered);
   }
+  uint64_t ResidentRoom() const override { return e_->ResidentRoom(); }
   Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) override {
     return e_->Attach(chunk_start, gen, bytes, installed);
   }

@@ -49,6 +49,8 @@ class RegionBackend {
   virtual Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) {
     return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
   }
+  // Engine::ResidentRoom (the default: no limit).
+  virtual uint64_t ResidentRoom() const { return UINT64_MAX; }
   virtual Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
     return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
   }

@@ -207,6 +207,11 @@ class Engine::Impl {
   // Adopted chunks (kExternal): runtime/region/external.cc
   Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered);
   Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed);
+  uint64_t ResidentRoom() const {
+    const uint64_t limit = limit_.load(std::memory_order_relaxed);
+    const uint64_t resident = resident_.load(std::memory_order_relaxed);
+    return !limit ? UINT64_MAX : resident >= limit ? 0 : limit - resident;
+  }
   // Calls use(bytes) with the external copy of chunk `i` of `r` at generation `gen`; false if the
   // holder has none (or there is no holder).
   bool WithExternal(Region* r, size_t i, uint64_t gen, const std::function<void(const char*)>& use);

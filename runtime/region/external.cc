@@ -121,9 +121,7 @@ Status Engine::Impl::Attach(void* chunk_start, uint64_t gen, const void* bytes, 
   Chunk& c = r->table.chunks[i];
   // No room in T1 for one more chunk: the bytes go to the store, encoded before the chunk is
   // claimed (faults on it do not wait for the codec). An all-zero chunk encodes to nothing.
-  const uint64_t limit = limit_.load(std::memory_order_relaxed);
-  const bool store = limit && !stalled_.load(std::memory_order_relaxed) &&
-                     resident_.load(std::memory_order_relaxed) + chunk_ > limit;
+  const bool store = !stalled_.load(std::memory_order_relaxed) && ResidentRoom() < chunk_;
   size_t enc_len = 0;
   char* enc = nullptr;
   const Status encoded = store ? EncodeChunk(bytes, &enc, &enc_len) : Status::Ok();
