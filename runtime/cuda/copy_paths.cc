@@ -771,16 +771,24 @@ void Shim::WriteBackWanted(size_t max) {
 void Shim::MaybeWriteBack() {
   const size_t limit = pool_->slots() / 2;
   const bool over = pool_->owned_slots() > limit;
-  if (!over && pool_->wanted_slots() == 0) return;
+  // Wanted slots go back only when T1 has no room for all of them, so that written back they end
+  // in the store: their chunks' next reads then decode, and the spread overlaps those decodes
+  // with the link. With room in T1 the owned copies stay (a resident chunk's fill is a memcpy): on
+  // the GPU the owned prefix streamed faster than the spread that replaced it, and writing it back
+  // grew T1 by its bytes.
+  const size_t wanted_slots = pool_->wanted_slots();
+  const bool wanted = wanted_slots > 0 && backend_->ResidentRoom() < wanted_slots * chunk_;
+  if (!over && !wanted) return;
   std::lock_guard<std::mutex> l(writeback_mu_);
   if (writeback_ && !writeback_->done()) return;  // one job at a time; it rechecks as it goes
   // Over half the pool owned: down to 3/8 of the pool, so that the next copies do not trigger it
   // again at once; every worker takes part (a write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per
   // thread, or an encode into the store when T1 is full).
-  writeback_ = workers_->Submit(std::max(1, workers_->threads()), [this, limit, over](size_t) {
-    WriteBackWanted(kWantedPerItem);
-    if (over) WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
-  });
+  writeback_ =
+      workers_->Submit(std::max(1, workers_->threads()), [this, limit, over, wanted](size_t) {
+        if (wanted) WriteBackWanted(kWantedPerItem);
+        if (over) WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
+      });
 }
 
 void Shim::WaitForWriteBack() {

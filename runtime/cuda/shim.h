@@ -135,8 +135,9 @@ class Shim {
   // back through RegionBackend::Attach and releases it; false (logged once) if that failed.
   bool WriteBackSlot(int slot, uint64_t rid, uint64_t chunk, uint64_t gen);
   // On a worker, one job at a time: once more than half the pool is owned, writes the oldest back;
-  // and writes back some of the slots the pool wants written back (kWantedPerItem per worker,
-  // so that the copies' fills queued behind the job wait for little).
+  // and, while T1 has no room for all of them (RegionBackend::ResidentRoom), writes back some of
+  // the slots the pool wants written back (kWantedPerItem per worker, so that the copies' fills
+  // queued behind the job wait for little).
   void MaybeWriteBack();
   static constexpr size_t kWantedPerItem = 64;
   // Queued-but-unpublished D2H copies per chunk.
