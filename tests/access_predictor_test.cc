@@ -71,6 +71,78 @@ TEST(AccessPredictorTest, ForwardBackwardOrderIsPredicted) {
   EXPECT_EQ(FeedAndScore(p, iteration), 1.0);
 }
 
+// Training with a layer read as two accesses (two tensors): "k.a k.b" is followed by k+1.a going
+// forward and by k-1.a going backward. Only a context reaching back into the previous layer tells
+// the two apart; a second-order one is wrong at every layer boundary.
+TEST(AccessPredictorTest, ForwardBackwardWithSplitLayersIsPredicted) {
+  auto split_order = [](const std::vector<uint32_t>& layers) {
+    std::vector<Access> out;
+    for (uint32_t l : layers) {
+      out.push_back(Layer(l, kChunksPerLayer / 2));
+      out.push_back(Access{kRegion, uint64_t{l} * kChunksPerLayer + kChunksPerLayer / 2,
+                           kChunksPerLayer / 2, Direction::kH2D, kStream});
+    }
+    return out;
+  };
+  auto score = [](AccessPredictor& p, const std::vector<Access>& order) {
+    size_t right = 0;
+    for (const Access& a : order) {
+      PlannedAccess next;
+      right += p.PredictNext(kStream, &next) && next.access.first_chunk == a.first_chunk;
+      p.Observe(a);
+    }
+    return double(right) / double(order.size());
+  };
+  const auto iteration = split_order(ForwardBackward(24));
+  for (uint32_t long_order : {8u, 0u}) {
+    PredictorConfig config;
+    config.long_order = long_order;
+    AccessPredictor p(config);
+    score(p, iteration);  // profile
+    score(p, iteration);
+    const double accuracy = score(p, iteration);
+    printf("long_order %u: accuracy %.3f\n", long_order, accuracy);
+    if (long_order > 0) {
+      EXPECT_GE(accuracy, 0.99);
+      EXPECT_GT(p.long_context_count(), 0u);
+    } else {
+      EXPECT_LT(accuracy, 0.95) << "the second-order model alone cannot tell the directions apart";
+    }
+  }
+}
+
+// A layer read whole in one order and in halves in another: when the whole-layer order comes back,
+// the plan walks it with whole layers (the count that followed each context), not with the halves
+// seen last, so the second halves are planned too.
+TEST(AccessPredictorTest, PlanUsesTheChunkCountOfTheOrderWalked) {
+  AccessPredictor p;
+  const uint32_t layers = 16, half = kChunksPerLayer / 2;
+  auto whole_pass = [&] {
+    for (uint32_t l = 0; l < layers; ++l) p.Observe(Layer(l));
+  };
+  auto split_pass = [&] {
+    for (uint32_t l = 0; l < layers; ++l) {
+      p.Observe(Layer(l, half));
+      p.Observe(
+          Access{kRegion, uint64_t{l} * kChunksPerLayer + half, half, Direction::kH2D, kStream});
+    }
+  };
+  for (int i = 0; i < 3; ++i) whole_pass();
+  for (int i = 0; i < 3; ++i) split_pass();
+  for (uint32_t l = 0; l < 3; ++l) p.Observe(Layer(l));  // the whole-layer order is back
+  std::vector<PlannedAccess> plan;
+  const uint64_t pos = p.Position(kStream);
+  p.Plan(kStream, pos, pos + 4 * kChunksPerLayer, 0.0f, &plan);
+  ASSERT_GE(plan.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(plan[i].access.first_chunk, (3 + i) * kChunksPerLayer);
+    EXPECT_EQ(plan[i].access.chunk_count, kChunksPerLayer);
+    EXPECT_EQ(plan[i].pos, pos + i * kChunksPerLayer);
+  }
+  // The second half of the next layer is planned, right after its first half.
+  EXPECT_EQ(p.NextUseDistance({kRegion, 3 * kChunksPerLayer + half}), uint64_t{half});
+}
+
 TEST(AccessPredictorTest, RecoversAfterOrderChange) {
   AccessPredictor p;
   for (int i = 0; i < 4; ++i) FeedAndScore(p, Cyclic(48));

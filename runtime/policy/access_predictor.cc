@@ -4,13 +4,14 @@
 
 namespace zrtier::policy {
 
-void AccessPredictor::SuccList::Observe(uint32_t node) {
+void AccessPredictor::SuccList::Observe(uint32_t node, uint32_t chunk_count) {
   bool found = false;
   uint8_t kept = 0;
   for (uint8_t i = 0; i < n; ++i) {
     Succ e = s[i];
     if (e.node == node) {
       e.weight = std::min(e.weight + 1.0f, kMaxWeight);
+      e.chunk_count = chunk_count;
       found = true;
     } else {
       e.weight *= 0.5f;
@@ -21,16 +22,16 @@ void AccessPredictor::SuccList::Observe(uint32_t node) {
   n = kept;
   if (found) return;
   if (n < kMaxSuccessors) {
-    s[n++] = Succ{node, 1.0f};
+    s[n++] = Succ{node, chunk_count, 1.0f};
     return;
   }
   uint8_t lightest = 0;
   for (uint8_t i = 1; i < n; ++i)
     if (s[i].weight < s[lightest].weight) lightest = i;
-  s[lightest] = Succ{node, 1.0f};
+  s[lightest] = Succ{node, chunk_count, 1.0f};
 }
 
-bool AccessPredictor::SuccList::Top(uint32_t* node, float* confidence) const {
+bool AccessPredictor::SuccList::Top(Succ* top, float* confidence) const {
   if (n == 0) return false;
   float total = 0;
   uint8_t best = 0;
@@ -38,13 +39,31 @@ bool AccessPredictor::SuccList::Top(uint32_t* node, float* confidence) const {
     total += s[i].weight;
     if (s[i].weight > s[best].weight) best = i;
   }
-  *node = s[best].node;
+  *top = s[best];
   *confidence = s[best].weight / total;
   return true;
 }
 
+void AccessPredictor::Recent::Push(uint32_t id) {
+  std::move(n.begin() + 1, n.end(), n.begin());
+  n.back() = id;
+}
+
 AccessPredictor::AccessPredictor(PredictorConfig config) : config_(config) {
   if (config_.max_streams == 0) config_.max_streams = 1;
+  config_.long_order = std::min(config_.long_order, kMaxLongOrder);
+}
+
+bool AccessPredictor::LongKey(const Recent& r, uint64_t* key) const {
+  if (config_.long_order <= 2) return false;
+  uint64_t h = config_.long_order;
+  for (uint32_t i = kMaxLongOrder - config_.long_order; i < kMaxLongOrder; ++i) {
+    if (r.n[i] == kNone) return false;
+    h = (h ^ r.n[i]) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+  }
+  *key = h;
+  return true;
 }
 
 uint32_t AccessPredictor::Intern(const Access& a) {
@@ -58,9 +77,10 @@ uint32_t AccessPredictor::Intern(const Access& a) {
     chunk_nodes_.clear();
     order1_.clear();
     order2_.clear();
+    order_long_.clear();
     for (auto& s : streams_) {
       ClearPlan(s);
-      s.prev2 = s.prev1 = s.tail2 = s.tail1 = kNone;
+      s.recent = s.tail = Recent();
       s.period = 0;
     }
     ++resets_;
@@ -106,8 +126,14 @@ const AccessPredictor::StreamState* AccessPredictor::FindStream(uint64_t stream)
   return nullptr;
 }
 
-bool AccessPredictor::Predict(uint32_t a, uint32_t b, uint32_t* next, float* confidence) const {
+bool AccessPredictor::Predict(const Recent& r, Succ* next, float* confidence) const {
+  const uint32_t a = r.back(1), b = r.back(0);
   if (b == kNone) return false;
+  uint64_t key;
+  if (LongKey(r, &key)) {
+    auto it = order_long_.find(key);
+    if (it != order_long_.end() && it->second.Top(next, confidence)) return true;
+  }
   if (a != kNone) {
     auto it = order2_.find(uint64_t{a} << 32 | b);
     if (it != order2_.end() && it->second.Top(next, confidence)) return true;
@@ -128,10 +154,12 @@ void AccessPredictor::PopFront(StreamState& s) {
 }
 
 void AccessPredictor::TruncateAfter(StreamState& s, uint32_t a, uint32_t b) {
-  // The first planned entry walked from context (a, b); the context of plan[0] is the tail of the
-  // demand history, which is not planned, so start at 2.
-  size_t k = 2;
-  while (k < s.plan.size() && !(s.plan[k - 2].node == a && s.plan[k - 1].node == b)) ++k;
+  // The first planned entry walked from a context ending in (a, b); plan[0] was walked from the
+  // demand history, which is not planned, so start at 1. Entries whose longer context differs are
+  // dropped too: walking them again is only work.
+  size_t k = 1;
+  auto before = [&](size_t i) { return i == 0 ? s.recent.back() : s.plan[i - 1].node; };
+  while (k < s.plan.size() && !(before(k - 1) == a && s.plan[k - 1].node == b)) ++k;
   if (k >= s.plan.size()) return;
   while (s.plan.size() > k) {
     const Entry& e = s.plan.back();
@@ -143,8 +171,8 @@ void AccessPredictor::TruncateAfter(StreamState& s, uint32_t a, uint32_t b) {
     s.plan_chunks -= e.chunk_count;
     s.plan.pop_back();
   }
-  s.tail2 = a;
-  s.tail1 = b;
+  s.tail = s.recent;
+  for (const Entry& e : s.plan) s.tail.Push(e.node);
 }
 
 void AccessPredictor::ClearPlan(StreamState& s) {
@@ -156,22 +184,21 @@ void AccessPredictor::ClearPlan(StreamState& s) {
 }
 
 void AccessPredictor::Extend(StreamState& s) {
-  if (s.plan.empty()) {
-    s.tail2 = s.prev2;
-    s.tail1 = s.prev1;
-  }
+  if (s.plan.empty()) s.tail = s.recent;
   // One period: the walk then reaches the next use of every access of the cycle, which is what
   // placement needs. A longer plan would only lag further behind the tables (it is walked ahead
   // of time); before a period was measured, as many accesses as contexts are known.
   const size_t period = s.period ? s.period : std::max<size_t>(order2_.size(), 1);
   const size_t cap_nodes = std::min<size_t>(config_.max_plan_nodes, period + 1);
   while (s.plan.size() < cap_nodes && s.plan_chunks < config_.max_plan_chunks) {
-    uint32_t next;
+    Succ next;
     float conf;
-    if (!Predict(s.tail2, s.tail1, &next, &conf)) return;
+    if (!Predict(s.tail, &next, &conf)) return;
     Entry e;
-    e.node = next;
-    e.chunk_count = nodes_[next].chunk_count;
+    e.node = next.node;
+    // As it was the last time it followed this context: a layer read whole in one order and in
+    // halves in another has the count of the order walked.
+    e.chunk_count = next.chunk_count;
     if (s.plan.empty()) {
       e.raw_pos = static_cast<uint64_t>(static_cast<int64_t>(s.pos) - s.shift);
       e.confidence = conf;
@@ -180,11 +207,10 @@ void AccessPredictor::Extend(StreamState& s) {
       e.raw_pos = back.raw_pos + back.chunk_count;
       e.confidence = std::min(back.confidence, conf);
     }
-    s.uses[next].push_back(NodeUse{e.raw_pos, e.chunk_count});
+    s.uses[e.node].push_back(NodeUse{e.raw_pos, e.chunk_count});
     s.plan_chunks += e.chunk_count;
     s.plan.push_back(e);
-    s.tail2 = s.tail1;
-    s.tail1 = next;
+    s.tail.Push(e.node);
   }
 }
 
@@ -194,25 +220,42 @@ void AccessPredictor::Observe(const Access& a) {
   StreamState& s = StreamFor(a.stream);
   s.last_use = tick_;
 
-  // Learn: which node followed the stream's last one (and last two).
-  if (s.prev1 != kNone) {
-    order1_[s.prev1].Observe(id);
-    if (s.prev2 != kNone) {
-      SuccList& ctx = order2_[uint64_t{s.prev2} << 32 | s.prev1];
-      uint32_t before = kNone, after = kNone;
-      float conf;
-      const bool known = ctx.Top(&before, &conf);
-      ctx.Observe(id);
-      ctx.Top(&after, &conf);
-      // The context now predicts another successor: the plan was walked with the old one.
-      if (known && before != after) TruncateAfter(s, s.prev2, s.prev1);
-      // The distance since this context last occurred is the period of the order. Kept as a
-      // slowly decaying maximum: a layer read twice in a row ("A B A B") measures 2 for its
-      // context, which must not shrink the plan to three accesses.
-      if (ctx.last_seen)
-        s.period = std::max<uint64_t>(s.accesses - ctx.last_seen, s.period - s.period / 8);
+  // Learn: which node followed the stream's last one, last two and last long_order.
+  const uint32_t prev2 = s.recent.back(1), prev1 = s.recent.back(0);
+  if (prev1 != kNone) {
+    Succ before{kNone, 0, 0}, after{kNone, 0, 0};
+    float conf;
+    const bool known = Predict(s.recent, &before, &conf);
+    order1_[prev1].Observe(id, a.chunk_count);
+    // Accesses since the context last occurred, by the longest order that saw it before.
+    uint64_t since = 0;
+    auto seen = [&](SuccList& ctx) {
+      if (ctx.last_seen) since = s.accesses - ctx.last_seen;
       ctx.last_seen = s.accesses;
+    };
+    if (prev2 != kNone) {
+      SuccList& ctx = order2_[uint64_t{prev2} << 32 | prev1];
+      ctx.Observe(id, a.chunk_count);
+      seen(ctx);
     }
+    uint64_t key;
+    if (LongKey(s.recent, &key)) {
+      // Bounded memory: noise makes new long contexts all the time. Forgetting them costs one
+      // pass of relearning; the shorter orders predict meanwhile.
+      if (order_long_.size() >= config_.max_long_contexts && !order_long_.count(key))
+        order_long_.clear();
+      SuccList& ctx = order_long_[key];
+      ctx.Observe(id, a.chunk_count);
+      seen(ctx);
+    }
+    Predict(s.recent, &after, &conf);
+    // The context now predicts another successor: the plan was walked with the old one.
+    if (known && (before.node != after.node || before.chunk_count != after.chunk_count))
+      TruncateAfter(s, prev2, prev1);
+    // The distance since the context last occurred is the period of the order. Kept as a slowly
+    // decaying maximum: a layer read twice in a row ("A B A B") measures 2 for its short context,
+    // which must not shrink the plan to three accesses.
+    if (since) s.period = std::max<uint64_t>(since, s.period - s.period / 8);
   }
   ++s.accesses;
 
@@ -233,16 +276,16 @@ void AccessPredictor::Observe(const Access& a) {
       ClearPlan(s);
     }
   }
-  s.prev2 = s.prev1;
-  s.prev1 = id;
+  s.recent.Push(id);
   Extend(s);
 }
 
 PlannedAccess AccessPredictor::ToPlanned(const StreamState& s, const Entry& e) const {
   const Node& node = nodes_[e.node];
   PlannedAccess p;
-  // The latest chunk count of the node (a growing KV cache read), not the one planned.
-  p.access = Access{node.region, node.first_chunk, node.chunk_count, node.dir, s.id};
+  // The larger of the planned count and the node's latest (a growing KV cache read).
+  p.access = Access{node.region, node.first_chunk, std::max(e.chunk_count, node.chunk_count),
+                    node.dir, s.id};
   const int64_t pos = static_cast<int64_t>(e.raw_pos) + s.shift;
   p.pos = pos > 0 ? static_cast<uint64_t>(pos) : 0;
   p.confidence = e.confidence;
@@ -310,10 +353,11 @@ uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
       auto it = s.uses.find(id);
       if (it == s.uses.end()) continue;
       const uint64_t offset = key.chunk - nodes_[id].first_chunk;
-      // The node's earliest planned entry that covers the chunk (as planned; a grown node's
-      // older entries may be shorter).
+      // The node's earliest planned entry that covers the chunk (as planned, or as the node's
+      // latest access when that is longer: a growing KV cache read).
+      const uint32_t latest = nodes_[id].chunk_count;
       for (const NodeUse& u : it->second) {
-        if (offset >= u.chunk_count) continue;
+        if (offset >= std::max(u.chunk_count, latest)) continue;
         const int64_t at = static_cast<int64_t>(u.raw_pos + offset) + s.shift;
         const uint64_t d = at > static_cast<int64_t>(s.pos) ? static_cast<uint64_t>(at) - s.pos : 0;
         best = std::min(best, d);

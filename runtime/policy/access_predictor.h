@@ -3,10 +3,15 @@
 //
 // Model. Every distinct access target -- (region, first chunk, direction) -- is a node; its chunk
 // count is the latest one seen (a KV cache that grows keeps its node). Per stream the predictor
-// remembers the last two nodes and learns, for every context, which node came next:
+// remembers the last `long_order` nodes and learns, for every context, which node came next:
+//   - long order: the last `long_order` nodes -> successors; this separates the directions when a
+//     layer is read as several accesses in training (forward "k.a k.b" -> k+1.a, backward
+//     "k.a k.b" -> k-1.a: only a context reaching into the previous layer tells them apart);
 //   - second order: (node before, node) -> successors; this separates "layer k going forward" from
-//     "layer k going backward" in training (k-1,k -> k+1 and k+1,k -> k-1);
-//   - first order: node -> successors, used when the second-order context was never seen.
+//     "layer k going backward" when a layer is one access (k-1,k -> k+1 and k+1,k -> k-1);
+//   - first order: node -> successors.
+// A prediction uses the longest context that was seen (PPM-style): after an order change or a
+// noisy access the long contexts are new for a while and the shorter ones predict.
 // Each context keeps up to kMaxSuccessors successors with weights: the observed one gains 1 (capped
 // at kMaxWeight), every other one is halved and forgotten below kForgetWeight. A stable order thus
 // has confidence ~1; a single noisy access costs one halving and is forgotten after two passes; a
@@ -16,16 +21,17 @@
 // Plan. Per stream the predictor keeps the plan: the predicted sequence of next accesses, walked
 // from the current context by always taking the top successor, up to one period (as many
 // accesses as lay between the last two occurrences of the current context; before that is known,
-// as many as contexts are known; capped). Every planned access has an absolute position (the number
-// of chunks the stream will have accessed before it) and a confidence (the lowest step confidence
-// from the current position to it). When the demand access is the plan's head, the head is consumed
-// and the walk is extended at the tail (O(1) amortized); when it is a planned access a few entries
-// further on (skipped layers) the skipped entries are dropped; an unexpected access is first taken
-// for an inserted one (noise) and the plan is kept; a second unexpected access in a row rebuilds
-// the plan from the new context. When learning changes the predicted successor of a context (an
-// order change has taken over), the plan is cut where it was walked from that context and walked
-// again. A second-order context cannot tell "A B A B C" apart (a repeated pair); such orders are
-// predicted right only in part.
+// as many as contexts are known; capped). Every planned access has the chunk count it had the last
+// time it followed its context (a layer read whole in one order and in halves in another), an
+// absolute position (the number of chunks the stream will have accessed before it) and a confidence
+// (the lowest step confidence from the current position to it). When the demand access is the
+// plan's head, the head is consumed and the walk is extended at the tail (O(1) amortized); when it
+// is a planned access a few entries further on (skipped layers) the skipped entries are dropped; an
+// unexpected access is first taken for an inserted one (noise) and the plan is kept; a second
+// unexpected access in a row rebuilds the plan from the new context. When learning changes the
+// predicted successor of a context (an order change has taken over), the plan is cut where it was
+// walked from that context and walked again. Orders that repeat a run longer than `long_order`
+// accesses cannot be told apart by any context; they are predicted right only in part.
 //
 // Thread safety: none. The owner serializes all calls (Prefetcher holds its mutex around them).
 #pragma once
@@ -42,11 +48,13 @@
 namespace zrtier::policy {
 
 struct PredictorConfig {
+  uint32_t long_order = 8;              // nodes in a long context; 2 or less: none (up to 16)
   uint32_t resync_window = 8;           // plan entries searched for a demand that skipped ahead
   uint32_t max_plan_nodes = 1u << 16;   // cap on the plan's length in accesses
   uint64_t max_plan_chunks = 1u << 22;  // cap on the plan's length in chunks
   uint32_t max_streams = 16;            // streams tracked; the least recently used one is forgotten
   uint32_t max_nodes = 1u << 20;        // distinct access targets; past it everything is forgotten
+  uint32_t max_long_contexts = 1u << 20;  // long contexts; past it they are forgotten (relearned)
 };
 
 struct PlannedAccess {
@@ -86,21 +94,23 @@ class AccessPredictor : public NextUseOracle {
 
   size_t node_count() const { return nodes_.size(); }
   size_t context_count() const { return order2_.size(); }
+  size_t long_context_count() const { return order_long_.size(); }
   // Times everything learned was forgotten because max_nodes was reached.
   uint64_t resets() const { return resets_; }
 
  private:
   struct Succ {
     uint32_t node;
+    uint32_t chunk_count;  // the node's chunk count when it last followed this context
     float weight;
   };
   struct SuccList {
     Succ s[kMaxSuccessors];
     uint8_t n = 0;
     uint64_t last_seen = 0;  // the stream's access count when this context last occurred
-    void Observe(uint32_t node);
+    void Observe(uint32_t node, uint32_t chunk_count);
     // The heaviest successor and its share of the total weight. False when empty.
-    bool Top(uint32_t* node, float* confidence) const;
+    bool Top(Succ* top, float* confidence) const;
   };
   struct Node {
     uint64_t region;
@@ -130,15 +140,23 @@ class AccessPredictor : public NextUseOracle {
     uint32_t chunk_count;  // as planned
   };
   static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr uint32_t kMaxLongOrder = 16;
+  // The last nodes of an access sequence, most recent last (kNone before there were that many).
+  struct Recent {
+    std::array<uint32_t, kMaxLongOrder> n;
+    Recent() { n.fill(kNone); }
+    void Push(uint32_t id);
+    uint32_t back(int i = 0) const { return n[kMaxLongOrder - 1 - i]; }  // i = 0: the latest
+  };
   struct StreamState {
     uint64_t id = 0;
     uint64_t last_use = 0;  // observe tick, for forgetting the least recently used stream
-    uint32_t prev2 = kNone, prev1 = kNone;  // the last two nodes accessed
-    uint32_t tail2 = kNone, tail1 = kNone;  // the last two nodes of the walk (plan tail)
-    uint64_t pos = 0;                       // chunks accessed
-    uint64_t accesses = 0;                  // accesses observed
-    uint64_t period = 0;  // accesses between two occurrences of a context (decaying max)
-    int64_t shift = 0;    // correction of raw plan positions after inserted/skipped accesses
+    Recent recent;          // the last nodes accessed
+    Recent tail;            // the last nodes of the walk (plan tail)
+    uint64_t pos = 0;       // chunks accessed
+    uint64_t accesses = 0;  // accesses observed
+    uint64_t period = 0;    // accesses between two occurrences of a context (decaying max)
+    int64_t shift = 0;      // correction of raw plan positions after inserted/skipped accesses
     uint64_t epoch = 0;
     uint32_t misses = 0;  // unexpected accesses in a row
     uint64_t plan_chunks = 0;
@@ -152,12 +170,14 @@ class AccessPredictor : public NextUseOracle {
   uint32_t Intern(const Access& a);
   StreamState& StreamFor(uint64_t stream);
   const StreamState* FindStream(uint64_t stream) const;
-  // The predicted successor of context (a, b); false if neither order knows one.
-  bool Predict(uint32_t a, uint32_t b, uint32_t* next, float* confidence) const;
+  // The key of the long context ending at `r`; false while `r` holds fewer than long_order nodes.
+  bool LongKey(const Recent& r, uint64_t* key) const;
+  // The predicted successor of context `r` by the longest order that knows one; false if none.
+  bool Predict(const Recent& r, Succ* next, float* confidence) const;
   void PopFront(StreamState& s);
   void ClearPlan(StreamState& s);
-  // Drops the planned entries walked from context (a, b) onwards (their successor changed); the
-  // next Extend walks them again with the current tables.
+  // Drops the planned entries walked from a context ending in (a, b) onwards (the prediction for
+  // it changed); the next Extend walks them again with the current tables.
   void TruncateAfter(StreamState& s, uint32_t a, uint32_t b);
   void Extend(StreamState& s);
   PlannedAccess ToPlanned(const StreamState& s, const Entry& e) const;
@@ -179,8 +199,9 @@ class AccessPredictor : public NextUseOracle {
   ChunkNodes& ChunkNodesFor(const ChunkKey& key);
   std::unordered_map<uint64_t, std::vector<std::unique_ptr<ChunkPage>>> chunk_nodes_;
   std::unordered_map<NodeKey, uint32_t, NodeKeyHash> node_ids_;
-  std::vector<SuccList> order1_;                   // indexed by node
-  std::unordered_map<uint64_t, SuccList> order2_;  // key: prev2 << 32 | prev1
+  std::vector<SuccList> order1_;                       // indexed by node
+  std::unordered_map<uint64_t, SuccList> order2_;      // key: prev2 << 32 | prev1
+  std::unordered_map<uint64_t, SuccList> order_long_;  // key: LongKey
   std::vector<StreamState> streams_;
   uint64_t tick_ = 0;
   uint64_t resets_ = 0;
