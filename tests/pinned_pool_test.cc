@@ -454,6 +454,49 @@ TEST(PinnedPoolPlacement, PrefetchKeepsReserveAndNeverEvictsSoonerChunks) {
   pool->SetOracle(nullptr);
 }
 
+// The batched prefetch acquire: a writable chunk (kNoGeneration) and a chunk cached at its
+// generation are skipped, the others get slots (consecutive ones, for one DMA later), and the run
+// stops where the demand reserve begins.
+TEST(PinnedPoolPlacement, PrefetchRunSkipsReadyChunksAndStopsAtTheReserve) {
+  auto pool = MakePool(8);
+  MapOracle oracle;
+  pool->SetOracle(&oracle);
+  pool->set_prefetch_reserve(3);
+  // Chunk 1 is cached at generation 5.
+  const int c1 = pool->Acquire(-1);
+  ASSERT_GE(c1, 0);
+  pool->Publish(c1, 1, 1, 5);
+  pool->Unpin(c1);
+  for (uint64_t c = 0; c < 8; ++c) oracle.dist[c] = c + 1;
+  const uint64_t gens[8] = {5, 5, kNoGeneration, 5, 5, 5, 5, 5};
+  int slots[8];
+  // 8 free slots, 3 reserved: 5 may be taken. Chunks 1 and 2 need none.
+  const size_t got = pool->AcquireRunForPrefetch(1, 0, 8, gens, slots);
+  EXPECT_EQ(got, 7u) << "chunks 0, 3, 4, 5 and 6 take the 5 slots; chunk 7 finds only the reserve";
+  ASSERT_GE(got, 7u);
+  EXPECT_EQ(slots[1], PinnedPool::kPrefetchSkip);
+  EXPECT_EQ(slots[2], PinnedPool::kPrefetchSkip);
+  const std::vector<size_t> fetched = {0, 3, 4, 5, 6};
+  std::vector<int> taken;
+  for (size_t i : fetched) {
+    ASSERT_GE(slots[i], 0) << i;
+    ASSERT_NE(slots[i], c1) << "chunk 1, needed sooner, was evicted";
+    taken.push_back(slots[i]);
+  }
+  EXPECT_EQ(slots[4], slots[3] + 1) << "consecutive chunks in consecutive slots";
+  EXPECT_EQ(pool->free_slots(), 3u);
+  std::vector<PinnedPool::PublishItem> items;
+  for (size_t i : fetched) items.push_back({slots[i], i, gens[i]});
+  pool->PublishRun(1, items.data(), items.size());
+  pool->UnpinRun(taken.data(), taken.size());
+  for (size_t i : {0u, 1u, 3u, 4u, 5u, 6u}) {
+    const int hit = pool->PinCached(1, i, 5);
+    EXPECT_GE(hit, 0) << i;
+    if (hit >= 0) pool->Unpin(hit);
+  }
+  pool->SetOracle(nullptr);
+}
+
 // A prefetch never makes room for a chunk the spread samples out by evicting one it keeps, even
 // one needed later; a member (kept) chunk may take that slot, and without the spread so may any.
 TEST(PinnedPoolPlacement, PrefetchOfASampledOutChunkNeverEvictsAKeptOne) {

@@ -805,29 +805,42 @@ void Shim::DropT0(uint64_t region) {
   pool_->DropRegion(region);
 }
 
-bool Shim::PrefetchChunk(uint64_t region, uint64_t chunk) {
+size_t Shim::PrefetchRun(uint64_t region, uint64_t first, size_t n) {
   std::shared_lock<std::shared_mutex> l(regions_mu_);
   auto it = regions_.find(region);
-  if (it == regions_.end() || (chunk + 1) * chunk_ > it->second.size) return true;  // gone
-  if (AnyPending(region, chunk, chunk)) return true;  // a queued D2H will publish newer bytes
-  char* addr = static_cast<char*>(it->second.base) + chunk * chunk_;
-  uint64_t gen = backend_->Generation(addr);
-  // A dirty chunk is left alone: caching it would write-protect it (ReadChunk), a cost a
-  // speculative fetch should not impose on the next CPU store or D2H; a demand copy reads it.
-  if (gen == kNoGeneration) return true;
-  int slot = pool_->PinCached(region, chunk, gen);
-  if (slot < 0) {
-    slot = pool_->AcquireForPrefetch(region, chunk);
-    if (slot < 0) {
-      pool_->Reap();
-      return false;
-    }
+  if (it == regions_.end()) return n;  // gone
+  const uint64_t whole = it->second.size / chunk_;
+  const size_t m = first >= whole ? 0 : static_cast<size_t>(std::min<uint64_t>(n, whole - first));
+  if (m == 0 || AnyPending(region, first, first + m - 1))
+    return n;  // past the end, or a queued D2H will publish newer bytes
+  char* addr = static_cast<char*>(it->second.base) + first * chunk_;
+  // A dirty chunk (kNoGeneration) is left alone: caching it would write-protect it (ReadChunk), a
+  // cost a speculative fetch should not impose on the next CPU store or D2H; a demand copy reads
+  // it.
+  std::vector<uint64_t> gens(m);
+  std::unique_ptr<bool[]> resident(new bool[m]);
+  backend_->Generations(addr, m, gens.data(), resident.get());
+  std::vector<int> slots(m);
+  const size_t got = pool_->AcquireRunForPrefetch(region, first, m, gens.data(), slots.data());
+  std::vector<PinnedPool::PublishItem> items;
+  std::vector<int> pinned;
+  items.reserve(got);
+  pinned.reserve(got);
+  for (size_t i = 0; i < got; ++i) {
+    if (slots[i] == PinnedPool::kPrefetchSkip) continue;
+    pinned.push_back(slots[i]);
     bool zero = false;
-    Status st = backend_->ReadChunk(addr, pool_->SlotPtr(slot), &zero, &gen);
-    if (st.ok() && !zero) pool_->Publish(slot, region, chunk, gen);
+    uint64_t gen = gens[i];
+    Status st = backend_->ReadChunk(addr + i * chunk_, pool_->SlotPtr(slots[i]), &zero, &gen);
+    if (st.ok() && !zero) items.push_back({slots[i], first + i, gen, resident[i]});
   }
-  pool_->Unpin(slot);
-  return true;
+  pool_->PublishRun(region, items.data(), items.size());
+  pool_->UnpinRun(pinned.data(), pinned.size());
+  if (got < m) {
+    pool_->Reap();
+    return got;
+  }
+  return n;
 }
 
 cudaError_t Shim::CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream) {

@@ -266,14 +266,46 @@ int PinnedPool::AcquireLocked(int after) {
 
 int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
   std::lock_guard<std::mutex> l(mu_);
-  if (index_.size() <= prefetch_reserve_) return -1;
-  bool spread_out;
-  const uint64_t want = PredictLocked(region, chunk, /*resident=*/false, &spread_out);
   int after = -1;
   if (chunk > 0) {
     auto it = cache_.find(Key{region, chunk - 1});
     if (it != cache_.end()) after = it->second;
   }
+  return AcquireForPrefetchLocked(region, chunk, after);
+}
+
+size_t PinnedPool::AcquireRunForPrefetch(uint64_t region, uint64_t first_chunk, size_t n,
+                                         const uint64_t* gens, int* slots) {
+  std::lock_guard<std::mutex> l(mu_);
+  int after = -1;
+  if (first_chunk > 0) {
+    auto it = cache_.find(Key{region, first_chunk - 1});
+    if (it != cache_.end()) after = it->second;
+  }
+  size_t i = 0;
+  for (; i < n; ++i) {
+    const uint64_t chunk = first_chunk + i;
+    if (gens[i] == kNoGeneration) {
+      slots[i] = kPrefetchSkip;
+      continue;
+    }
+    auto it = cache_.find(Key{region, chunk});
+    if (it != cache_.end() && slots_[it->second].gen == gens[i]) {
+      slots[i] = kPrefetchSkip;  // ready already (the slot may be pinned by a copy reading it)
+      after = it->second;
+      continue;
+    }
+    const int slot = AcquireForPrefetchLocked(region, chunk, after);
+    if (slot < 0) break;
+    slots[i] = after = slot;
+  }
+  return i;
+}
+
+int PinnedPool::AcquireForPrefetchLocked(uint64_t region, uint64_t chunk, int after) {
+  if (index_.size() <= prefetch_reserve_) return -1;
+  bool spread_out;
+  const uint64_t want = PredictLocked(region, chunk, /*resident=*/false, &spread_out);
   const int slot = PickLocked(after);
   if (slot < 0) return -1;
   // Never evict a chunk needed no later than the one fetched (an unpredicted fetch evicts only

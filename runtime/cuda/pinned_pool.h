@@ -169,6 +169,14 @@ class PinnedPool final : public ExternalCopies {
   // PinCached hits it; dropping it before that is reported to the oracle
   // (SlotOracle::OnPrefetchDropped).
   int AcquireForPrefetch(uint64_t region, uint64_t chunk);
+  // The batched form for a run of chunks first_chunk .. first_chunk+n-1 of `region` (one lock
+  // round trip): slots[i] = kPrefetchSkip when nothing is to be done for chunk i (gens[i] is
+  // kNoGeneration: the chunk is writable or busy; or a copy at gens[i] is cached already), else a
+  // slot pinned as AcquireForPrefetch(region, chunk) would pin it. Stops at the first chunk that
+  // gets no slot; returns how many chunks were handled (slots[0..ret) filled).
+  static constexpr int kPrefetchSkip = -2;
+  size_t AcquireRunForPrefetch(uint64_t region, uint64_t first_chunk, size_t n,
+                               const uint64_t* gens, int* slots);
   // Free slots that prefetches leave to demand copies (default: a quarter of the pool).
   void set_prefetch_reserve(size_t slots);
   size_t prefetch_reserve() const;
@@ -206,6 +214,7 @@ class PinnedPool final : public ExternalCopies {
   int PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen);
   int AcquireLocked(int after);
   // `predict`: key the slot by the oracle's next-use prediction (not for an owned slot).
+  int AcquireForPrefetchLocked(uint64_t region, uint64_t chunk, int after);
   void PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen, bool predict = true,
                      bool resident = false);
   void UnpinLocked(int slot);

@@ -80,10 +80,12 @@ class Shim {
   cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                        size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool sync);
 
-  // Prefetch sink: makes chunk `chunk` of region `region` ready in T0 unless it already is, or is
-  // about to be overwritten by a queued D2H, or is dirty (writable: see Engine::ReadChunk), or the
-  // region is gone. False when no slot is free now. Called from prefetch worker threads.
-  bool PrefetchChunk(uint64_t region, uint64_t chunk);
+  // Prefetch sink: makes chunks first .. first+n-1 of region `region` ready in T0, in order, each
+  // unless it already is, or is about to be overwritten by a queued D2H, or is dirty (writable: see
+  // Engine::ReadChunk), or the region is gone; with one pool lock round trip to take the slots and
+  // one to publish them. Returns how many chunks from `first` on were handled; the rest found no
+  // free slot (PinnedPool::AcquireRunForPrefetch). Called from prefetch worker threads.
+  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n);
 
   // Drops every T0 copy of region `region` (zrtier_t0_drop), writing its owned slots back into
   // the region first, so the next copy of it must fill slots again.

@@ -32,7 +32,10 @@ class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink, p
     shim_->pool()->NoteAccess(a.chunk_count);
   }
   bool Prefetch(uint64_t region, uint64_t chunk) override {
-    return shim_->PrefetchChunk(region, chunk);
+    return shim_->PrefetchRun(region, chunk, 1) == 1;
+  }
+  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n) override {
+    return shim_->PrefetchRun(region, first, n);
   }
   uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
     const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});

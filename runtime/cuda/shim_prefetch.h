@@ -5,9 +5,10 @@
 //     published or hit chunk by its predicted next use and evicts the one needed farthest ahead
 //     (PinnedPool::SetOracle, NoteAccess); this works with prefetching off (learn only);
 //   - with ZRTIER_PREFETCH_AHEAD > 0, drives the prefetcher's workers, which ask the shim to make
-//     predicted chunks ready in T0 (Shim::PrefetchChunk: PinnedPool::AcquireForPrefetch, which
-//     leaves a reserve of free slots to demand copies and never evicts a chunk needed sooner, then
-//     Engine::Read into the slot and publish it as a clean cached copy).
+//     predicted chunks ready in T0, a run of consecutive chunks at a time (Shim::PrefetchRun:
+//     PinnedPool::AcquireRunForPrefetch, which leaves a reserve of free slots to demand copies and
+//     never evicts a chunk needed sooner, then Engine::ReadChunk into each slot and one PublishRun
+//     of them as clean cached copies).
 // Without the policy layer, or with ZRTIER_POLICY=lru and ZRTIER_PREFETCH_AHEAD=0, Create returns
 // null and the copy paths neither learn nor prefetch (the pool is LRU).
 //

@@ -39,8 +39,9 @@ Prefetcher::~Prefetcher() {
 }
 
 bool Prefetcher::Stale(const Job& job) const {
-  if (predictor_.PlanEpoch(job.stream) != job.epoch) return true;
-  return job.pos < predictor_.Position(job.stream);
+  auto it = cursors_.find(job.stream);
+  if (it == cursors_.end() || it->second.epoch != job.epoch) return true;
+  return job.pos < it->second.pos;
 }
 
 void Prefetcher::NoteIdle() {
@@ -54,8 +55,9 @@ void Prefetcher::ExpireReady() {
     const Job& j = ready_order_.front();
     auto it = ready_.find(j.key);
     const bool live = it != ready_.end() && it->second == j.pos;
-    if (live && ready_order_.size() <= max_order &&
-        j.pos + ahead_chunks_ >= predictor_.Position(j.stream))
+    auto cur = cursors_.find(j.stream);
+    if (live && ready_order_.size() <= max_order && cur != cursors_.end() &&
+        j.pos + ahead_chunks_ >= cur->second.pos)
       break;
     if (live) {
       ready_.erase(it);
@@ -67,10 +69,23 @@ void Prefetcher::ExpireReady() {
 }
 
 void Prefetcher::OnAccess(const Access& a) {
+  // Learning and planning under the predictor's lock only; the queue work (a map entry per
+  // chunk of the window) under mu_ only, so that neither waits for the other -- the pool asks
+  // NextUseDistance with its own lock held, for every chunk a copy touches.
+  thread_local std::vector<PlannedAccess> plan;
+  plan.clear();
+  uint64_t pos, epoch;
+  {
+    std::lock_guard<std::mutex> pl(predictor_mu_);
+    predictor_.Observe(a);
+    pos = predictor_.Position(a.stream);
+    epoch = predictor_.PlanEpoch(a.stream);
+    if (ahead_chunks_)
+      predictor_.Plan(a.stream, pos, pos + ahead_chunks_, config_.min_confidence, &plan);
+  }
   size_t added = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    predictor_.Observe(a);
     const bool tracked = !pending_.empty() || !inflight_.empty() || !ready_.empty();
     for (uint32_t c = 0; tracked && c < a.chunk_count; ++c) {
       const ChunkKey key{a.region, a.first_chunk + c};
@@ -78,24 +93,26 @@ void Prefetcher::OnAccess(const Access& a) {
       if (auto it = inflight_.find(key); it != inflight_.end()) it->second = true;
       if (ready_.erase(key)) ++counters_.used;
     }
-    NoteIdle();
-    ExpireReady();
-    if (ahead_chunks_ == 0) return;
-
     if (cursors_.size() > 4 * config_.predictor.max_streams && !cursors_.count(a.stream))
       cursors_.clear();  // streams come and go; a forgotten cursor only re-plans its window
     StreamCursor& cur = cursors_[a.stream];
-    const uint64_t pos = predictor_.Position(a.stream);
-    const uint64_t epoch = predictor_.PlanEpoch(a.stream);
-    if (cur.epoch != epoch) {
-      cur.epoch = epoch;
-      cur.enqueued_until = pos;
+    // Two threads on one stream may get here out of order: only the newer position counts.
+    const bool newer = epoch > cur.epoch || (epoch == cur.epoch && pos >= cur.pos);
+    if (newer) {
+      if (cur.epoch != epoch) {
+        cur.epoch = epoch;
+        cur.enqueued_until = pos;
+      }
+      cur.pos = pos;
     }
+    NoteIdle();
+    ExpireReady();
+    if (ahead_chunks_ == 0 || !newer) return;
+
     const uint64_t from = std::max(cur.enqueued_until, pos);
     const uint64_t until = pos + ahead_chunks_;
-    plan_scratch_.clear();
-    predictor_.Plan(a.stream, from, until, config_.min_confidence, &plan_scratch_);
-    for (const PlannedAccess& p : plan_scratch_) {
+    for (const PlannedAccess& p : plan) {
+      if (p.pos + p.access.chunk_count <= from) continue;
       uint32_t c = 0;
       for (; c < p.access.chunk_count && p.pos + c < until; ++c) {
         const uint64_t at = p.pos + c;
@@ -116,31 +133,55 @@ void Prefetcher::OnAccess(const Access& a) {
     work_cv_.notify_all();
 }
 
+void Prefetcher::TakeRun(std::vector<Job>* run) {
+  run->clear();
+  while (!queue_.empty() && run->size() < kMaxRun) {
+    const Job& job = queue_.front();
+    auto live = pending_.find(job.key);
+    if (live == pending_.end() || live->second != job.seq) {  // canceled or superseded
+      queue_.pop_front();
+      continue;
+    }
+    if (!run->empty()) {
+      const Job& last = run->back();
+      if (job.key.region != last.key.region || job.key.chunk != last.key.chunk + 1 ||
+          job.stream != last.stream || job.epoch != last.epoch)
+        return;
+    }
+    pending_.erase(live);
+    if (Stale(job)) {
+      ++counters_.stale;
+      queue_.pop_front();
+      continue;
+    }
+    run->push_back(job);
+    queue_.pop_front();
+  }
+}
+
 void Prefetcher::WorkerLoop() {
+  std::vector<Job> run;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    Job job = queue_.front();
-    queue_.pop_front();
-    auto live = pending_.find(job.key);
-    if (live == pending_.end() || live->second != job.seq) continue;  // canceled or superseded
-    if (Stale(job)) {
-      pending_.erase(job.key);
-      ++counters_.stale;
+    TakeRun(&run);
+    if (run.empty()) {
       NoteIdle();
       continue;
     }
-    pending_.erase(job.key);
-    inflight_[job.key] = false;
-    ++counters_.issued;
+    for (const Job& job : run) inflight_[job.key] = false;
+    counters_.issued += run.size();
+    ++counters_.runs;
     lock.unlock();
-    const bool ok = sink_->Prefetch(job.key.region, job.key.chunk);
+    const size_t handled =
+        std::min(run.size(), sink_->PrefetchRun(run[0].key.region, run[0].key.chunk, run.size()));
     lock.lock();
-    auto it = inflight_.find(job.key);
-    const bool demanded = it != inflight_.end() && it->second;
-    if (it != inflight_.end()) inflight_.erase(it);
-    if (ok) {
+    for (size_t i = 0; i < handled; ++i) {
+      const Job& job = run[i];
+      auto it = inflight_.find(job.key);
+      const bool demanded = it != inflight_.end() && it->second;
+      if (it != inflight_.end()) inflight_.erase(it);
       ++counters_.prefetched;
       StatAdd(Stat::prefetch_bytes, config_.chunk_size);
       if (demanded) {
@@ -149,39 +190,45 @@ void Prefetcher::WorkerLoop() {
         ready_[job.key] = job.pos;
         ready_order_.push_back(job);
       }
+    }
+    if (handled == run.size()) {
       NoteIdle();
       continue;
     }
-    ++counters_.refused;
+    counters_.refused += run.size() - handled;
     if (stop_) return;
-    // No room now: wait for a freed slot (or 1 ms), then retry unless the demand got there. The
-    // chunk stays in inflight_ meanwhile (so WaitIdle waits and a demand access marks it).
-    inflight_[job.key] = demanded;
+    // No room now: wait for a freed slot (or 1 ms), then retry the rest of the run unless the
+    // demand got there. Its chunks stay in inflight_ meanwhile (so WaitIdle waits and a demand
+    // access marks them).
     const uint64_t seen = space_seq_;
     space_cv_.wait_for(lock, std::chrono::milliseconds(1),
                        [&] { return stop_ || space_seq_ != seen; });
     if (stop_) return;
-    auto again = inflight_.find(job.key);
-    const bool demanded_now = again == inflight_.end() || again->second;
-    if (again != inflight_.end()) inflight_.erase(again);
-    if (demanded_now || Stale(job) || pending_.count(job.key) || ready_.count(job.key)) {
-      if (!demanded_now) ++counters_.stale;
-      NoteIdle();
-      continue;
+    // Back to the queue's front, in order, so the run is taken again as one.
+    for (size_t i = run.size(); i-- > handled;) {
+      Job job = run[i];
+      auto again = inflight_.find(job.key);
+      const bool demanded_now = again == inflight_.end() || again->second;
+      if (again != inflight_.end()) inflight_.erase(again);
+      if (demanded_now || Stale(job) || pending_.count(job.key) || ready_.count(job.key)) {
+        if (!demanded_now) ++counters_.stale;
+        continue;
+      }
+      job.seq = ++next_job_seq_;
+      pending_.emplace(job.key, job.seq);
+      queue_.push_front(job);
     }
-    job.seq = ++next_job_seq_;
-    pending_.emplace(job.key, job.seq);
-    queue_.push_front(job);
+    NoteIdle();
   }
 }
 
 uint64_t Prefetcher::NextUseDistance(const ChunkKey& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(predictor_mu_);
   return predictor_.NextUseDistance(key);
 }
 
 void Prefetcher::NextUseDistances(std::span<const ChunkKey> keys, std::span<uint64_t> out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(predictor_mu_);
   for (size_t i = 0; i < keys.size(); ++i) out[i] = predictor_.NextUseDistance(keys[i]);
 }
 

@@ -45,6 +45,15 @@ class PrefetchSink {
   // Returns false when it cannot now (no free slot); the prefetcher retries later.
   // Called from prefetch worker threads, never with the Prefetcher's lock held.
   virtual bool Prefetch(uint64_t region, uint64_t chunk) = 0;
+  // The same for chunks first .. first+n-1, in order: returns how many from `first` on were
+  // handled; the rest are retried later. The prefetcher hands consecutive queued chunks of one
+  // region over as one run (up to Prefetcher::kMaxRun), so a sink can take its slots in one go.
+  // The default calls Prefetch chunk by chunk.
+  virtual size_t PrefetchRun(uint64_t region, uint64_t first, size_t n) {
+    size_t i = 0;
+    while (i < n && Prefetch(region, first + i)) ++i;
+    return i;
+  }
 };
 
 struct PrefetcherConfig {
@@ -60,10 +69,14 @@ struct PrefetcherConfig {
 
 class Prefetcher : public NextUseOracle {
  public:
+  // Most chunks handed to the sink in one PrefetchRun.
+  static constexpr size_t kMaxRun = 64;
+
   struct Counters {
-    uint64_t issued = 0;      // sink calls
-    uint64_t prefetched = 0;  // sink calls that returned true
-    uint64_t refused = 0;     // sink calls that returned false (retried unless stale)
+    uint64_t issued = 0;      // chunks handed to the sink
+    uint64_t runs = 0;        // sink calls (PrefetchRun)
+    uint64_t prefetched = 0;  // chunks the sink handled
+    uint64_t refused = 0;     // chunks the sink could not take (retried unless stale)
     uint64_t canceled = 0;    // queued chunks a demand access reached first
     uint64_t stale = 0;   // queued chunks dropped: demand passed them, or their plan was replaced
     uint64_t used = 0;    // prefetched chunks a demand access then used
@@ -106,11 +119,16 @@ class Prefetcher : public NextUseOracle {
     uint64_t seq;    // matches pending_[key] while the job is live
   };
   struct StreamCursor {
-    uint64_t epoch = 0;
+    uint64_t epoch = 0;           // the stream's plan epoch, as of its latest access
+    uint64_t pos = 0;             // the stream's demand position, as of its latest access
     uint64_t enqueued_until = 0;  // positions below this were already considered
   };
 
   void WorkerLoop();
+  // Pops the live job at the queue's front and the jobs right behind it that continue its run
+  // (same region, stream and plan, the next chunk), up to kMaxRun, into `run`; drops canceled and
+  // stale jobs on the way. REQUIRES: mu_ held.
+  void TakeRun(std::vector<Job>* run);
   bool Stale(const Job& job) const;  // REQUIRES: mu_ held
   void ExpireReady();                // REQUIRES: mu_ held
   void NoteIdle();                   // REQUIRES: mu_ held
@@ -119,9 +137,12 @@ class Prefetcher : public NextUseOracle {
   const uint64_t ahead_chunks_;
   PrefetchSink* const sink_;
 
-  // Locking: mu_ guards everything below. Invariants: a key is in at most one of pending_,
-  // inflight_ and ready_; every key in pending_ has a Job in queue_ (queue_ may also hold jobs
-  // whose key was canceled; workers skip those).
+  // Locking: predictor_mu_ guards predictor_; mu_ guards everything else below. Lock order: mu_,
+  // then predictor_mu_ (never the other way round); OnAccess takes them one after the other.
+  // Staleness and expiry read the stream positions cursors_ copies from the predictor. Invariants:
+  // a key is in at most one of pending_, inflight_ and ready_; every key in pending_ has a Job in
+  // queue_ (queue_ may also hold jobs whose key was canceled; workers skip those).
+  mutable std::mutex predictor_mu_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // queue_ non-empty, or stop_
   std::condition_variable space_cv_;  // NotifySpace, or stop_
@@ -133,7 +154,6 @@ class Prefetcher : public NextUseOracle {
   std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> ready_;    // prefetched, unused -> pos
   std::deque<Job> ready_order_;  // prefetched jobs in completion order (for expiry)
   std::unordered_map<uint64_t, StreamCursor> cursors_;
-  std::vector<PlannedAccess> plan_scratch_;
   uint64_t space_seq_ = 0;
   uint64_t next_job_seq_ = 0;
   bool stop_ = false;

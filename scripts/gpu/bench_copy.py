@@ -44,7 +44,7 @@ def stat(name):
 
 
 # Where a copy call's time goes (zrtier counters, microseconds per copy).
-PROFILE = ("copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns", "publish_ns", "copy_stall_ns")
+PROFILE = ("copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns", "publish_ns", "copy_stall_ns")
 
 
 def profile_since(before, iters):
@@ -203,7 +203,8 @@ def stream_mode(total, layer, passes):
         learn = max(1, passes // 2)
         for p in range(passes):
             if p == learn:  # the steady passes: where the bytes came from, where time went
-                steady0 = {k: stat(k) for k in ("h2d_bytes", "h2d_t0_hit_bytes", "bytes_decoded")}
+                steady0 = {k: stat(k) for k in ("h2d_bytes", "h2d_t0_hit_bytes", "bytes_decoded",
+                                                "h2d_dma_ops")}
                 prof0 = profile_now()
             last = p == passes - 1 and ZR is not None and case != "raw_pinned"
             hits = []
@@ -238,6 +239,8 @@ def stream_mode(total, layer, passes):
              last_pass_t0_tenths="".join(str(min(9, round(10 * b / layer))) for b in hits),
              spread_permille=stat("t0_spread_permille"),  # the share of groups T0 keeps
              prefetch_hit_ratio=(ready / copies) if copies else None,
+             # DMAs per layer copy in the steady passes (runs of consecutive T0 slots).
+             dmas_per_copy=round((stat("h2d_dma_ops") - steady0["h2d_dma_ops"]) / (nl * (passes - learn)), 1),
              pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")), **frac,
              **profile_since(prof0, nl * (passes - learn)))
         checks.clear()
