@@ -45,7 +45,7 @@ bool Prefetcher::Stale(const Job& job) const {
 }
 
 void Prefetcher::NoteIdle() {
-  if (pending_.empty() && inflight_.empty()) idle_cv_.notify_all();
+  if (pending_.empty() && inflight_.empty() && arrivals_count_.load() == 0) idle_cv_.notify_all();
 }
 
 void Prefetcher::ExpireReady() {
@@ -69,68 +69,87 @@ void Prefetcher::ExpireReady() {
 }
 
 void Prefetcher::OnAccess(const Access& a) {
-  // Learning and planning under the predictor's lock only; the queue work (a map entry per
-  // chunk of the window) under mu_ only, so that neither waits for the other -- the pool asks
-  // NextUseDistance with its own lock held, for every chunk a copy touches.
-  thread_local std::vector<PlannedAccess> plan;
-  plan.clear();
-  uint64_t pos, epoch;
+  // On the copy thread: learning and planning under the predictor's lock, then the access is
+  // handed to the workers (arrivals_), which do the queue work -- a map operation or three per
+  // chunk of the access and of the window, a millisecond for a 256 MiB layer -- under mu_. The
+  // pool asks NextUseDistance with its own lock held, for every chunk a copy touches, so neither
+  // lock may be held long.
+  Arrival arrival;
+  arrival.access = a;
   {
     std::lock_guard<std::mutex> pl(predictor_mu_);
     predictor_.Observe(a);
-    pos = predictor_.Position(a.stream);
-    epoch = predictor_.PlanEpoch(a.stream);
-    if (ahead_chunks_)
-      predictor_.Plan(a.stream, pos, pos + ahead_chunks_, config_.min_confidence, &plan);
+    if (ahead_chunks_ == 0) return;  // learn only: nothing is ever queued or ready
+    arrival.pos = predictor_.Position(a.stream);
+    arrival.epoch = predictor_.PlanEpoch(a.stream);
+    predictor_.Plan(a.stream, arrival.pos, arrival.pos + ahead_chunks_, config_.min_confidence,
+                    &arrival.plan);
+  }
+  {
+    std::lock_guard<std::mutex> al(arrivals_mu_);
+    arrivals_.push_back(std::move(arrival));
+    arrivals_count_.store(arrivals_.size(), std::memory_order_release);
+  }
+  work_cv_.notify_one();  // a worker that misses it polls within kPollMs
+}
+
+size_t Prefetcher::TakeArrivals() {
+  {
+    std::lock_guard<std::mutex> al(arrivals_mu_);
+    arrivals_scratch_.swap(arrivals_);
+    arrivals_count_.store(0, std::memory_order_release);
   }
   size_t added = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const bool tracked = !pending_.empty() || !inflight_.empty() || !ready_.empty();
-    for (uint32_t c = 0; tracked && c < a.chunk_count; ++c) {
-      const ChunkKey key{a.region, a.first_chunk + c};
-      if (pending_.erase(key)) ++counters_.canceled;
-      if (auto it = inflight_.find(key); it != inflight_.end()) it->second = true;
-      if (ready_.erase(key)) ++counters_.used;
-    }
-    if (cursors_.size() > 4 * config_.predictor.max_streams && !cursors_.count(a.stream))
-      cursors_.clear();  // streams come and go; a forgotten cursor only re-plans its window
-    StreamCursor& cur = cursors_[a.stream];
-    // Two threads on one stream may get here out of order: only the newer position counts.
-    const bool newer = epoch > cur.epoch || (epoch == cur.epoch && pos >= cur.pos);
-    if (newer) {
-      if (cur.epoch != epoch) {
-        cur.epoch = epoch;
-        cur.enqueued_until = pos;
-      }
-      cur.pos = pos;
-    }
-    NoteIdle();
-    ExpireReady();
-    if (ahead_chunks_ == 0 || !newer) return;
+  for (const Arrival& arrival : arrivals_scratch_) added += Process(arrival);
+  arrivals_scratch_.clear();
+  NoteIdle();
+  return added;
+}
 
-    const uint64_t from = std::max(cur.enqueued_until, pos);
-    const uint64_t until = pos + ahead_chunks_;
-    for (const PlannedAccess& p : plan) {
-      if (p.pos + p.access.chunk_count <= from) continue;
-      uint32_t c = 0;
-      for (; c < p.access.chunk_count && p.pos + c < until; ++c) {
-        const uint64_t at = p.pos + c;
-        if (at < from || p.access.dir == Direction::kD2H) continue;  // a D2H target needs no decode
-        const ChunkKey key{p.access.region, p.access.first_chunk + c};
-        if (pending_.count(key) || inflight_.count(key) || ready_.count(key)) continue;
-        const uint64_t seq = ++next_job_seq_;
-        pending_.emplace(key, seq);
-        queue_.push_back(Job{key, a.stream, at, epoch, seq});
-        ++added;
-      }
-      cur.enqueued_until = std::max(cur.enqueued_until, p.pos + c);
-    }
+size_t Prefetcher::Process(const Arrival& arrival) {
+  const Access& a = arrival.access;
+  const uint64_t pos = arrival.pos, epoch = arrival.epoch;
+  const bool tracked = !pending_.empty() || !inflight_.empty() || !ready_.empty();
+  for (uint32_t c = 0; tracked && c < a.chunk_count; ++c) {
+    const ChunkKey key{a.region, a.first_chunk + c};
+    if (pending_.erase(key)) ++counters_.canceled;
+    if (auto it = inflight_.find(key); it != inflight_.end()) it->second = true;
+    if (ready_.erase(key)) ++counters_.used;
   }
-  if (added == 1)
-    work_cv_.notify_one();
-  else if (added > 1)
-    work_cv_.notify_all();
+  if (cursors_.size() > 4 * config_.predictor.max_streams && !cursors_.count(a.stream))
+    cursors_.clear();  // streams come and go; a forgotten cursor only re-plans its window
+  StreamCursor& cur = cursors_[a.stream];
+  // Two threads on one stream may get here out of order: only the newer position counts.
+  const bool newer = epoch > cur.epoch || (epoch == cur.epoch && pos >= cur.pos);
+  if (newer) {
+    if (cur.epoch != epoch) {
+      cur.epoch = epoch;
+      cur.enqueued_until = pos;
+    }
+    cur.pos = pos;
+  }
+  ExpireReady();
+  if (!newer) return 0;
+
+  size_t added = 0;
+  const uint64_t from = std::max(cur.enqueued_until, pos);
+  const uint64_t until = pos + ahead_chunks_;
+  for (const PlannedAccess& p : arrival.plan) {
+    if (p.pos + p.access.chunk_count <= from) continue;
+    uint32_t c = 0;
+    for (; c < p.access.chunk_count && p.pos + c < until; ++c) {
+      const uint64_t at = p.pos + c;
+      if (at < from || p.access.dir == Direction::kD2H) continue;  // a D2H target needs no decode
+      const ChunkKey key{p.access.region, p.access.first_chunk + c};
+      if (pending_.count(key) || inflight_.count(key) || ready_.count(key)) continue;
+      const uint64_t seq = ++next_job_seq_;
+      pending_.emplace(key, seq);
+      queue_.push_back(Job{key, a.stream, at, epoch, seq});
+      ++added;
+    }
+    cur.enqueued_until = std::max(cur.enqueued_until, p.pos + c);
+  }
+  return added;
 }
 
 void Prefetcher::TakeRun(std::vector<Job>* run) {
@@ -163,8 +182,13 @@ void Prefetcher::WorkerLoop() {
   std::vector<Job> run;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    work_cv_.wait_for(lock, std::chrono::milliseconds(kPollMs), [this] {
+      return stop_ || !queue_.empty() || arrivals_count_.load(std::memory_order_acquire) > 0;
+    });
     if (stop_) return;
+    // Demand first: the accesses that arrived cancel queued chunks and extend the window.
+    if (arrivals_count_.load(std::memory_order_acquire) > 0 && TakeArrivals() > 1)
+      work_cv_.notify_all();
     TakeRun(&run);
     if (run.empty()) {
       NoteIdle();
@@ -250,8 +274,10 @@ void Prefetcher::NotifySpace() {
 
 bool Prefetcher::WaitIdle(int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
-  return idle_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                           [this] { return pending_.empty() && inflight_.empty(); });
+  return idle_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] {
+    return pending_.empty() && inflight_.empty() &&
+           arrivals_count_.load(std::memory_order_acquire) == 0;
+  });
 }
 
 Prefetcher::Counters Prefetcher::counters() const {

@@ -23,6 +23,7 @@
 // NextUseDistance, may be called from the sink).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -124,7 +125,23 @@ class Prefetcher : public NextUseOracle {
     uint64_t enqueued_until = 0;  // positions below this were already considered
   };
 
+  // An access as OnAccess saw it, for the workers: its position and plan epoch after it, and the
+  // plan of the window ahead.
+  struct Arrival {
+    Access access;
+    uint64_t pos = 0;
+    uint64_t epoch = 0;
+    std::vector<PlannedAccess> plan;
+  };
+  // How long an idle worker sleeps before it looks for arrivals it was not woken for.
+  static constexpr int kPollMs = 1;
+
   void WorkerLoop();
+  // Processes every arrival: cancels the queued chunks the access reached, marks those in flight
+  // as demanded, counts ready ones as used, moves the stream's cursor and queues the window ahead.
+  // Returns the chunks queued. REQUIRES: mu_ held.
+  size_t TakeArrivals();
+  size_t Process(const Arrival& arrival);  // REQUIRES: mu_ held
   // Pops the live job at the queue's front and the jobs right behind it that continue its run
   // (same region, stream and plan, the next chunk), up to kMaxRun, into `run`; drops canceled and
   // stale jobs on the way. REQUIRES: mu_ held.
@@ -144,9 +161,13 @@ class Prefetcher : public NextUseOracle {
   // queue_ (queue_ may also hold jobs whose key was canceled; workers skip those).
   mutable std::mutex predictor_mu_;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;   // queue_ non-empty, or stop_
-  std::condition_variable space_cv_;  // NotifySpace, or stop_
-  std::condition_variable idle_cv_;   // pending_ and inflight_ both empty
+  std::mutex arrivals_mu_;                 // guards arrivals_ (taken alone, or after mu_)
+  std::vector<Arrival> arrivals_;          // accesses not processed yet, in order
+  std::atomic<size_t> arrivals_count_{0};  // arrivals_.size(), readable without arrivals_mu_
+  std::vector<Arrival> arrivals_scratch_;  // guarded by mu_
+  std::condition_variable work_cv_;        // queue_ non-empty, or stop_
+  std::condition_variable space_cv_;       // NotifySpace, or stop_
+  std::condition_variable idle_cv_;        // pending_ and inflight_ both empty
   AccessPredictor predictor_;
   std::deque<Job> queue_;
   std::unordered_map<ChunkKey, uint64_t, ChunkKeyHash> pending_;  // -> live job's seq
