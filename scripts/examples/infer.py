@@ -40,9 +40,12 @@ def meminfo_used_bytes(vals=None):
 
 
 # What the peak is made of: system-wide fields above the start, and this process's own.
+# MemTotal: the VM's memory grows when it is used (hot-added memory), which moves the watermarks
+# that MemAvailable subtracts.
 BREAKDOWN_MEMINFO = ("AnonPages", "Shmem", "Cached", "Buffers", "Mlocked", "Unevictable", "Slab", "PageTables",
                      "MemFree", "Active(file)", "Inactive(file)", "Dirty", "Writeback", "SReclaimable",
-                     "SUnreclaim", "KernelStack", "VmallocUsed", "Percpu", "AnonHugePages")
+                     "SUnreclaim", "KernelStack", "VmallocUsed", "Percpu", "AnonHugePages", "MemTotal",
+                     "MemAvailable", "Mapped")
 BREAKDOWN_SELF = ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmLck", "VmPin", "VmPTE")
 
 
