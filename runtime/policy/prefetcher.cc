@@ -258,10 +258,20 @@ void Prefetcher::NextUseDistances(std::span<const ChunkKey> keys, std::span<uint
 
 void Prefetcher::OnDropped(uint64_t region, uint64_t chunk) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (ready_.erase(ChunkKey{region, chunk})) {
-    ++counters_.unused;
-    StatAdd(Stat::prefetch_unused_bytes, config_.chunk_size);
+  auto it = ready_.find(ChunkKey{region, chunk});
+  if (it == ready_.end()) return;
+  {
+    // An access that reached the chunk and waits for a worker has used it (Process counts it).
+    std::lock_guard<std::mutex> al(arrivals_mu_);
+    for (const Arrival& arrival : arrivals_) {
+      const Access& a = arrival.access;
+      if (a.region == region && chunk >= a.first_chunk && chunk - a.first_chunk < a.chunk_count)
+        return;
+    }
   }
+  ready_.erase(it);
+  ++counters_.unused;
+  StatAdd(Stat::prefetch_unused_bytes, config_.chunk_size);
 }
 
 void Prefetcher::NotifySpace() {
