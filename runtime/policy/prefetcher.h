@@ -4,23 +4,26 @@
 // in predicted order, while the plan's confidence is at least `min_confidence`.
 //
 // Demand is never starved:
-//   - OnAccess only learns and enqueues (a mutex held for microseconds, never across a sink call);
-//     it never waits for a prefetch;
-//   - a demand access that reaches chunks still queued for prefetch cancels them (the demand path
-//     makes them ready itself); a chunk a worker is already preparing is counted as used;
+//   - OnAccess only learns, plans and hands the access to the workers (two mutexes, each held for
+//     microseconds, never across a sink call); it never waits for a prefetch or for the queue;
+//   - the workers process each access before taking more work: chunks of it still queued for
+//     prefetch are canceled (the demand path makes them ready itself), a chunk a worker is already
+//     preparing is counted as used, and the window ahead is queued;
 //   - queued work whose planned position the demand has passed, or that belongs to a discarded
-//     plan, is dropped when a worker reaches it;
-//   - a sink that cannot take a chunk now (returns false: no free slot) is retried after
-//     NotifySpace() or 1 ms, unless the demand has passed it by then.
+//     plan, is dropped when a worker reaches it; consecutive chunks go to the sink as one run
+//     (PrefetchSink::PrefetchRun, up to kMaxRun), which is not interrupted once in the sink;
+//   - the part of a run a sink cannot take now (no free slot) is retried after NotifySpace() or
+//     1 ms, unless the demand has passed it by then.
 //
 // Accounting (runtime/base/stats.h): prefetch_bytes grows by the chunk size for every chunk the
 // sink made ready; prefetch_unused_bytes for every prefetched chunk that no access used before
 // either the sink's owner dropped it (OnDropped) or the demand position passed its planned position
 // by more than the prefetch window.
 //
-// Thread safety: every method may be called from any thread. The Prefetcher never holds its lock
+// Thread safety: every method may be called from any thread. The Prefetcher never holds a lock
 // while calling the sink, so the sink may call any Prefetcher method (and placement, which asks
-// NextUseDistance, may be called from the sink).
+// NextUseDistance, may be called from the sink). Counters and ready chunks follow an access once
+// a worker has processed it (WaitIdle waits for that too).
 #pragma once
 
 #include <atomic>
