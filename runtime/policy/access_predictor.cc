@@ -141,6 +141,15 @@ bool AccessPredictor::Predict(const Recent& r, Succ* next, float* confidence) co
   return order1_[b].Top(next, confidence);
 }
 
+bool AccessPredictor::Known(const Recent& r) const {
+  const uint32_t a = r.back(1), b = r.back(0);
+  if (a == kNone || b == kNone) return false;
+  uint64_t key;
+  if (LongKey(r, &key) && order_long_.count(key)) return true;
+  auto it = order2_.find(uint64_t{a} << 32 | b);
+  return it != order2_.end() && it->second.n > 0;
+}
+
 void AccessPredictor::PopFront(StreamState& s) {
   const Entry& e = s.plan.front();
   // The plan's first entry is its node's earliest.
@@ -160,7 +169,10 @@ void AccessPredictor::TruncateAfter(StreamState& s, uint32_t a, uint32_t b) {
   size_t k = 1;
   auto before = [&](size_t i) { return i == 0 ? s.recent.back() : s.plan[i - 1].node; };
   while (k < s.plan.size() && !(before(k - 1) == a && s.plan[k - 1].node == b)) ++k;
-  if (k >= s.plan.size()) return;
+  if (k < s.plan.size()) TruncateFrom(s, k);
+}
+
+void AccessPredictor::TruncateFrom(StreamState& s, size_t k) {
   while (s.plan.size() > k) {
     const Entry& e = s.plan.back();
     auto it = s.uses.find(e.node);
@@ -230,12 +242,26 @@ void AccessPredictor::Observe(const Access& a) {
     // Accesses since the context last occurred, by the longest order that saw it before.
     uint64_t since = 0;
     auto seen = [&](SuccList& ctx) {
-      if (ctx.last_seen) since = s.accesses - ctx.last_seen;
+      if (ctx.last_seen) {
+        since = s.accesses - ctx.last_seen;
+        // Back after kStaleIntervals of its own intervals: what it learned belongs to an order
+        // that has changed since (a context of the order before last), so the new successor
+        // replaces it at once instead of outweighing it after two passes.
+        const bool stale = ctx.interval && since > kStaleIntervals * ctx.interval;
+        if (stale) ctx.n = 0;
+        ctx.interval = since;
+        if (stale) since = 0;  // not the period of any order
+        // The period in chunks for NextUseDistance's fallback, from contexts that came back after
+        // about one period.
+        if (since && (!s.period || since <= s.period + s.period / 2))
+          period_chunks_ = clock_ - ctx.last_clock;
+      }
       ctx.last_seen = s.accesses;
+      ctx.last_clock = clock_;
+      ctx.Observe(id, a.chunk_count);
     };
     if (prev2 != kNone) {
       SuccList& ctx = order2_[uint64_t{prev2} << 32 | prev1];
-      ctx.Observe(id, a.chunk_count);
       seen(ctx);
     }
     uint64_t key;
@@ -245,7 +271,6 @@ void AccessPredictor::Observe(const Access& a) {
       if (order_long_.size() >= config_.max_long_contexts && !order_long_.count(key))
         order_long_.clear();
       SuccList& ctx = order_long_[key];
-      ctx.Observe(id, a.chunk_count);
       seen(ctx);
     }
     Predict(s.recent, &after, &conf);
@@ -259,7 +284,20 @@ void AccessPredictor::Observe(const Access& a) {
   }
   ++s.accesses;
 
+  // Every chunk's history (Intern created its entry).
+  for (uint64_t c = 0; c < a.chunk_count;) {
+    ChunkPage& page = *chunk_nodes_[a.region][(a.first_chunk + c) / kChunkPage];
+    for (uint64_t i = (a.first_chunk + c) % kChunkPage; i < kChunkPage && c < a.chunk_count;
+         ++i, ++c) {
+      auto& seen = page[i].seen;
+      std::move(seen.begin() + 1, seen.end(), seen.begin());
+      seen.back() = clock_ + c + 1;
+    }
+  }
+  clock_ += a.chunk_count;
+
   // Advance the plan.
+  bool rewalk = false;
   s.pos += a.chunk_count;
   if (!s.plan.empty()) {
     const size_t window = std::min<size_t>(config_.resync_window, s.plan.size());
@@ -272,11 +310,19 @@ void AccessPredictor::Observe(const Access& a) {
       // skipped accesses, a chunk count that changed).
       s.shift = static_cast<int64_t>(s.pos) - static_cast<int64_t>(e.raw_pos + e.chunk_count);
       s.misses = 0;
+      // Skipped entries: the rest of the plan was walked from contexts that contain them. If the
+      // demand's own context was seen before (the skip is part of an order, not a one-off), the
+      // plan is walked again from it below; otherwise the plan is the better guess. (A plan
+      // walked from an order that read each layer in halves, when the demand reads whole layers
+      // again, matches every other entry -- the first half's node is the layer's -- and is thus
+      // replaced, as is one that still walks a layer no longer read.)
+      rewalk = j > 0;
     } else if (++s.misses >= 2) {
       ClearPlan(s);
     }
   }
   s.recent.Push(id);
+  if (rewalk && Known(s.recent)) TruncateFrom(s, 0);
   Extend(s);
 }
 
@@ -363,6 +409,16 @@ uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
         best = std::min(best, d);
         break;
       }
+    }
+  }
+  if (best == kNeverUsed && period_chunks_) {
+    // No plan names the chunk (the plan was just rebuilt, or walks other nodes after an order
+    // change): the chunk's own history, repeated one period later. Its first access within the
+    // last period comes back first.
+    for (uint64_t q : cn.seen) {
+      if (q == 0 || q - 1 + period_chunks_ < clock_) continue;
+      best = q - 1 + period_chunks_ - clock_;
+      break;
     }
   }
   return best;

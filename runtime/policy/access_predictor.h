@@ -15,8 +15,11 @@
 // Each context keeps up to kMaxSuccessors successors with weights: the observed one gains 1 (capped
 // at kMaxWeight), every other one is halved and forgotten below kForgetWeight. A stable order thus
 // has confidence ~1; a single noisy access costs one halving and is forgotten after two passes; a
-// changed order takes over after two observations (stale successors decay away). The first pass is
-// the profile: nothing is predicted before a context has been seen once.
+// changed order takes over after two observations (stale successors decay away). A context that
+// comes back after more than kStaleIntervals of its own intervals (an order of before the last
+// change: a layer read whole again after some passes in halves) forgets what it had and takes the
+// new successor at once. The first pass is the profile: nothing is predicted before a context has
+// been seen once.
 //
 // Plan. Per stream the predictor keeps the plan: the predicted sequence of next accesses, walked
 // from the current context by always taking the top successor, up to one period (as many
@@ -28,10 +31,20 @@
 // plan's head, the head is consumed and the walk is extended at the tail (O(1) amortized); when it
 // is a planned access a few entries further on (skipped layers) the skipped entries are dropped; an
 // unexpected access is first taken for an inserted one (noise) and the plan is kept; a second
-// unexpected access in a row rebuilds the plan from the new context. When learning changes the
-// predicted successor of a context (an order change has taken over), the plan is cut where it was
-// walked from that context and walked again. Orders that repeat a run longer than `long_order`
-// accesses cannot be told apart by any context; they are predicted right only in part.
+// unexpected access in a row rebuilds the plan from the new context. After skipped entries the
+// rest of the plan, walked from contexts that contain them, is walked again from the demand's own
+// context when that was seen before (the skip belongs to an order: a layer no longer read, or
+// whole layers back after an order that read them in halves, whose first half's node is the
+// layer's, so that every other planned entry matched); a one-off skip keeps the plan. When learning
+// changes the predicted successor of a context (an order change has taken over), the plan is cut
+// where it was walked from that context and walked again. Orders that repeat a run longer than
+// `long_order` accesses cannot be told apart by any context; they are predicted right only in part.
+//
+// Next use. NextUseDistance answers from the plans; for a chunk no plan names (after an order
+// change the plan is rebuilt, or walks nodes that no longer cover every chunk), from the chunk's
+// own history: its last kChunkHistory accesses on the predictor's chunk clock, repeated one
+// period (in chunks) later. Layers keep their order through most changes (a new prompt length, a
+// layer read in halves), so a chunk read early in the last period is needed early in the next.
 //
 // Thread safety: none. The owner serializes all calls (Prefetcher holds its mutex around them).
 #pragma once
@@ -68,6 +81,8 @@ class AccessPredictor : public NextUseOracle {
   static constexpr int kMaxSuccessors = 4;
   static constexpr float kMaxWeight = 4.0f;
   static constexpr float kForgetWeight = 0.2f;
+  // A context back after more than this many of its own intervals starts learning afresh.
+  static constexpr uint64_t kStaleIntervals = 4;
 
   explicit AccessPredictor(PredictorConfig config = {});
 
@@ -89,7 +104,8 @@ class AccessPredictor : public NextUseOracle {
   uint64_t PlanEpoch(uint64_t stream) const;
 
   // Chunk accesses from now until `key` is next used according to the plans of all streams (the
-  // smallest), or kNeverUsed when no plan contains it.
+  // smallest); when no plan contains it, according to its history repeated one period later;
+  // kNeverUsed when neither knows (never accessed, or not within the last period).
   uint64_t NextUseDistance(const ChunkKey& key) const override;
 
   size_t node_count() const { return nodes_.size(); }
@@ -107,7 +123,9 @@ class AccessPredictor : public NextUseOracle {
   struct SuccList {
     Succ s[kMaxSuccessors];
     uint8_t n = 0;
-    uint64_t last_seen = 0;  // the stream's access count when this context last occurred
+    uint64_t last_seen = 0;   // the stream's access count when this context last occurred
+    uint64_t interval = 0;    // accesses between its last two occurrences
+    uint64_t last_clock = 0;  // clock_ when this context last occurred
     void Observe(uint32_t node, uint32_t chunk_count);
     // The heaviest successor and its share of the total weight. False when empty.
     bool Top(Succ* top, float* confidence) const;
@@ -174,11 +192,15 @@ class AccessPredictor : public NextUseOracle {
   bool LongKey(const Recent& r, uint64_t* key) const;
   // The predicted successor of context `r` by the longest order that knows one; false if none.
   bool Predict(const Recent& r, Succ* next, float* confidence) const;
+  // Whether a context of two or more nodes ending at `r` has been seen before.
+  bool Known(const Recent& r) const;
   void PopFront(StreamState& s);
   void ClearPlan(StreamState& s);
   // Drops the planned entries walked from a context ending in (a, b) onwards (the prediction for
   // it changed); the next Extend walks them again with the current tables.
   void TruncateAfter(StreamState& s, uint32_t a, uint32_t b);
+  // Drops plan entries k.. and sets the walk's tail after the entries kept.
+  void TruncateFrom(StreamState& s, size_t k);
   void Extend(StreamState& s);
   PlannedAccess ToPlanned(const StreamState& s, const Entry& e) const;
 
@@ -188,9 +210,12 @@ class AccessPredictor : public NextUseOracle {
   // Per region, a table indexed by chunk in pages of kChunkPage entries allocated on first use:
   // the pool asks for every chunk of every copy, so a lookup must be an index, not a hash probe
   // (which was a quarter of the pool's time per chunk in `zrtier bench policy --pool`).
+  static constexpr int kChunkHistory = 4;
   struct ChunkNodes {
     uint32_t first = kNone;      // usually the only one
     std::vector<uint32_t> more;  // overlapping accesses (split layers, ...)
+    // The chunk's latest accesses on the clock (clock_ + 1 at the access; 0 = none), oldest first.
+    std::array<uint64_t, kChunkHistory> seen{};
   };
   static constexpr uint64_t kChunkPage = 1024;
   using ChunkPage = std::array<ChunkNodes, kChunkPage>;
@@ -204,6 +229,8 @@ class AccessPredictor : public NextUseOracle {
   std::unordered_map<uint64_t, SuccList> order_long_;  // key: LongKey
   std::vector<StreamState> streams_;
   uint64_t tick_ = 0;
+  uint64_t clock_ = 0;          // chunk accesses observed, all streams
+  uint64_t period_chunks_ = 0;  // chunks between two occurrences of a context (clock_ units)
   uint64_t resets_ = 0;
 };
 
