@@ -245,10 +245,12 @@ void AccessPredictor::Observe(const Access& a) {
       if (ctx.last_seen) {
         since = s.accesses - ctx.last_seen;
         // Back after kStaleIntervals of its own intervals: what it learned belongs to an order
-        // that has changed since (a context of the order before last), so the new successor
-        // replaces it at once instead of outweighing it after two passes.
+        // that has changed since (a context of the order before last). Its successors drop to
+        // half an observation, so the new one takes over at once -- and should that one be
+        // noise, the old order is back after one more observation.
         const bool stale = ctx.interval && since > kStaleIntervals * ctx.interval;
-        if (stale) ctx.n = 0;
+        if (stale)
+          for (uint8_t k = 0; k < ctx.n; ++k) ctx.s[k].weight = std::min(ctx.s[k].weight, 0.5f);
         ctx.interval = since;
         if (stale) since = 0;  // not the period of any order
         // The period in chunks for NextUseDistance's fallback, from contexts that came back after

@@ -17,9 +17,9 @@
 // has confidence ~1; a single noisy access costs one halving and is forgotten after two passes; a
 // changed order takes over after two observations (stale successors decay away). A context that
 // comes back after more than kStaleIntervals of its own intervals (an order of before the last
-// change: a layer read whole again after some passes in halves) forgets what it had and takes the
-// new successor at once. The first pass is the profile: nothing is predicted before a context has
-// been seen once.
+// change: a layer read whole again after some passes in halves) demotes what it had to half an
+// observation, so the new successor takes over at once. The first pass is the profile: nothing is
+// predicted before a context has been seen once.
 //
 // Plan. Per stream the predictor keeps the plan: the predicted sequence of next accesses, walked
 // from the current context by always taking the top successor, up to one period (as many
@@ -81,7 +81,7 @@ class AccessPredictor : public NextUseOracle {
   static constexpr int kMaxSuccessors = 4;
   static constexpr float kMaxWeight = 4.0f;
   static constexpr float kForgetWeight = 0.2f;
-  // A context back after more than this many of its own intervals starts learning afresh.
+  // A context back after more than this many of its own intervals: its successors drop to 0.5.
   static constexpr uint64_t kStaleIntervals = 4;
 
   explicit AccessPredictor(PredictorConfig config = {});
