@@ -24,7 +24,7 @@ Engine::Impl::Impl(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
       chunk_(chunk),
       uffd_(arena_->uffd()),
       efd_(efd),
-      policy_(MakeClockPolicy()),
+      policy_(std::make_unique<ReusePolicy>()),
       snapshot_(std::make_shared<Snapshot>()) {
   zero_ = static_cast<char*>(aligned_alloc(kPage, chunk_));
   memset(zero_, 0, chunk_);
@@ -103,6 +103,7 @@ void Engine::Impl::RebuildSnapshotLocked() {
   for (auto& [base, r] : regions_) {
     s->hold.push_back(r);
     s->space.tables.push_back(&r->table);
+    s->space.ids.push_back(r->id);
     total += r->table.n;
     s->space.prefix.push_back(total);
   }
@@ -346,6 +347,14 @@ Status Engine::EvictTo(uint64_t target) {
 }
 Status Engine::EvictRange(const void* p, size_t len) {
   return impl_->EvictRange(p, len);
+}
+void Engine::SetPlacementOracle(const policy::NextUseOracle* oracle) {
+  impl_->policy_->SetOracle(oracle);
+}
+void Engine::SetFaultObserver(FaultObserver observer) {
+  std::lock_guard<std::mutex> lock(impl_->fault_observer_mu_);
+  impl_->fault_observer_ = std::move(observer);
+  impl_->has_fault_observer_.store(static_cast<bool>(impl_->fault_observer_));
 }
 void Engine::SetExternalCopies(ExternalCopies* x) {
   impl_->external_copies_.store(x, std::memory_order_release);

@@ -28,6 +28,7 @@
 #include "runtime/base/status.h"
 #include "runtime/codec/codec.h"
 #include "runtime/os/os.h"
+#include "runtime/policy/access.h"
 #include "runtime/store/store.h"
 
 namespace zrtier {
@@ -158,6 +159,18 @@ class Engine {
   // copy, with no copy into the region). SetExternalCopies names the holder, once, before any
   // Adopt (null: none; chunks still external then read as errors and fault with SIGBUS).
   void SetExternalCopies(ExternalCopies* x);
+
+  // Placement in T1 (DESIGN.md section 5). With an oracle the evictor takes, of a sample of
+  // resident chunks spread over all regions, the one predicted to be needed farthest ahead
+  // (unpredicted chunks first, CLOCK's reference bit among them); null: CLOCK. ChunkKeys are
+  // (RegionInfo::id, chunk index). Returns once no query of the previous oracle is in progress.
+  void SetPlacementOracle(const policy::NextUseOracle* oracle);
+  // Called for every chunk a CPU fault installed in T1 (region id, chunk index), after the
+  // faulting thread was woken, on the thread that served the fault (the pager or a restore
+  // worker): the access stream of the CPU, for learning. Must not call back into the engine.
+  // Empty: none. Returns once no call of the previous observer is in progress.
+  using FaultObserver = std::function<void(uint64_t region, uint64_t chunk)>;
+  void SetFaultObserver(FaultObserver observer);
   // The `n` chunks from `p` (a chunk start; inside one region) become external: their pages are
   // dropped, their store copies freed, their generations bumped into gens[0..n), and then, while
   // every one of them is still claimed -- so no fault or Read sees one external before its copy is

@@ -93,6 +93,23 @@ void Prefetcher::OnAccess(const Access& a) {
   work_cv_.notify_one();  // a worker that misses it polls within kPollMs
 }
 
+void Prefetcher::OnFault(uint64_t region, uint64_t chunk) {
+  // Learned under fault_mu_ (then predictor_mu_), so that runs ended on two threads are learned in
+  // the order they ended.
+  std::lock_guard<std::mutex> fl(fault_mu_);
+  Access& run = fault_run_;
+  if (run.chunk_count && run.region == region && chunk == run.first_chunk + run.chunk_count) {
+    if (++run.chunk_count < kFaultRun) return;
+    OnAccess(run);
+    run.chunk_count = 0;
+    return;
+  }
+  if (run.chunk_count) OnAccess(run);
+  run.region = region;
+  run.first_chunk = chunk;
+  run.chunk_count = 1;
+}
+
 size_t Prefetcher::TakeArrivals() {
   {
     std::lock_guard<std::mutex> al(arrivals_mu_);
@@ -139,7 +156,9 @@ size_t Prefetcher::Process(const Arrival& arrival) {
     uint32_t c = 0;
     for (; c < p.access.chunk_count && p.pos + c < until; ++c) {
       const uint64_t at = p.pos + c;
-      if (at < from || p.access.dir == Direction::kD2H) continue;  // a D2H target needs no decode
+      // Only host-to-device targets: a D2H target needs no decode, and a fault target needs an
+      // install in T1, which the sink (T0) does not do.
+      if (at < from || p.access.dir != Direction::kH2D) continue;
       const ChunkKey key{p.access.region, p.access.first_chunk + c};
       if (pending_.count(key) || inflight_.count(key) || ready_.count(key)) continue;
       const uint64_t seq = ++next_job_seq_;

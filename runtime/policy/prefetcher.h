@@ -1,7 +1,8 @@
-// Prefetcher: the component the shim's copy path calls. It feeds every access to an
-// AccessPredictor and keeps ZRTIER_WORKERS threads making the predicted next chunks ready in T0
-// (through PrefetchSink), up to ZRTIER_PREFETCH_AHEAD bytes ahead of each stream's demand position,
-// in predicted order, while the plan's confidence is at least `min_confidence`.
+// Prefetcher: the component the shim's copy path calls (and the engine's fault observer, through
+// OnFault). It feeds every access to an AccessPredictor, answers placement's next-use queries for
+// T0 and T1, and keeps ZRTIER_WORKERS threads making the predicted next host-to-device chunks
+// ready in T0 (through PrefetchSink), up to ZRTIER_PREFETCH_AHEAD bytes ahead of each stream's
+// demand position, in predicted order, while the plan's confidence is at least `min_confidence`.
 //
 // Demand is never starved:
 //   - OnAccess only learns, plans and hands the access to the workers (two mutexes, each held for
@@ -97,6 +98,13 @@ class Prefetcher : public NextUseOracle {
   // Called by every copy (and CPU fault) before its chunks are served. Cheap; never blocks on a
   // prefetch.
   void OnAccess(const Access& a);
+  // A CPU fault installed chunk `chunk` of `region` (Engine::SetFaultObserver). Consecutive faults
+  // are learned as one access on the stream kFaultStream, cut at kFaultRun chunks: a fill faults a
+  // chunk at a time, and a node per chunk costs ~500 bytes of tables (31 MiB for a 4 GiB fill). A
+  // run is learned when the next fault does not continue it or when it is full.
+  void OnFault(uint64_t region, uint64_t chunk);
+  static constexpr uint64_t kFaultStream = ~0ull;  // not a CUDA stream handle (0 is the default)
+  static constexpr uint32_t kFaultRun = 16;
 
   // Chunk accesses until `key` is next used by the learned plans, or kNeverUsed (placement).
   uint64_t NextUseDistance(const ChunkKey& key) const override;
@@ -164,6 +172,8 @@ class Prefetcher : public NextUseOracle {
   // queue_ (queue_ may also hold jobs whose key was canceled; workers skip those).
   mutable std::mutex predictor_mu_;
   mutable std::mutex mu_;
+  std::mutex fault_mu_;  // guards fault_run_; lock order: fault_mu_, then predictor_mu_
+  Access fault_run_{0, 0, 0, Direction::kCpuFault, kFaultStream};  // chunk_count 0: none yet
   std::mutex arrivals_mu_;                 // guards arrivals_ (taken alone, or after mu_)
   std::vector<Arrival> arrivals_;          // accesses not processed yet, in order
   std::atomic<size_t> arrivals_count_{0};  // arrivals_.size(), readable without arrivals_mu_

@@ -242,7 +242,12 @@ class Engine::Impl {
   int uffd_;
   int efd_;
   char* zero_ = nullptr;
-  std::unique_ptr<VictimPolicy> policy_;
+  std::unique_ptr<ReusePolicy> policy_;
+  // Engine::SetFaultObserver's callback: called (under the mutex, so that clearing it waits for a
+  // call in progress) for every chunk a fault installed.
+  std::mutex fault_observer_mu_;
+  Engine::FaultObserver fault_observer_;
+  std::atomic<bool> has_fault_observer_{false};
 
   mutable std::shared_mutex regions_mu_;
   std::map<uintptr_t, std::shared_ptr<Region>> regions_;  // by base; guarded by regions_mu_

@@ -1,8 +1,9 @@
-// The evictor: ZRTIER_WORKERS threads keep resident bytes within the limit by taking CLOCK victims
-// (victim_policy.h) through write-protect -> copy out and encode -> store Put -> MADV_DONTNEED ->
-// kStored; EvictTo/EvictRange do the same on demand, SetResidentLimit moves the budget, and
-// WaitForRoom throttles writers while the budget is exceeded and the evictor makes progress. See
-// docs/ARCHITECTURE.md ("Evictor").
+// The evictor: ZRTIER_WORKERS threads keep resident bytes within the limit by taking the policy's
+// victims (victim_policy.h: the farthest predicted next use of a sample, or CLOCK) through
+// write-protect -> copy out and encode -> store Put -> MADV_DONTNEED -> kStored; EvictTo and
+// EvictRange do the same on demand, SetResidentLimit moves the budget, and WaitForRoom throttles
+// writers while the budget is exceeded and the evictor makes progress. See docs/ARCHITECTURE.md
+// ("Evictor").
 
 #include <sys/mman.h>
 
@@ -92,8 +93,8 @@ Status Engine::Impl::EvictChunk(Region* r, size_t i, uint32_t w) {
   return Status::Ok();
 }
 
-// Evicts CLOCK victims until resident <= target. Returns OK when reached, EAGAIN when no victim
-// was found, or the first store/ioctl error.
+// Evicts the policy's victims until resident <= target. Returns OK when reached, EAGAIN when no
+// victim was found, or the first store/ioctl error.
 Status Engine::Impl::EvictSome(uint64_t target) {
   std::shared_ptr<Snapshot> snap = GetSnapshot();
   int misses = 0;

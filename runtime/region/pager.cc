@@ -185,6 +185,10 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
   Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
   SignalParked();
   KickEvictor();
+  if (has_fault_observer_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(fault_observer_mu_);
+    if (fault_observer_) fault_observer_(r->id, r->table.IndexOf(p));
+  }
   return Outcome::kDone;
 }
 

@@ -23,6 +23,66 @@ bool ClockPolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
   return false;
 }
 
+void ReusePolicy::SetOracle(const policy::NextUseOracle* oracle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  oracle_ = oracle;
+  has_oracle_.store(oracle != nullptr, std::memory_order_release);
+}
+
+bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) {
+  const uint64_t total = space.total();
+  if (total == 0) return false;
+  if (!has_oracle_.load(std::memory_order_acquire)) return clock_.Next(space, max_scan, out);
+  // The sample: resident, unpinned chunks at pseudo-random positions (a layer's chunks are
+  // contiguous, so a sweep would compare chunks of one layer only).
+  Victim cand[kSample];
+  policy::ChunkKey keys[kSample];
+  int n = 0;
+  const uint64_t probes = std::min<uint64_t>(max_scan, uint64_t{kSample} * kProbesPerSample);
+  for (uint64_t k = 0; k < probes && n < kSample; ++k) {
+    uint64_t x = draws_.fetch_add(1, std::memory_order_relaxed) * 0x9e3779b97f4a7c15ull;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    const uint64_t pos = x % total;
+    const size_t t =
+        std::upper_bound(space.prefix.begin(), space.prefix.end(), pos) - space.prefix.begin();
+    ChunkTable* table = space.tables[t];
+    const size_t i = pos - (t ? space.prefix[t - 1] : 0);
+    const uint32_t w = table->chunks[i].word.load(std::memory_order_acquire);
+    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    bool dup = false;
+    for (int j = 0; j < n && !dup; ++j) dup = cand[j].table == table && cand[j].index == i;
+    if (dup) continue;
+    cand[n] = Victim{table, i, w};
+    keys[n] = policy::ChunkKey{space.ids[t], i};
+    ++n;
+  }
+  if (n == 0) return clock_.Next(space, max_scan, out);  // few resident chunks: sweep for them
+  uint64_t dist[kSample];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!oracle_) return clock_.Next(space, max_scan, out);
+    oracle_->NextUseDistances(std::span<const policy::ChunkKey>(keys, n),
+                              std::span<uint64_t>(dist, n));
+  }
+  // Farthest next use; among the unpredicted ones, an unreferenced one first (their bits are
+  // cleared, CLOCK's second chance, so that a referenced chunk goes the next time).
+  int best = 0;
+  bool best_ref = true;
+  for (int j = 0; j < n; ++j) {
+    bool ref = false;
+    if (dist[j] == policy::kNeverUsed)
+      ref = cand[j].table->chunks[cand[j].index].referenced.exchange(0, std::memory_order_relaxed);
+    if (j == 0 || dist[j] > dist[best] || (dist[j] == dist[best] && best_ref && !ref)) {
+      best = j;
+      best_ref = ref;
+    }
+  }
+  *out = cand[best];
+  return true;
+}
+
 std::unique_ptr<VictimPolicy> MakeClockPolicy() {
   return std::make_unique<ClockPolicy>();
 }
