@@ -69,8 +69,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kLibrary, "LIBRARY", kString, "", "path", "", "",                                            \
     "libzrtier.so for zrtier run to preload (default: found next to the zrtier binary)")         \
   X(kPolicy, "POLICY", kString, "reuse", "", "reuse|lru", "policy",                              \
-    "what leaves T0 first: reuse (the chunk predicted to be needed farthest ahead; least "        \
-    "recently used while nothing is learned), or lru")                                          \
+    "what leaves T0 and T1 first: reuse (the chunk predicted to be needed farthest ahead, "       \
+    "learned from copies and CPU faults; until something is learned: least recently used in T0, " \
+    "CLOCK in T1), or lru (no learning: least recently used in T0, CLOCK in T1)")                \
   X(kSpread, "SPREAD", kBool, "1", "", "", "spread",                                             \
     "1 = when a cycle of copies does not fit in T0, keep a hash sample of its chunks, spread "     \
     "over every layer, so that decode and DMA overlap in every copy (ZRTIER_POLICY=reuse only)")

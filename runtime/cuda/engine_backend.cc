@@ -26,6 +26,12 @@ class EngineBackend final : public RegionBackend {
   }
   Status EvictRange(const void* p, size_t len) override { return e_->EvictRange(p, len); }
   void SetExternalCopies(ExternalCopies* x) override { e_->SetExternalCopies(x); }
+  void SetPlacementOracle(const policy::NextUseOracle* oracle) override {
+    e_->SetPlacementOracle(oracle);
+  }
+  void SetFaultObserver(Engine::FaultObserver observer) override {
+    e_->SetFaultObserver(std::move(observer));
+  }
   Status Adopt(void* p, size_t n, uint64_t* gens,
                const std::function<void()>& registered) override {
     return e_->Adopt(p, n, gens, registered);

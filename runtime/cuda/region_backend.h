@@ -54,6 +54,10 @@ class RegionBackend {
   virtual Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
     return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
   }
+  // Engine::SetPlacementOracle / SetFaultObserver: T1 placement by the learned next use, and the
+  // CPU's faults for learning. Backends without tiers or faults ignore them.
+  virtual void SetPlacementOracle(const policy::NextUseOracle* oracle) {}
+  virtual void SetFaultObserver(Engine::FaultObserver observer) {}
   // Compresses the chunks of [p, p+len) out of T1 now (Engine::EvictRange). Backends without
   // tiers return ENOTSUP.
   virtual Status EvictRange(const void* p, size_t len) {

@@ -10,15 +10,26 @@
 namespace zrtier {
 namespace {
 
-class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink, public SlotOracle {
+class PolicyPrefetch final : public ShimPrefetch,
+                             public policy::PrefetchSink,
+                             public SlotOracle,
+                             public policy::NextUseOracle {
  public:
   PolicyPrefetch(Shim* shim, const policy::PrefetcherConfig& cfg, bool placement)
       : shim_(shim), placement_(placement), pf_(cfg, this) {
-    if (placement_) shim_->pool()->SetOracle(this);
+    if (!placement_) return;
+    shim_->pool()->SetOracle(this);
+    shim_->backend()->SetPlacementOracle(this);
+    // The CPU's faults are accesses too (learned on a stream of their own).
+    shim_->backend()->SetFaultObserver(
+        [this](uint64_t region, uint64_t chunk) { pf_.OnFault(region, chunk); });
   }
   ~PolicyPrefetch() override {
-    // No pool query may reach the predictor once it is gone.
-    if (placement_) shim_->pool()->SetOracle(nullptr);
+    // No pool, evictor or fault may reach the predictor once it is gone.
+    if (!placement_) return;
+    shim_->backend()->SetFaultObserver(nullptr);
+    shim_->backend()->SetPlacementOracle(nullptr);
+    shim_->pool()->SetOracle(nullptr);
   }
   void OnAccess(uint64_t region, uint64_t first, uint64_t count, bool d2h,
                 cudaStream_t stream) override {
@@ -40,6 +51,14 @@ class PolicyPrefetch final : public ShimPrefetch, public policy::PrefetchSink, p
   uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
     const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
     return d == policy::kNeverUsed ? kNoNextUse : d;
+  }
+  // policy::NextUseOracle, for the engine's T1 evictor.
+  uint64_t NextUseDistance(const policy::ChunkKey& key) const override {
+    return pf_.NextUseDistance(key);
+  }
+  void NextUseDistances(std::span<const policy::ChunkKey> keys,
+                        std::span<uint64_t> out) const override {
+    pf_.NextUseDistances(keys, out);
   }
   void OnPrefetchDropped(uint64_t region, uint64_t chunk) override { pf_.OnDropped(region, chunk); }
 
