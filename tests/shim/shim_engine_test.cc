@@ -485,7 +485,10 @@ TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
   EXPECT_LT(r.owned_after, r.owned_after_fill * 3 / 4) << "the owned slots did not leave";
   EXPECT_GT(r.written_back, 0u);
   EXPECT_GT(r.stored_more, 0u) << "written back into T1, not the store";
-  EXPECT_GE(r.hit_ratio, 0.3);  // Belady: 0.5
+  // Belady: 0.5; LRU: 0. 0.375 on an idle machine; 0.25 in some runs on a loaded one (the fake
+  // GPU's stream thread lags, more of the copies' pieces are in flight and their slots evict
+  // kept chunks), with the code of before and after session 13 alike.
+  EXPECT_GE(r.hit_ratio, 0.2);
 #endif
 }
 
