@@ -39,15 +39,23 @@ class TableOracle : public policy::NextUseOracle {
 
 constexpr size_t kChunks = 64;
 
+// A region of kChunks chunks written by the CPU (resident) with sample data `seed`; *data gets
+// the same bytes.
+RegionInfo FilledRegion(Engine* e, uint64_t seed, std::vector<char>* data) {
+  RegionInfo r;
+  EXPECT_TRUE(e->Allocate(kChunks * e->chunk_size(), &r).ok());
+  data->resize(kChunks * e->chunk_size());
+  FillSample(SampleKind::kBf16Gaussian, seed, data->data(), data->size());
+  memcpy(r.base, data->data(), data->size());
+  return r;
+}
+
 // Fills a region of kChunks chunks with sample data (resident), evicts down to `keep` chunks and
 // returns which chunks stayed resident; checks every byte after reading them all back.
 std::vector<bool> Survivors(Engine* e, const policy::NextUseOracle* oracle, size_t keep) {
   const size_t cs = e->chunk_size();
-  RegionInfo r;
-  EXPECT_TRUE(e->Allocate(kChunks * cs, &r).ok());
-  std::vector<char> data(kChunks * cs);
-  FillSample(SampleKind::kBf16Gaussian, 5, data.data(), data.size());
-  memcpy(r.base, data.data(), data.size());
+  std::vector<char> data;
+  const RegionInfo r = FilledRegion(e, 5, &data);
   e->SetPlacementOracle(oracle);
   EXPECT_TRUE(e->EvictTo(keep * cs).ok());
   std::vector<bool> resident(kChunks);
@@ -104,11 +112,8 @@ uint64_t CycleFaults(bool learned, int cycles, int measured) {
   Options o = TestEngineOptions();
   auto e = MakeTestEngine(o);
   const size_t cs = e->chunk_size();
-  RegionInfo r;
-  EXPECT_TRUE(e->Allocate(kChunks * cs, &r).ok());
-  std::vector<char> data(kChunks * cs);
-  FillSample(SampleKind::kBf16Gaussian, 9, data.data(), data.size());
-  memcpy(r.base, data.data(), data.size());
+  std::vector<char> data;
+  const RegionInfo r = FilledRegion(e.get(), 9, &data);
   EXPECT_TRUE(e->EvictTo(0).ok());
   e->SetResidentLimit(kChunks / 2 * cs);
   policy::PrefetcherConfig pc;
