@@ -83,8 +83,4 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
   return true;
 }
 
-std::unique_ptr<VictimPolicy> MakeClockPolicy() {
-  return std::make_unique<ClockPolicy>();
-}
-
 }  // namespace zrtier

@@ -14,7 +14,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -69,7 +68,5 @@ class ReusePolicy : public VictimPolicy {
   const policy::NextUseOracle* oracle_ = nullptr;
   std::atomic<uint64_t> draws_{0};  // the sample's pseudo-random positions
 };
-
-std::unique_ptr<VictimPolicy> MakeClockPolicy();
 
 }  // namespace zrtier
