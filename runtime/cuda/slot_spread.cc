@@ -2,20 +2,10 @@
 
 #include <algorithm>
 
+#include "runtime/base/mix.h"
 #include "runtime/base/stats.h"
 
 namespace zrtier {
-namespace {
-
-uint64_t Mix64(uint64_t x) {  // SplitMix64's finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 bool SlotSpread::Member(uint64_t region, uint64_t chunk) const {
   const uint64_t h = Mix64(region * 0x9e3779b97f4a7c15ull + chunk / kGroupChunks) >> 32;

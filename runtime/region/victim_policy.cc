@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/base/mix.h"
+
 namespace zrtier {
 
 bool ClockPolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) {
@@ -40,11 +42,7 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
   int n = 0;
   const uint64_t probes = std::min<uint64_t>(max_scan, uint64_t{kSample} * kProbesPerSample);
   for (uint64_t k = 0; k < probes && n < kSample; ++k) {
-    uint64_t x = draws_.fetch_add(1, std::memory_order_relaxed) * 0x9e3779b97f4a7c15ull;
-    x ^= x >> 31;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 29;
-    const uint64_t pos = x % total;
+    const uint64_t pos = Mix64(draws_.fetch_add(1, std::memory_order_relaxed)) % total;
     const size_t t =
         std::upper_bound(space.prefix.begin(), space.prefix.end(), pos) - space.prefix.begin();
     ChunkTable* table = space.tables[t];
