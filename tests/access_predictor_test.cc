@@ -302,6 +302,32 @@ TEST(AccessPredictorTest, NextUseDistanceAndPlanFollowTheCycle) {
   EXPECT_GT(plan[2].confidence, 0.9f);
 }
 
+// An access costs at most walk_per_access steps of the walk: a plan discarded on every access (a
+// noisy order) is not walked a whole period each time. After two accesses that do not belong to a
+// learned 1000-access cycle the plan grows by the budget per access until it spans the period again.
+TEST(AccessPredictorTest, APlanIsWalkedAtMostTheBudgetPerAccess) {
+  PredictorConfig config;
+  config.walk_per_access = 16;
+  AccessPredictor p(config);
+  const uint32_t layers = 1000;
+  for (int i = 0; i < 3; ++i)
+    for (uint32_t l = 0; l < layers; ++l) p.Observe(Layer(l, 1));
+  auto planned = [&] {
+    std::vector<PlannedAccess> plan;
+    const uint64_t pos = p.Position(kStream);
+    p.Plan(kStream, pos, pos + 10 * layers, 0.0f, &plan);
+    return plan.size();
+  };
+  EXPECT_GE(planned(), layers - 1);
+  // Two unexpected accesses discard the plan; the next one is a known context again.
+  p.Observe(Access{kRegion + 1, 0, 1, Direction::kH2D, kStream});
+  p.Observe(Access{kRegion + 1, 1, 1, Direction::kH2D, kStream});
+  for (uint32_t l = 0; l < 3; ++l) p.Observe(Layer(l, 1));
+  EXPECT_LE(planned(), 3u * 16u);
+  for (uint32_t l = 3; l < 100; ++l) p.Observe(Layer(l, 1));
+  EXPECT_GE(planned(), layers - 1);  // 97 accesses x 16 > a period
+}
+
 TEST(AccessPredictorTest, LowConfidenceStopsThePlan) {
   // Layer 0 is followed by 1 and by 2 alternately: after 0 nothing reaches confidence 0.9 -- for
   // contexts of one or two accesses (a long context sees which of the two came last time).

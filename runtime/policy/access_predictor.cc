@@ -165,11 +165,20 @@ void AccessPredictor::PopFront(StreamState& s) {
 void AccessPredictor::TruncateAfter(StreamState& s, uint32_t a, uint32_t b) {
   // The first planned entry walked from a context ending in (a, b); plan[0] was walked from the
   // demand history, which is not planned, so start at 1. Entries whose longer context differs are
-  // dropped too: walking them again is only work.
-  size_t k = 1;
-  auto before = [&](size_t i) { return i == 0 ? s.recent.back() : s.plan[i - 1].node; };
-  while (k < s.plan.size() && !(before(k - 1) == a && s.plan[k - 1].node == b)) ++k;
-  if (k < s.plan.size()) TruncateFrom(s, k);
+  // dropped too: walking them again is only work. Found through b's planned uses (plan positions
+  // ascend strictly), not by a scan of the plan.
+  auto it = s.uses.find(b);
+  if (it == s.uses.end()) return;
+  for (const NodeUse& u : it->second) {
+    const size_t i = std::partition_point(s.plan.begin(), s.plan.end(),
+                                          [&](const Entry& e) { return e.raw_pos < u.raw_pos; }) -
+                     s.plan.begin();
+    if (i + 1 >= s.plan.size()) return;
+    if ((i == 0 ? s.recent.back() : s.plan[i - 1].node) == a) {
+      TruncateFrom(s, i + 1);
+      return;
+    }
+  }
 }
 
 void AccessPredictor::TruncateFrom(StreamState& s, size_t k) {
@@ -183,8 +192,10 @@ void AccessPredictor::TruncateFrom(StreamState& s, size_t k) {
     s.plan_chunks -= e.chunk_count;
     s.plan.pop_back();
   }
-  s.tail = s.recent;
-  for (const Entry& e : s.plan) s.tail.Push(e.node);
+  s.tail = s.recent;  // then the last entries kept (a context holds at most kMaxLongOrder nodes)
+  for (size_t i = s.plan.size() - std::min<size_t>(s.plan.size(), kMaxLongOrder); i < s.plan.size();
+       ++i)
+    s.tail.Push(s.plan[i].node);
 }
 
 void AccessPredictor::ClearPlan(StreamState& s) {
@@ -202,7 +213,9 @@ void AccessPredictor::Extend(StreamState& s) {
   // of time); before a period was measured, as many accesses as contexts are known.
   const size_t period = s.period ? s.period : std::max<size_t>(order2_.size(), 1);
   const size_t cap_nodes = std::min<size_t>(config_.max_plan_nodes, period + 1);
-  while (s.plan.size() < cap_nodes && s.plan_chunks < config_.max_plan_chunks) {
+  for (uint32_t walked = 0; walked < config_.walk_per_access && s.plan.size() < cap_nodes &&
+                            s.plan_chunks < config_.max_plan_chunks;
+       ++walked) {
     Succ next;
     float conf;
     if (!Predict(s.tail, &next, &conf)) return;
@@ -395,6 +408,14 @@ uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
   if (!found) return best;
   const ChunkNodes& cn = *found;
   for (const auto& s : streams_) {
+    // A CPU-fault block is observed at its first fault (Prefetcher::OnFault): the rest of the
+    // latest one is being read right now.
+    if (const uint32_t last = s.recent.back(); last != kNone) {
+      const Node& n = nodes_[last];
+      if (n.dir == Direction::kCpuFault && n.region == key.region && key.chunk >= n.first_chunk &&
+          key.chunk < n.first_chunk + n.chunk_count)
+        return 0;
+    }
     if (s.uses.empty()) continue;
     for (size_t k = 0; k <= cn.more.size(); ++k) {
       const uint32_t id = k == 0 ? cn.first : cn.more[k - 1];

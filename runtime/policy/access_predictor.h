@@ -68,6 +68,9 @@ struct PredictorConfig {
   uint32_t max_streams = 16;            // streams tracked; the least recently used one is forgotten
   uint32_t max_nodes = 1u << 20;        // distinct access targets; past it everything is forgotten
   uint32_t max_long_contexts = 1u << 20;  // long contexts; past it they are forgotten (relearned)
+  // Plan entries walked per observed access at most: a plan discarded on every access (a noisy
+  // order, such as the CPU faults of a parallel fill) costs this much per access, not a period.
+  uint32_t walk_per_access = 128;
 };
 
 struct PlannedAccess {
@@ -201,6 +204,7 @@ class AccessPredictor : public NextUseOracle {
   void TruncateAfter(StreamState& s, uint32_t a, uint32_t b);
   // Drops plan entries k.. and sets the walk's tail after the entries kept.
   void TruncateFrom(StreamState& s, size_t k);
+  // Walks the plan on by up to config_.walk_per_access entries (to one period, the caps).
   void Extend(StreamState& s);
   PlannedAccess ToPlanned(const StreamState& s, const Entry& e) const;
 
