@@ -100,6 +100,34 @@ Access Chunk(uint64_t chunk, uint64_t stream = 1, uint64_t region = 1) {
   return Access{region, chunk, 1, Direction::kH2D, stream};
 }
 
+// CPU faults of a parallel fill (8 threads, each through its part of a region, interleaved as
+// they happen to run) are learned once per block of kFaultRun chunks and pass, not once per fault
+// nor once per interleaving. After the passes the fill's blocks have predicted next uses.
+TEST(PrefetcherConcurrencyTest, ParallelFillFaultsAreLearnedOncePerBlockAndPass) {
+  FakeSink sink;
+  Prefetcher pf(Config(0, 0), &sink);  // learn only, as the shim runs it by default
+  const int kThreads = 8, kPasses = 3;
+  const uint64_t kBlocks = 64, kChunks = kBlocks * Prefetcher::kFaultRun;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    std::vector<std::thread> fill;
+    for (int t = 0; t < kThreads; ++t)
+      fill.emplace_back([&, t] {
+        for (uint64_t c = kChunks * t / kThreads; c < kChunks * (t + 1) / kThreads; ++c)
+          pf.OnFault(5, c);
+      });
+    for (auto& th : fill) th.join();
+  }
+  ASSERT_TRUE(pf.WaitFaultsLearned(10000));
+  const Prefetcher::Counters c = pf.counters();
+  EXPECT_EQ(c.fault_blocks, kPasses * kBlocks);
+  EXPECT_EQ(c.faults_dropped, 0u);
+  EXPECT_EQ(pf.NextUseDistance(ChunkKey{6, 0}), kNeverUsed);
+  size_t known = 0;
+  for (uint64_t b = 0; b < kBlocks; ++b)
+    known += pf.NextUseDistance(ChunkKey{5, b * Prefetcher::kFaultRun + 1}) != kNeverUsed;
+  EXPECT_EQ(known, kBlocks);
+}
+
 TEST(PrefetcherConcurrencyTest, PrefetchesThePredictedWindow) {
   FakeSink sink;
   Prefetcher p(Config(8, 2), &sink);

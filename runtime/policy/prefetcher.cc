@@ -28,6 +28,12 @@ Prefetcher::Prefetcher(const PrefetcherConfig& config, PrefetchSink* sink)
 
 Prefetcher::~Prefetcher() {
   {
+    std::lock_guard<std::mutex> lock(fault_mu_);
+    fault_stop_ = true;
+  }
+  fault_cv_.notify_all();
+  if (fault_thread_.joinable()) fault_thread_.join();
+  {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
     queue_.clear();
@@ -69,6 +75,11 @@ void Prefetcher::ExpireReady() {
 }
 
 void Prefetcher::OnAccess(const Access& a) {
+  std::unique_lock<std::mutex> pl(predictor_mu_);
+  Learn(a, pl);
+}
+
+void Prefetcher::Learn(const Access& a, std::unique_lock<std::mutex>& pl) {
   // On the copy thread: learning and planning under the predictor's lock, then the access is
   // handed to the workers (arrivals_), which do the queue work -- a map operation or three per
   // chunk of the access and of the window, a millisecond for a 256 MiB layer -- under mu_. The
@@ -76,15 +87,13 @@ void Prefetcher::OnAccess(const Access& a) {
   // lock may be held long.
   Arrival arrival;
   arrival.access = a;
-  {
-    std::lock_guard<std::mutex> pl(predictor_mu_);
-    predictor_.Observe(a);
-    if (ahead_chunks_ == 0) return;  // learn only: nothing is ever queued or ready
-    arrival.pos = predictor_.Position(a.stream);
-    arrival.epoch = predictor_.PlanEpoch(a.stream);
-    predictor_.Plan(a.stream, arrival.pos, arrival.pos + ahead_chunks_, config_.min_confidence,
-                    &arrival.plan);
-  }
+  predictor_.Observe(a);
+  if (ahead_chunks_ == 0) return;  // learn only: nothing is ever queued or ready
+  arrival.pos = predictor_.Position(a.stream);
+  arrival.epoch = predictor_.PlanEpoch(a.stream);
+  predictor_.Plan(a.stream, arrival.pos, arrival.pos + ahead_chunks_, config_.min_confidence,
+                  &arrival.plan);
+  pl.unlock();
   {
     std::lock_guard<std::mutex> al(arrivals_mu_);
     arrivals_.push_back(std::move(arrival));
@@ -94,20 +103,74 @@ void Prefetcher::OnAccess(const Access& a) {
 }
 
 void Prefetcher::OnFault(uint64_t region, uint64_t chunk) {
-  // Learned under fault_mu_ (then predictor_mu_), so that runs ended on two threads are learned in
-  // the order they ended.
-  std::lock_guard<std::mutex> fl(fault_mu_);
-  Access& run = fault_run_;
-  if (run.chunk_count && run.region == region && chunk == run.first_chunk + run.chunk_count) {
-    if (++run.chunk_count < kFaultRun) return;
-    OnAccess(run);
-    run.chunk_count = 0;
+  const uint64_t block = chunk / kFaultRun;
+  const uint32_t at = static_cast<uint32_t>(chunk % kFaultRun);
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  if (fault_stop_) return;
+  FaultBlock* b = nullptr;
+  for (FaultBlock& f : fault_blocks_)
+    if (f.block == block && f.region == region) b = &f;
+  if (b && (at < b->lo || at > b->hi)) {  // the pass goes on
+    b->lo = std::min(b->lo, at);
+    b->hi = std::max(b->hi, at);
     return;
   }
-  if (run.chunk_count) OnAccess(run);
-  run.region = region;
-  run.first_chunk = chunk;
-  run.chunk_count = 1;
+  if (!b) {
+    b = &fault_blocks_[fault_next_];
+    fault_next_ = (fault_next_ + 1) % kFaultBlocks;
+    b->region = region;
+    b->block = block;
+  }
+  b->lo = b->hi = at;  // a new pass over the block: learned as an access
+  if (fault_queue_.size() >= kFaultQueue) {
+    ++faults_dropped_;
+    return;
+  }
+  const Access a{region, block * kFaultRun, kFaultRun, Direction::kCpuFault, kFaultStream};
+  // Learned right here when that cannot wait (the predictor is free) nor overtake queued faults:
+  // an access costs at most the predictor's walk_per_access steps, and placement then knows the
+  // block before the evictor that this fault kicked asks.
+  if (fault_queue_.empty() && !fault_learning_) {
+    std::unique_lock<std::mutex> pl(predictor_mu_, std::try_to_lock);
+    if (pl.owns_lock()) {
+      ++fault_queued_;
+      ++fault_learned_;
+      Learn(a, pl);
+      return;
+    }
+  }
+  if (!fault_thread_.joinable()) fault_thread_ = std::thread([this] { FaultLoop(); });
+  fault_queue_.push_back(ChunkKey{region, block * kFaultRun});
+  ++fault_queued_;
+  if (fault_queue_.size() == 1) fault_cv_.notify_all();
+}
+
+void Prefetcher::FaultLoop() {
+  std::vector<ChunkKey> batch;
+  std::unique_lock<std::mutex> lock(fault_mu_);
+  for (;;) {
+    fault_cv_.wait(lock, [&] { return fault_stop_ || !fault_queue_.empty(); });
+    if (fault_stop_) return;
+    batch.swap(fault_queue_);
+    fault_learning_ = true;
+    lock.unlock();
+    // One access at a time (OnAccess takes the predictor's lock for each), so that the copy
+    // path's placement queries wait for one access at most.
+    for (const ChunkKey& k : batch)
+      OnAccess(Access{k.region, k.chunk, kFaultRun, Direction::kCpuFault, kFaultStream});
+    lock.lock();
+    fault_learned_ += batch.size();
+    fault_learning_ = false;
+    batch.clear();
+    fault_cv_.notify_all();  // WaitFaultsLearned
+  }
+}
+
+bool Prefetcher::WaitFaultsLearned(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(fault_mu_);
+  const uint64_t target = fault_queued_;
+  return fault_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                            [&] { return fault_learned_ >= target || fault_stop_; });
 }
 
 size_t Prefetcher::TakeArrivals() {
@@ -310,8 +373,15 @@ bool Prefetcher::WaitIdle(int timeout_ms) {
 }
 
 Prefetcher::Counters Prefetcher::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
+  Counters c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c = counters_;
+  }
+  std::lock_guard<std::mutex> lock(fault_mu_);
+  c.fault_blocks = fault_learned_;
+  c.faults_dropped = faults_dropped_;
+  return c;
 }
 
 }  // namespace zrtier::policy

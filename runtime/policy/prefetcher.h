@@ -86,6 +86,8 @@ class Prefetcher : public NextUseOracle {
     uint64_t stale = 0;   // queued chunks dropped: demand passed them, or their plan was replaced
     uint64_t used = 0;    // prefetched chunks a demand access then used
     uint64_t unused = 0;  // prefetched chunks dropped or passed without use
+    uint64_t fault_blocks = 0;    // fault blocks learned (OnFault)
+    uint64_t faults_dropped = 0;  // fault blocks dropped: the learner was kFaultQueue behind
   };
 
   // Starts the workers. `sink` is not owned and must outlive the Prefetcher.
@@ -98,13 +100,22 @@ class Prefetcher : public NextUseOracle {
   // Called by every copy (and CPU fault) before its chunks are served. Cheap; never blocks on a
   // prefetch.
   void OnAccess(const Access& a);
-  // A CPU fault installed chunk `chunk` of `region` (Engine::SetFaultObserver). Consecutive faults
-  // are learned as one access on the stream kFaultStream, cut at kFaultRun chunks: a fill faults a
-  // chunk at a time, and a node per chunk costs ~500 bytes of tables (31 MiB for a 4 GiB fill). A
-  // run is learned when the next fault does not continue it or when it is full.
+  // A CPU fault installed chunk `chunk` of `region` (Engine::SetFaultObserver). Called on the
+  // engine's fault handler thread, so it never waits for the predictor: a mutex and a few compares,
+  // and the predictor's bounded work on an access when its lock is free and no fault is queued. Faults are learned per block of kFaultRun chunks (aligned), as one access on the
+  // stream kFaultStream when the block's first fault of a pass arrives: a fill faults a chunk at a
+  // time, a parallel fill faults the blocks of several threads interleaved, and a node per chunk
+  // would cost ~500 bytes of tables (31 MiB for a 4 GiB fill). A pass's faults move away from its
+  // first (up or down: each thread of a fill goes one way through its part); a fault within the
+  // span the pass already faulted starts the block's next pass. A learner thread (started on the first
+  // fault) feeds the queued blocks to the predictor otherwise; when kFaultQueue blocks wait, more are dropped
+  // (Counters::faults_dropped).
   void OnFault(uint64_t region, uint64_t chunk);
   static constexpr uint64_t kFaultStream = ~0ull;  // not a CUDA stream handle (0 is the default)
   static constexpr uint32_t kFaultRun = 16;
+  static constexpr size_t kFaultQueue = 4096;
+  // Waits until every fault queued so far was learned, at most `timeout_ms`. True if so.
+  bool WaitFaultsLearned(int timeout_ms);
 
   // Chunk accesses until `key` is next used by the learned plans, or kNeverUsed (placement).
   uint64_t NextUseDistance(const ChunkKey& key) const override;
@@ -172,8 +183,27 @@ class Prefetcher : public NextUseOracle {
   // queue_ (queue_ may also hold jobs whose key was canceled; workers skip those).
   mutable std::mutex predictor_mu_;
   mutable std::mutex mu_;
-  std::mutex fault_mu_;  // guards fault_run_; lock order: fault_mu_, then predictor_mu_
-  Access fault_run_{0, 0, 0, Direction::kCpuFault, kFaultStream};  // chunk_count 0: none yet
+  // The fault path (OnFault, FaultLoop). Lock order: fault_mu_, then predictor_mu_ (OnFault only
+  // tries it), then arrivals_mu_.
+  void FaultLoop();
+  // Observe + plan + hand to the workers. REQUIRES: `pl` holds predictor_mu_ (released here).
+  void Learn(const Access& a, std::unique_lock<std::mutex>& pl);
+  struct FaultBlock {
+    uint64_t region = 0, block = ~0ull;  // block = chunk / kFaultRun
+    uint32_t lo = 0, hi = 0;             // the chunks its current pass faulted span [lo, hi]
+  };
+  static constexpr size_t kFaultBlocks = 64;  // blocks whose pass is tracked (a parallel fill's)
+  mutable std::mutex fault_mu_;
+  std::condition_variable fault_cv_;  // fault_queue_ non-empty, fault_stop_, or learned
+  FaultBlock fault_blocks_[kFaultBlocks];
+  size_t fault_next_ = 0;               // the entry of fault_blocks_ replaced next
+  std::vector<ChunkKey> fault_queue_;   // blocks to learn (chunk = the block's first chunk)
+  uint64_t fault_queued_ = 0;           // blocks ever queued
+  uint64_t fault_learned_ = 0;          // of those, learned
+  uint64_t faults_dropped_ = 0;
+  bool fault_learning_ = false;  // the learner is feeding a batch to the predictor
+  bool fault_stop_ = false;
+  std::thread fault_thread_;
   std::mutex arrivals_mu_;                 // guards arrivals_ (taken alone, or after mu_)
   std::vector<Arrival> arrivals_;          // accesses not processed yet, in order
   std::atomic<size_t> arrivals_count_{0};  // arrivals_.size(), readable without arrivals_mu_
