@@ -304,7 +304,8 @@ TEST(AccessPredictorTest, NextUseDistanceAndPlanFollowTheCycle) {
 
 // An access costs at most walk_per_access steps of the walk: a plan discarded on every access (a
 // noisy order) is not walked a whole period each time. After two accesses that do not belong to a
-// learned 1000-access cycle the plan grows by the budget per access until it spans the period again.
+// learned 1000-access cycle the plan grows by the budget per access until it spans the period
+// again.
 TEST(AccessPredictorTest, APlanIsWalkedAtMostTheBudgetPerAccess) {
   PredictorConfig config;
   config.walk_per_access = 16;

@@ -100,16 +100,16 @@ class Prefetcher : public NextUseOracle {
   // Called by every copy (and CPU fault) before its chunks are served. Cheap; never blocks on a
   // prefetch.
   void OnAccess(const Access& a);
-  // A CPU fault installed chunk `chunk` of `region` (Engine::SetFaultObserver). Called on the
-  // engine's fault handler thread, so it never waits for the predictor: a mutex and a few compares,
-  // and the predictor's bounded work on an access when its lock is free and no fault is queued. Faults are learned per block of kFaultRun chunks (aligned), as one access on the
-  // stream kFaultStream when the block's first fault of a pass arrives: a fill faults a chunk at a
-  // time, a parallel fill faults the blocks of several threads interleaved, and a node per chunk
-  // would cost ~500 bytes of tables (31 MiB for a 4 GiB fill). A pass's faults move away from its
-  // first (up or down: each thread of a fill goes one way through its part); a fault within the
-  // span the pass already faulted starts the block's next pass. A learner thread (started on the first
-  // fault) feeds the queued blocks to the predictor otherwise; when kFaultQueue blocks wait, more are dropped
-  // (Counters::faults_dropped).
+  // A CPU fault installed chunk `chunk` of `region` (Engine::SetFaultObserver). Faults are learned
+  // per aligned block of kFaultRun chunks, as one access on the stream kFaultStream when a pass
+  // over the block begins: a fill faults a chunk at a time, a parallel fill faults the blocks of
+  // several threads interleaved, and a node per chunk would cost ~500 bytes of tables (31 MiB for
+  // a 4 GiB fill). A pass's faults move away from its first (each thread of a fill goes one way
+  // through its part); a fault within the span the pass already faulted starts the next pass.
+  // Called on the engine's fault handler thread, so it never waits for the predictor: it learns
+  // the block itself (bounded work: PredictorConfig::walk_per_access) only when the predictor's
+  // lock is free and no block is queued; otherwise a learner thread (started on the first such
+  // fault) does. When kFaultQueue blocks wait, more are dropped (Counters::faults_dropped).
   void OnFault(uint64_t region, uint64_t chunk);
   static constexpr uint64_t kFaultStream = ~0ull;  // not a CUDA stream handle (0 is the default)
   static constexpr uint32_t kFaultRun = 16;
@@ -196,10 +196,10 @@ class Prefetcher : public NextUseOracle {
   mutable std::mutex fault_mu_;
   std::condition_variable fault_cv_;  // fault_queue_ non-empty, fault_stop_, or learned
   FaultBlock fault_blocks_[kFaultBlocks];
-  size_t fault_next_ = 0;               // the entry of fault_blocks_ replaced next
-  std::vector<ChunkKey> fault_queue_;   // blocks to learn (chunk = the block's first chunk)
-  uint64_t fault_queued_ = 0;           // blocks ever queued
-  uint64_t fault_learned_ = 0;          // of those, learned
+  size_t fault_next_ = 0;              // the entry of fault_blocks_ replaced next
+  std::vector<ChunkKey> fault_queue_;  // blocks to learn (chunk = the block's first chunk)
+  uint64_t fault_queued_ = 0;          // blocks ever queued
+  uint64_t fault_learned_ = 0;         // of those, learned
   uint64_t faults_dropped_ = 0;
   bool fault_learning_ = false;  // the learner is feeding a batch to the predictor
   bool fault_stop_ = false;
