@@ -56,8 +56,12 @@ for stage in "${stages[@]}"; do
       if ((wb > 0)); then
         # Pool and resident limit at 25 % of the weights, twice: the compressed rest in the RAM
         # store (the default tiers), and spilled to a file (ram+file with a small RAM store).
-        # Bit-identical both times; the memory bar (<= 0.5 x the plain run) is checked on the
-        # spilling run, the RAM-store run's ratio is printed beside it.
+        # Bit-identical both times. The memory bar (<= 0.5 x the plain run) is the issue's "peak
+        # host memory (RSS plus pinned)": the process's peak RSS (VmHWM), which holds its pinned
+        # memory too (cudaHostAlloc's pages are mapped into it), checked on the spilling run. The
+        # system-wide peak (MemTotal - MemAvailable above the start) is printed beside it: on the
+        # GPU VM it holds 0.5-0.8 GiB on file-spill runs that no /proc/meminfo field explains
+        # (docs/PERFORMANCE.md, session 15).
         spill=$(mktemp -d /tmp/zrtier-spill.XXXXXX)
         for cfg in ram file; do
           extra=(); [[ $cfg == file ]] && extra=(ZRTIER_STORE_BACKEND=ram+file ZRTIER_STORE_LIMIT=64M "ZRTIER_SPILL_DIR=$spill")
@@ -79,10 +83,12 @@ for tag, r in (("plain", p), ("zrtier", z)):
 PYEOF
         done
         rm -rf "$spill"
-        ratio() { $py -c "import json; p=json.load(open('$OUT/infer_plain.json')); z=json.load(open('$OUT/infer_small_$1.json')); print(round(z['peak_host_used_above_start_bytes']/p['peak_host_used_above_start_bytes'],3))" 2>/dev/null || echo nan; }
-        rf=$(ratio file); rr=$(ratio ram)
+        ratio() { $py -c "import json; p=json.load(open('$OUT/infer_plain.json')); z=json.load(open('$OUT/infer_small_$1.json')); print(round(z['$2']/p['$2'],3))" 2>/dev/null || echo nan; }
+        rf=$(ratio file peak_rss_bytes); rr=$(ratio ram peak_rss_bytes)
+        sf=$(ratio file peak_host_used_above_start_bytes); sr=$(ratio ram peak_host_used_above_start_bytes)
+        line="infer.py peak RSS+pinned <= 0.5x (file $rf, ram $rr; system-wide file $sf, ram $sr)"
         if $py -c "import sys; sys.exit(0 if float('$rf') <= 0.5 else 1)" 2>/dev/null; then
-          record "infer.py peak host memory <= 0.5x (file $rf, ram $rr)" PASS; else record "infer.py peak host memory <= 0.5x (file $rf, ram $rr)" FAIL; fi
+          record "$line" PASS; else record "$line" FAIL; fi
       fi ;;
     bench)
       if BENCH_JSON="$OUT/bench-gpu.jsonl" LIB=$LIB scripts/bench-gpu.sh ${BENCH_STAGES:-copy stream infer} >"$OUT/bench.log" 2>&1; then
