@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU benchmarks (needs a GPU, PyTorch and a built libzrtier.so). Prints tables; JSON lines go to
 # $BENCH_JSON (default bench-gpu.jsonl). Every zrtier figure is a ratio to raw pinned memory
-# measured in the same process.
+# measured in the same process (copies from T0, T1 and T2: to raw pinned copies timed in the same
+# iterations, interleaved with theirs).
 #   scripts/bench-gpu.sh [copy] [stream] [infer]      (default: all three)
 #   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G STREAM_DATA="t2 t1" STREAM_PASSES=10 \
 #     scripts/bench-gpu.sh stream
@@ -24,7 +25,7 @@ for stage in "${stages[@]}"; do
   case $stage in
     copy)
       for size in 64M 1G; do
-        iters=10; [[ $size == 1G ]] && iters=5
+        iters=30; [[ $size == 1G ]] && iters=5
         ZRTIER_PINNED_POOL=3G ZRTIER_RESIDENT_LIMIT=8G LD_PRELOAD=$LIB \
           $PY scripts/gpu/bench_copy.py copy --size $size --iters $iters | tee -a "$OUTF"
       done ;;
@@ -63,14 +64,17 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 copy = [r for r in rows if r.get("mode") == "copy"]
 if copy:
-    print("\nH2D / D2H copies (GB/s; ratio to raw pinned in the same process)")
+    print("\nH2D / D2H copies (GB/s; ratio to raw pinned in the same process, T0/T1/T2 to raw copies interleaved with theirs)")
     print(f"{'size':>6} {'dir':>4} {'case':<12} {'GB/s':>7} {'x raw':>6} {'x pageable':>10}")
     for size in sorted({r["bytes"] for r in copy}):
         for d in ("h2d", "d2h"):
-            sel = {r["case"]: r["gbps"] for r in copy if r["bytes"] == size and r["dir"] == d}
-            raw, pg = sel.get("raw_pinned"), sel.get("pageable")
-            for case, g in sel.items():
-                print(f"{size >> 20:>5}M {d:>4} {case:<12} {g:7.2f} {g / raw:6.2f} {g / pg:10.2f}")
+            sel = {r["case"]: r for r in copy if r["bytes"] == size and r["dir"] == d}
+            raw, pg = sel["raw_pinned"]["gbps"], sel["pageable"]["gbps"]
+            for case, r in sel.items():
+                # Paired rows: the raw pinned copies timed in the same iterations (bench_copy.py).
+                g, base = r["gbps"], r.get("raw_gbps", raw)
+                print(f"{size >> 20:>5}M {d:>4} {case:<12} {g:7.2f} {g / base:6.2f} {g / pg:10.2f}"
+                      + (f"   (paired raw {base:.2f})" if "raw_gbps" in r else ""))
 stream = [r for r in rows if r.get("mode") == "stream"]
 if stream:
     print("\nCyclic streaming of bf16 layers (GB/s: median of the second half of the passes, after as many learning ones; ratio to raw pinned in the same process)")

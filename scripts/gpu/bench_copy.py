@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Copy-bandwidth benchmark for scripts/bench-gpu.sh. Run under LD_PRELOAD=libzrtier.so; every
-case is measured in the same process, so ratios to raw pinned memory are within one run.
+case is measured in the same process, so ratios to raw pinned memory are within one run; the
+zrtier T0/T1/T2 copies are each paired with a raw pinned copy timed in the same iterations
+("raw_gbps"), the baseline of their ratio.
 
   copy mode   : H2D and D2H GB/s of one SIZE copy: raw pinned (cudaHostRegister'd, which zrtier
                 passes through), pageable, and zrtier regions with the data in T0 (pool hit),
@@ -77,18 +79,33 @@ def unregister(t):
     torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
 
 
-def timed(fn, iters, before=None):
-    best = []
+def once(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def median(ts):
+    ts = sorted(ts)
+    return ts[len(ts) // 2]
+
+
+def timed(fn, iters, before=None, paired=None):
+    """Median seconds of fn over iters calls (before() runs untimed ahead of each). With paired,
+    also the median of paired() timed in the same iterations, just ahead of fn: the baseline sees
+    the same state of the machine (clocks, link, other tenants) as the copy it is compared with,
+    where a baseline measured once before all cases moved the T0 ratios of one library by up to
+    0.07 between runs (docs/PERFORMANCE.md, sessions 14-15)."""
+    zs, ps = [], []
     for _ in range(iters):
+        if paired:
+            ps.append(once(paired))
         if before:
             before()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        best.append(time.perf_counter() - t0)
-    best.sort()
-    return best[len(best) // 2]  # median
+        zs.append(once(fn))
+    return median(zs), (median(ps) if paired else None)
 
 
 def cycle_times(host, gpu, gpu2):
@@ -113,18 +130,24 @@ def copy_mode(size, iters):
     bf16_fill(gpu, 1)
     ref = gpu.clone()
 
-    def bench(case, host, before=None, check=True):
+    def paired_kw(t_raw):
+        # The raw pinned copy timed in the same iterations (zrtier cases): the table's "x raw".
+        return {"raw_gbps": size / t_raw / 1e9} if t_raw else {}
+
+    def bench(case, host, before=None, check=True, paired=False):
         host.copy_(gpu)  # D2H fill (also exercises the D2H path)
         torch.cuda.synchronize()
         d0, p0 = stat("h2d_dma_ops"), profile_now()
-        t = timed(lambda: gpu2.copy_(host, non_blocking=True), iters, before)
+        t, t_raw = timed(lambda: gpu2.copy_(host, non_blocking=True), iters, before,
+                         (lambda: gpu2.copy_(r, non_blocking=True)) if paired else None)
         dmas = (stat("h2d_dma_ops") - d0) / iters
         if check:
             assert torch.equal(gpu2, ref), f"{case}: H2D bytes differ"
         emit(mode="copy", case=case, dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
-             **profile_since(p0, iters))
+             **paired_kw(t_raw), **profile_since(p0, iters))
         d0, p0 = stat("d2h_dma_ops"), profile_now()
-        t = timed(lambda: host.copy_(gpu, non_blocking=True), iters)
+        t, t_raw = timed(lambda: host.copy_(gpu, non_blocking=True), iters, None,
+                         (lambda: r.copy_(gpu, non_blocking=True)) if paired else None)
         prof = profile_since(p0, iters)
         dmas = (stat("d2h_dma_ops") - d0) / iters
         torch.cuda.synchronize()
@@ -133,21 +156,20 @@ def copy_mode(size, iters):
         if check:
             assert torch.equal(gpu2, ref), f"{case}: D2H bytes differ"
         emit(mode="copy", case=case, dir="d2h", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
-             **prof)
+             **paired_kw(t_raw), **prof)
 
     gpu2 = torch.empty_like(gpu)
-    r = raw_pinned(n)
+    r = raw_pinned(n)  # kept registered: the zrtier cases time a raw copy beside each of theirs
     bench("raw_pinned", r)
-    unregister(r)
-    del r
     bench("pageable", torch.empty(n, dtype=torch.bfloat16))
     if ZR is None:
+        unregister(r)
         return
     z = torch.empty(n, dtype=torch.bfloat16, pin_memory=True)
     assert z.is_pinned()
     ptr, nbytes = z.data_ptr(), size
-    bench("zrtier_t0", z)
-    bench("zrtier_t1", z, before=lambda: ZR.zrtier_t0_drop(ptr, nbytes))
+    bench("zrtier_t0", z, paired=True)
+    bench("zrtier_t1", z, before=lambda: ZR.zrtier_t0_drop(ptr, nbytes), paired=True)
     z.copy_(gpu)
     torch.cuda.synchronize()
 
@@ -157,11 +179,12 @@ def copy_mode(size, iters):
         assert rc == 0, f"zrtier_evict_range failed: {rc}"
 
     d0, p0 = stat("h2d_dma_ops"), profile_now()
-    t = timed(lambda: gpu2.copy_(z, non_blocking=True), iters, to_t2)
+    t, t_raw = timed(lambda: gpu2.copy_(z, non_blocking=True), iters, to_t2,
+                     lambda: gpu2.copy_(r, non_blocking=True))
     dmas = (stat("h2d_dma_ops") - d0) / iters
     assert torch.equal(gpu2, ref), "zrtier_t2: H2D bytes differ"
     emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
-         **profile_since(p0, iters))
+         **paired_kw(t_raw), **profile_since(p0, iters))
 
     # The save_on_cpu cycle: each iteration a D2H into the buffer, then an H2D back from it, so
     # every D2H lands on chunks an H2D has just read and every H2D reads chunks a D2H has just
@@ -177,6 +200,7 @@ def copy_mode(size, iters):
         ts.sort()
         emit(mode="copy", case="zrtier_cycle", dir=d, bytes=size, gbps=size / ts[len(ts) // 2] / 1e9,
              **prof)
+    unregister(r)
 
 
 def stream_mode(total, layer, passes):
