@@ -74,7 +74,8 @@ enum class StatKind { kCounter, kGauge };
   X(t0_owned_bytes, kGauge, "bytes", "bytes of chunks whose only copy is the T0 slot a D2H landed in") \
   X(t0_writebacks, kCounter, "", "owned T0 slots written back into their regions")              \
   X(h2d_t0_hit_bytes, kCounter, "bytes", "bytes of host-to-device copies found cached in T0 slots") \
-  X(t0_spread_permille, kGauge, "", "thousandths of chunk groups the T0 spread keeps (0: not yet, or off)")
+  X(t0_spread_permille, kGauge, "", "thousandths of chunk groups the T0 spread keeps (0: not yet, or off)") \
+  X(fault_blocks_dropped, kCounter, "", "CPU-fault blocks not learned: the predictor's learner was too far behind")
 // clang-format on
 
 enum class Stat : int {
@@ -122,8 +123,9 @@ struct Histogram {
 
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
-// t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille
-inline constexpr uint32_t kStatsVersion = 7;
+// t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
+// fault_blocks_dropped
+inline constexpr uint32_t kStatsVersion = 8;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

@@ -124,6 +124,7 @@ void Prefetcher::OnFault(uint64_t region, uint64_t chunk) {
   b->lo = b->hi = at;  // a new pass over the block: learned as an access
   if (fault_queue_.size() >= kFaultQueue) {
     ++faults_dropped_;
+    StatAdd(Stat::fault_blocks_dropped, 1);
     return;
   }
   const Access a{region, block * kFaultRun, kFaultRun, Direction::kCpuFault, kFaultStream};
