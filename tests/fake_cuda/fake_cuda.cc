@@ -10,7 +10,9 @@
 //     source buffer before waiting for the copy sees wrong bytes, as on a real GPU.
 //   - Legacy-stream semantics: an operation on the legacy stream waits for all earlier work of the
 //     blocking streams, and an operation on a blocking stream waits for earlier legacy-stream work.
-//   - Events remember (stream, sequence number) at record time.
+//   - Events remember (stream, sequence number) at record time. FAKE_CUDA_RECORD_DELAY_US (read at
+//     every record, default 0) makes the recording thread sleep that long after queuing the record:
+//     a slow host thread, behind which the streams and the caller's own helper threads run ahead.
 //   - A host function runs on the stream's worker; any CUDA call made while it runs is refused with
 //     cudaErrorNotPermitted and counted (fakecudaCallsFromHostFunctions).
 //
@@ -650,13 +652,18 @@ static cudaError_t RecordImpl(cudaEvent_t e, cudaStream_t s) {
   ev->stream = st;
   return cudaSuccess;
 }
+cudaError_t RecordThenDelay(cudaEvent_t e, cudaStream_t s) {
+  const cudaError_t r = RecordImpl(e, s);
+  if (const char* d = getenv("FAKE_CUDA_RECORD_DELAY_US")) usleep(static_cast<useconds_t>(atoi(d)));
+  return r;
+}
 FAKE_API cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   ENTER();
-  return RecordImpl(e, s);
+  return RecordThenDelay(e, s);
 }
 FAKE_API cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) {
   ENTER();
-  return RecordImpl(e, s ? s : cudaStreamPerThread);
+  return RecordThenDelay(e, s ? s : cudaStreamPerThread);
 }
 FAKE_API cudaError_t cudaEventQuery(cudaEvent_t e) {
   ENTER();
