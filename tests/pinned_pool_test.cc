@@ -222,6 +222,43 @@ TEST(PinnedPool, TransitCountsHostToDeviceMissesUntilTheirSlotsAreFree) {
   EXPECT_EQ(pool->free_slots(), 16u);
 }
 
+// The per-region owned counts (OwnedInRegion, which spares a D2H copy of a whole region a lookup
+// per chunk) follow every way a slot becomes or stops being owned, and agree with OwnedIn.
+TEST(PinnedPool, OwnedInRegionFollowsAdoptionSupersedingWriteBackAndDrop) {
+  auto pool = MakePool(16);
+  auto adopt = [&](uint64_t region, uint64_t chunk, uint64_t gen) {
+    const int s = pool->Acquire(-1);
+    ASSERT_GE(s, 0);
+    PinnedPool::PublishItem item{s, chunk, gen};
+    pool->AdoptRun(region, &item, 1);
+    pool->Unpin(s);
+  };
+  for (uint64_t c = 0; c < 3; ++c) adopt(1, c, 2);
+  for (uint64_t c = 0; c < 2; ++c) adopt(2, c, 2);
+  EXPECT_EQ(pool->OwnedInRegion(1), 3u);
+  EXPECT_EQ(pool->OwnedInRegion(2), 2u);
+  EXPECT_EQ(pool->OwnedInRegion(3), 0u);
+  EXPECT_EQ(pool->OwnedIn(1, 0, 3), 3u);
+  EXPECT_EQ(pool->OwnedIn(1, 1, 1), 1u);
+  EXPECT_EQ(pool->OwnedIn(3, 0, 3), 0u);
+  adopt(1, 0, 3);  // a newer copy supersedes the owned one: the count stays
+  adopt(1, 1, 2);  // not newer: the landed slot is dropped, the count stays
+  EXPECT_EQ(pool->OwnedInRegion(1), 3u);
+  EXPECT_EQ(pool->owned_slots(), 5u);
+  uint64_t region = 0, chunk = 0, gen = 0;
+  const int taken = pool->TakeOwned(2, &region, &chunk, &gen);
+  ASSERT_GE(taken, 0);
+  EXPECT_EQ(region, 2u);
+  pool->ReleaseOwned(taken, /*written=*/true, /*resident=*/false);
+  EXPECT_EQ(pool->OwnedInRegion(2), 1u);
+  EXPECT_EQ(pool->OwnedIn(2, 0, 2), 1u);
+  pool->DropRegion(2);
+  EXPECT_EQ(pool->OwnedInRegion(2), 0u);
+  pool->DropRegion(1);
+  EXPECT_EQ(pool->OwnedInRegion(1), 0u);
+  EXPECT_EQ(pool->owned_slots(), 0u);
+}
+
 TEST(PinnedPool, AdoptRunSupersedesTheOwnedCopyOfAChunk) {
   auto pool = MakePool(8);
   const uint64_t owned0 = StatGet(Stat::t0_owned_bytes), cached0 = StatGet(Stat::t0_bytes);

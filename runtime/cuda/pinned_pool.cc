@@ -104,6 +104,8 @@ void PinnedPool::DisownLocked(int slot) {
   if (!s.owned) return;
   s.owned = false;
   owned_count_.fetch_sub(1, std::memory_order_relaxed);
+  auto it = owned_by_region_.find(s.region);
+  if (it != owned_by_region_.end() && --it->second == 0) owned_by_region_.erase(it);
   StatSub(Stat::t0_owned_bytes, slot_size_);
 }
 
@@ -516,6 +518,7 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
       PublishLocked(slot, region, items[i].chunk, items[i].gen, /*predict=*/false);
       if (!s.cached) continue;  // the chunk's owned copy is as new: it stays the copy
       owned_count_.fetch_add(1, std::memory_order_relaxed);
+      ++owned_by_region_[region];
       StatAdd(Stat::t0_owned_bytes, slot_size_);
     }
     s.owned = true;
@@ -532,12 +535,20 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
 size_t PinnedPool::OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) const {
   if (owned_count_.load(std::memory_order_relaxed) == 0) return 0;
   std::lock_guard<std::mutex> l(mu_);
+  if (!owned_by_region_.contains(region)) return 0;
   size_t owned = 0;
   for (size_t i = 0; i < n; ++i) {
     auto it = cache_.find(Key{region, first_chunk + i});
     if (it != cache_.end() && slots_[it->second].owned) ++owned;
   }
   return owned;
+}
+
+size_t PinnedPool::OwnedInRegion(uint64_t region) const {
+  if (owned_count_.load(std::memory_order_relaxed) == 0) return 0;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = owned_by_region_.find(region);
+  return it == owned_by_region_.end() ? 0 : it->second;
 }
 
 int PinnedPool::TakeWanted(uint64_t* region, uint64_t* chunk, uint64_t* gen) {

@@ -145,8 +145,12 @@ class PinnedPool final : public ExternalCopies {
   // Unpins it.
   void ReleaseOwned(int slot, bool written, bool resident);
   size_t owned_slots() const { return owned_count_.load(std::memory_order_relaxed); }
-  // How many of chunks first_chunk .. first_chunk+n-1 of `region` have an owned slot now.
+  // How many of chunks first_chunk .. first_chunk+n-1 of `region` have an owned slot now (a
+  // lookup per chunk unless the region owns none).
   size_t OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) const;
+  // How many chunks of `region` have an owned slot now (O(1): what OwnedIn gives for a range that
+  // covers the whole region).
+  size_t OwnedInRegion(uint64_t region) const;
   // ExternalCopies (the engine reading an adopted chunk): pins the slot caching (region, chunk)
   // at `gen`, runs use() on its bytes without the lock, unpins it.
   bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
@@ -276,6 +280,7 @@ class PinnedPool final : public ExternalCopies {
   std::atomic<size_t> wanted_count_{0};
   uint64_t next_owned_seq_ = 0;
   std::atomic<size_t> owned_count_{0};
+  std::unordered_map<uint64_t, size_t> owned_by_region_;  // owned slots per region (nonzero only)
   std::atomic<size_t> transit_count_{0};  // slots with SlotMeta::transit (changed under mu_)
   uint64_t scan_region_ = kAnyRegion;     // TakeOwned(region)'s cursor
   size_t scan_pos_ = 0;

@@ -260,6 +260,40 @@ TEST_F(ShimEngineTest, D2HSlotsAreOwnedWhileTheyFitInHalfThePool) {
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
+// D2H copies into one buffer again and again (the bench's T0 case, a buffer written every step):
+// every copy's pieces land in runs of consecutive slots, one DMA per piece, although each copy
+// frees the previous one's slots -- lower ones every other copy -- while its later pieces are still
+// being planned (a slow issuing thread: each event record sleeps, so every piece is published
+// before the next one is planned). The copy's own owned chunks are counted per region (no lookup
+// per chunk), so a copy of more than the pool's free half still adopts. The bytes arrive every time.
+TEST_F(ShimEngineTest, RepeatedD2HIntoOneBufferIssuesOneDmaPerPiece) {
+  Build(512, nullptr);  // pieces of 16, 32, 64, 40, 20 and 20 chunks for 192 chunks
+  setenv("FAKE_CUDA_RECORD_DELAY_US", "3000", 1);
+  const size_t chunks = 192, n = chunks * chunk_;
+  char* r = Region(n);
+  char* d = Device(n);
+  char* back = Device(n);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  const uint64_t owned0 = StatGet(Stat::t0_owned_bytes);
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(round);
+    std::vector<char> data(n);
+    FillSample(SampleKind::kBf16Gaussian, 60 + round, data.data(), n);
+    ASSERT_EQ(cudaMemcpy(d, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+    const uint64_t dmas = StatGet(Stat::d2h_dma_ops);
+    ASSERT_EQ(shim_->Memcpy(r, d, n, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    if (round > 0) EXPECT_EQ(StatGet(Stat::d2h_dma_ops) - dmas, 6u);
+    EXPECT_EQ(StatGet(Stat::t0_owned_bytes) - owned0, n) << "adopted, superseding the last copy";
+    ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+    EXPECT_EQ(FromDevice(back, n), data);
+  }
+  unsetenv("FAKE_CUDA_RECORD_DELAY_US");
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
 TEST_F(ShimEngineTest, D2HPublishesForTheCpuAndLaterCopies) {
   const size_t n = 40 * chunk_;
   char* r = Region(n);
