@@ -284,7 +284,9 @@ TEST_F(ShimEngineTest, RepeatedD2HIntoOneBufferIssuesOneDmaPerPiece) {
     const uint64_t dmas = StatGet(Stat::d2h_dma_ops);
     ASSERT_EQ(shim_->Memcpy(r, d, n, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    if (round > 0) EXPECT_EQ(StatGet(Stat::d2h_dma_ops) - dmas, 6u);
+    if (round > 0) {
+      EXPECT_EQ(StatGet(Stat::d2h_dma_ops) - dmas, 6u);
+    }
     EXPECT_EQ(StatGet(Stat::t0_owned_bytes) - owned0, n) << "adopted, superseding the last copy";
     ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
     EXPECT_EQ(FromDevice(back, n), data);
