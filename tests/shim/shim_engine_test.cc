@@ -265,7 +265,8 @@ TEST_F(ShimEngineTest, D2HSlotsAreOwnedWhileTheyFitInHalfThePool) {
 // frees the previous one's slots -- lower ones every other copy -- while its later pieces are still
 // being planned (a slow issuing thread: each event record sleeps, so every piece is published
 // before the next one is planned). The copy's own owned chunks are counted per region (no lookup
-// per chunk), so a copy of more than the pool's free half still adopts. The bytes arrive every time.
+// per chunk), so a copy of more than the pool's free half still adopts. The bytes arrive every
+// time.
 TEST_F(ShimEngineTest, RepeatedD2HIntoOneBufferIssuesOneDmaPerPiece) {
   Build(512, nullptr);  // pieces of 16, 32, 64, 40, 20 and 20 chunks for 192 chunks
   setenv("FAKE_CUDA_RECORD_DELAY_US", "3000", 1);
