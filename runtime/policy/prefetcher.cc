@@ -141,13 +141,13 @@ void Prefetcher::OnFault(uint64_t region, uint64_t chunk) {
     }
   }
   if (!fault_thread_.joinable()) fault_thread_ = std::thread([this] { FaultLoop(); });
-  fault_queue_.push_back(ChunkKey{region, block * kFaultRun});
+  fault_queue_.push_back(a);
   ++fault_queued_;
   if (fault_queue_.size() == 1) fault_cv_.notify_all();
 }
 
 void Prefetcher::FaultLoop() {
-  std::vector<ChunkKey> batch;
+  std::vector<Access> batch;
   std::unique_lock<std::mutex> lock(fault_mu_);
   for (;;) {
     fault_cv_.wait(lock, [&] { return fault_stop_ || !fault_queue_.empty(); });
@@ -157,8 +157,7 @@ void Prefetcher::FaultLoop() {
     lock.unlock();
     // One access at a time (OnAccess takes the predictor's lock for each), so that the copy
     // path's placement queries wait for one access at most.
-    for (const ChunkKey& k : batch)
-      OnAccess(Access{k.region, k.chunk, kFaultRun, Direction::kCpuFault, kFaultStream});
+    for (const Access& a : batch) OnAccess(a);
     lock.lock();
     fault_learned_ += batch.size();
     fault_learning_ = false;

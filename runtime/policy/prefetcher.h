@@ -196,10 +196,10 @@ class Prefetcher : public NextUseOracle {
   mutable std::mutex fault_mu_;
   std::condition_variable fault_cv_;  // fault_queue_ non-empty, fault_stop_, or learned
   FaultBlock fault_blocks_[kFaultBlocks];
-  size_t fault_next_ = 0;              // the entry of fault_blocks_ replaced next
-  std::vector<ChunkKey> fault_queue_;  // blocks to learn (chunk = the block's first chunk)
-  uint64_t fault_queued_ = 0;          // blocks ever queued
-  uint64_t fault_learned_ = 0;         // of those, learned
+  size_t fault_next_ = 0;            // the entry of fault_blocks_ replaced next
+  std::vector<Access> fault_queue_;  // blocks to learn, as their accesses
+  uint64_t fault_queued_ = 0;        // blocks ever queued
+  uint64_t fault_learned_ = 0;       // of those, learned
   uint64_t faults_dropped_ = 0;
   bool fault_learning_ = false;  // the learner is feeding a batch to the predictor
   bool fault_stop_ = false;
