@@ -61,7 +61,7 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = off (the default until "  \
     "it wins on the GPU: docs/PERFORMANCE.md)")                                                   \
   X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
-    "NUMA node for the pinned pool and RAM store. -1 = the GPU's node")                           \
+    "NUMA node for the RAM store's memory. -1 = not placed (the pinned pool never is)")          \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \
     "1 = publish statistics in /dev/shm/zrtier.<pid> for zrtier stats and zrtier-top")           \
   X(kZramSize, "ZRAM_SIZE", kSize, "25%", "bytes", "", "",                                       \
