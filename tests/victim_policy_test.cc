@@ -39,30 +39,31 @@ class TableOracle : public policy::NextUseOracle {
 
 constexpr size_t kChunks = 64;
 
-// A region of kChunks chunks written by the CPU (resident) with sample data `seed`; *data gets
-// the same bytes.
-RegionInfo FilledRegion(Engine* e, uint64_t seed, std::vector<char>* data) {
+// A region of `n` chunks written by the CPU (resident) with sample data `seed`; *data gets the
+// same bytes.
+RegionInfo FilledRegion(Engine* e, uint64_t seed, std::vector<char>* data, size_t n = kChunks) {
   RegionInfo r;
-  EXPECT_TRUE(e->Allocate(kChunks * e->chunk_size(), &r).ok());
-  data->resize(kChunks * e->chunk_size());
+  EXPECT_TRUE(e->Allocate(n * e->chunk_size(), &r).ok());
+  data->resize(n * e->chunk_size());
   FillSample(SampleKind::kBf16Gaussian, seed, data->data(), data->size());
   memcpy(r.base, data->data(), data->size());
   return r;
 }
 
-// Fills a region of kChunks chunks with sample data (resident), evicts down to `keep` chunks and
+// Fills a region of `n` chunks with sample data (resident), evicts down to `keep` chunks and
 // returns which chunks stayed resident; checks every byte after reading them all back.
-std::vector<bool> Survivors(Engine* e, const policy::NextUseOracle* oracle, size_t keep) {
+std::vector<bool> Survivors(Engine* e, const policy::NextUseOracle* oracle, size_t keep,
+                            size_t n = kChunks) {
   const size_t cs = e->chunk_size();
   std::vector<char> data;
-  const RegionInfo r = FilledRegion(e, 5, &data);
+  const RegionInfo r = FilledRegion(e, 5, &data, n);
   e->SetPlacementOracle(oracle);
   EXPECT_TRUE(e->EvictTo(keep * cs).ok());
-  std::vector<bool> resident(kChunks);
-  std::vector<uint64_t> gens(kChunks);
-  std::unique_ptr<bool[]> res(new bool[kChunks]);
-  e->Generations(r.base, kChunks, gens.data(), res.get());
-  for (size_t i = 0; i < kChunks; ++i) resident[i] = res[i];
+  std::vector<bool> resident(n);
+  std::vector<uint64_t> gens(n);
+  std::unique_ptr<bool[]> res(new bool[n]);
+  e->Generations(r.base, n, gens.data(), res.get());
+  for (size_t i = 0; i < n; ++i) resident[i] = res[i];
   e->SetPlacementOracle(nullptr);
   EXPECT_EQ(memcmp(r.base, data.data(), data.size()), 0);
   EXPECT_TRUE(e->Free(r.base).ok());
@@ -104,6 +105,32 @@ TEST(VictimPolicyTest, UnpredictedChunksLeaveFirst) {
   size_t unpredicted = 0;
   for (size_t i = 0; i < 16; ++i) unpredicted += left[i];
   EXPECT_LE(unpredicted, 2u) << "of the 16 chunks with no predicted use, still resident";
+}
+
+// Runs of resident chunks in `resident`.
+size_t Runs(const std::vector<bool>& resident) {
+  size_t runs = 0;
+  for (size_t i = 0; i < resident.size(); ++i) runs += resident[i] && (i == 0 || !resident[i - 1]);
+  return runs;
+}
+
+TEST(VictimPolicyTest, ChunksLeaveInRunsOfTheirGroup) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeTestEngine(TestEngineOptions());
+  // Nothing predicted (as while a program fills its buffers) and, second, one far use for all:
+  // a sample alone picks single chunks all over the region; its victim's group follows it, so
+  // what stays is whole groups (a copy's misses then fill runs of slots, one DMA each).
+  const size_t n = 8 * ReusePolicy::kRun;
+  for (uint64_t far : {policy::kNeverUsed, uint64_t{100000}}) {
+    TableOracle oracle(std::vector<uint64_t>(n, far));
+    const std::vector<bool> left = Survivors(e.get(), &oracle, n / 2, n);
+    size_t kept = 0;
+    for (bool b : left) kept += b;
+    printf("%s: %zu chunks left in %zu runs\n", far == policy::kNeverUsed ? "unpredicted" : "far",
+           kept, Runs(left));
+    EXPECT_EQ(kept, n / 2);
+    EXPECT_LE(Runs(left), 5u) << "half of 8 groups stays: at most 4 runs and a split one";
+  }
 }
 
 // CPU loads read the region chunk by chunk, cycle after cycle, with room for half of it in T1.

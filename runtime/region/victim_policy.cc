@@ -31,10 +31,33 @@ void ReusePolicy::SetOracle(const policy::NextUseOracle* oracle) {
   has_oracle_.store(oracle != nullptr, std::memory_order_release);
 }
 
+bool ReusePolicy::NextInRun(const ChunkSpace& space, Victim* out) {
+  if (run_next_ >= run_end_) return false;
+  const auto it = std::find(space.ids.begin(), space.ids.end(), run_region_);
+  if (it == space.ids.end()) {
+    run_next_ = run_end_;  // freed
+    return false;
+  }
+  ChunkTable* table = space.tables[it - space.ids.begin()];
+  while (run_next_ < std::min(run_end_, table->n)) {
+    const size_t i = run_next_++;
+    const uint32_t w = table->chunks[i].word.load(std::memory_order_acquire);
+    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    if (oracle_->NextUseDistance(policy::ChunkKey{run_region_, i}) < run_min_) continue;
+    *out = Victim{table, i, w};
+    return true;
+  }
+  return false;
+}
+
 bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) {
   const uint64_t total = space.total();
   if (total == 0) return false;
   if (!has_oracle_.load(std::memory_order_acquire)) return clock_.Next(space, max_scan, out);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (oracle_ && NextInRun(space, out)) return true;
+  }
   // The sample: resident, unpinned chunks at pseudo-random positions (a layer's chunks are
   // contiguous, so a sweep would compare chunks of one layer only).
   Victim cand[kSample];
@@ -58,12 +81,13 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
   }
   if (n == 0) return clock_.Next(space, max_scan, out);  // few resident chunks: sweep for them
   uint64_t dist[kSample];
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!oracle_) return clock_.Next(space, max_scan, out);
-    oracle_->NextUseDistances(std::span<const policy::ChunkKey>(keys, n),
-                              std::span<uint64_t>(dist, n));
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!oracle_) {
+    lock.unlock();
+    return clock_.Next(space, max_scan, out);
   }
+  oracle_->NextUseDistances(std::span<const policy::ChunkKey>(keys, n),
+                            std::span<uint64_t>(dist, n));
   // Farthest next use; among the unpredicted ones, an unreferenced one first (their bits are
   // cleared, CLOCK's second chance, so that a referenced chunk goes the next time).
   int best = 0;
@@ -78,6 +102,12 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
     }
   }
   *out = cand[best];
+  // The rest of its group follows where it is predicted at least half as far ahead (every chunk
+  // of it when nothing is predicted for the victim: then only unpredicted ones).
+  run_region_ = keys[best].region;
+  run_next_ = cand[best].index / kRun * kRun;
+  run_end_ = run_next_ + kRun;
+  run_min_ = dist[best] == policy::kNeverUsed ? policy::kNeverUsed : dist[best] - dist[best] / 8;
   return true;
 }
 
