@@ -102,8 +102,8 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
     }
   }
   *out = cand[best];
-  // The rest of its group follows where it is predicted at least half as far ahead (every chunk
-  // of it when nothing is predicted for the victim: then only unpredicted ones).
+  // The rest of its group follows where it is predicted at least 7/8 as far ahead (where nothing
+  // is predicted for the victim: the group's unpredicted chunks).
   run_region_ = keys[best].region;
   run_next_ = cand[best].index / kRun * kRun;
   run_end_ = run_next_ + kRun;

@@ -6,7 +6,7 @@
 //     predictor, ZRTIER_POLICY=reuse), of a sample of resident chunks spread over all regions the
 //     one predicted to be needed farthest ahead leaves; chunks with no predicted use leave first,
 //     an unreferenced one (CLOCK's bit) before a referenced one. The chunks of the victim's aligned
-//     group of kRun that are predicted at least half as far ahead follow it, so that T1 keeps and
+//     group of kRun that are predicted at least 7/8 as far ahead follow it, so that T1 keeps and
 //     drops runs, not a scatter of single chunks (a copy's misses then take runs of T0 slots: with
 //     single chunks infer.py issued 5.6x the DMAs). Without an oracle: CLOCK.
 //
@@ -68,7 +68,7 @@ class ReusePolicy : public VictimPolicy {
  private:
   ClockPolicy clock_;
   std::atomic<bool> has_oracle_{false};
-  std::mutex mu_;  // guards oracle_ and its use
+  std::mutex mu_;  // guards oracle_ and its use, and the run below
   const policy::NextUseOracle* oracle_ = nullptr;
   std::atomic<uint64_t> draws_{0};  // the sample's pseudo-random positions
   // The run in progress (under mu_): the rest of the last victim's group, in the region with id
