@@ -165,9 +165,10 @@ class Engine {
   // (unpredicted chunks first, CLOCK's reference bit among them); null: CLOCK. ChunkKeys are
   // (RegionInfo::id, chunk index). Returns once no query of the previous oracle is in progress.
   void SetPlacementOracle(const policy::NextUseOracle* oracle);
-  // Called for every chunk a CPU fault installed in T1 (region id, chunk index), after the
-  // faulting thread was woken, on the thread that served the fault (the pager or a restore
-  // worker): the access stream of the CPU, for learning. Must not call back into the engine.
+  // Called for every chunk a CPU fault brought back into T1 (region id, chunk index) -- not for
+  // the first touch of a never-written chunk -- after the faulting thread was woken, on the thread
+  // that served the fault (the pager or a restore worker): the access stream of the CPU, for
+  // learning. Must not call back into the engine.
   // Empty: none. Returns once no call of the previous observer is in progress.
   using FaultObserver = std::function<void(uint64_t region, uint64_t chunk)>;
   void SetFaultObserver(FaultObserver observer);

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -165,6 +166,39 @@ uint64_t CycleFaults(bool learned, int cycles, int measured) {
   e->SetPlacementOracle(nullptr);
   EXPECT_TRUE(e->Free(r.base).ok());
   return faults;
+}
+
+TEST(VictimPolicyTest, OnlyFaultsThatBringDataBackAreObserved) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeTestEngine(TestEngineOptions());
+  std::mutex mu;
+  std::vector<uint64_t> seen;
+  e->SetFaultObserver([&](uint64_t, uint64_t chunk) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(chunk);
+  });
+  // First touches of a new region (zero-filled chunks): nothing to learn.
+  std::vector<char> data;
+  const uint64_t zero0 = StatGet(Stat::faults_zero);
+  const RegionInfo r = FilledRegion(e.get(), 3, &data);
+  EXPECT_GE(StatGet(Stat::faults_zero) - zero0, kChunks);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_TRUE(seen.empty()) << seen.size() << " first touches observed";
+  }
+  // Every chunk compressed, then read back: each fault that restores one is observed.
+  EXPECT_TRUE(e->EvictTo(0).ok());
+  std::vector<char> buf(e->chunk_size());
+  for (size_t i = 0; i < kChunks; ++i) {
+    memcpy(buf.data(), static_cast<char*>(r.base) + i * buf.size(), buf.size());
+    EXPECT_EQ(memcmp(buf.data(), data.data() + i * buf.size(), buf.size()), 0) << i;
+  }
+  e->SetFaultObserver(nullptr);
+  std::vector<uint64_t> want(kChunks);
+  for (size_t i = 0; i < kChunks; ++i) want[i] = i;
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, want);
+  EXPECT_TRUE(e->Free(r.base).ok());
 }
 
 TEST(VictimPolicyTest, CpuCyclesLearnedFromFaultsFaultLessThanUnderClock) {
