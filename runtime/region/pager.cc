@@ -187,7 +187,7 @@ Outcome Engine::Impl::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
   KickEvictor();
   // A never-written chunk's first touch (a program initializing a new buffer) is not observed: it
   // says nothing of reuse, and learned as a pass of its own it kept twice the D2H-filled slots
-  // owned in T0 and slowed infer.py's compressed run by 7 % (docs/PERFORMANCE.md, session 17).
+  // owned in T0 and slowed infer.py's compressed run by 7-18 % (docs/PERFORMANCE.md, session 17).
   if (from != kEmpty && has_fault_observer_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(fault_observer_mu_);
     if (fault_observer_) fault_observer_(r->id, r->table.IndexOf(p));
