@@ -162,7 +162,8 @@ class Engine {
 
   // Placement in T1 (DESIGN.md section 5). With an oracle the evictor takes, of a sample of
   // resident chunks spread over all regions, the one predicted to be needed farthest ahead
-  // (unpredicted chunks first, CLOCK's reference bit among them); null: CLOCK. ChunkKeys are
+  // (unpredicted chunks first, CLOCK's reference bit among them), and then the rest of its aligned
+  // group of ReusePolicy::kRun chunks predicted about as far ahead; null: CLOCK. ChunkKeys are
   // (RegionInfo::id, chunk index). Returns once no query of the previous oracle is in progress.
   void SetPlacementOracle(const policy::NextUseOracle* oracle);
   // Called for every chunk a CPU fault brought back into T1 (region id, chunk index) -- not for
