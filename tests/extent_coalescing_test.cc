@@ -310,7 +310,11 @@ TEST_F(ExtentCoalescingTest, MoverBatchIsPrefetchedInFewRequests) {
   }
   ExtentStore::IoCounts c1 = lower->io_counts();
   EXPECT_EQ(c1.read_entries - c0.read_entries, down.size());
-  EXPECT_LE(c1.read_requests - c0.read_requests, down.size() / 4)
+  // Entries moved down together are read together: without coalescing every entry is a request
+  // of its own. How many requests it takes depends on how the prefetch threads split the queue
+  // (timing) and how the entries lie (mover batches, direct writes): 3-11 for ~40 entries over 80
+  // runs on the dev box, idle and under load; 10 once on the 16-core GPU machine.
+  EXPECT_LE(c1.read_requests - c0.read_requests, down.size() / 2)
       << "entries moved down together are read together";
 }
 
