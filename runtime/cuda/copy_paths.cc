@@ -213,12 +213,15 @@ void Shim::StartPublish(PublishTask* t) {
           slots.push_back(op.slot);
         }
         pool_->PublishRun(g->region, items.data(), items.size());
-        pool_->UnpinRun(slots.data(), slots.size());
         // Published: an H2D of these chunks may read the region from now on. Cleared per piece,
         // off the copy's end (a 1 GiB copy has 16384 marks to clear, one hash erase each).
         MarkPending(g->region, t->first_chunk, t->last_chunk, -1);
-        MaybeWriteBack();
+        // The bytes are where readers look: the stream may go on (this drop can end the group
+        // and set its flag). The slots are released after, off the copy's end. g and t stay
+        // alive until this step returns (ReapRetired and PublishEndFn wait for the batch).
         Unref(g);
+        pool_->UnpinRun(slots.data(), slots.size());
+        MaybeWriteBack();
       });
   {
     std::lock_guard<std::mutex> l(g->mu);
