@@ -18,8 +18,9 @@ inline constexpr double kRawEntropyBits = 7.5;
 
 struct EncodePlan {
   Transform transform = Transform::kNone;
-  bool compress[kMaxPlanes] = {};  // per plane: try zstd (true) or store raw (false)
-  double estimated_bits = 8;       // estimated coded bits per original byte
+  bool compress[kMaxPlanes] = {};                // per plane: try zstd (true) or store raw (false)
+  double estimated_bits = 8;                     // estimated coded bits per original byte
+  double plane_bits[kMaxPlanes] = {8, 8, 8, 8};  // per plane: its sample's order-0 entropy
 };
 
 // Chooses a plan for `len` bytes at `src` by sampling at most a few KiB (deterministic: the same
