@@ -17,6 +17,7 @@
 #include "runtime/codec/estimate.h"
 #include "runtime/codec/huffman.h"
 #include "runtime/codec/planes.h"
+#include "runtime/codec/unaligned.h"
 
 namespace zrtier {
 namespace {
@@ -43,15 +44,6 @@ constexpr size_t kDescriptor = 5;
 
 size_t HeaderSize(int planes, bool crc) {
   return kFixedHeader + (crc ? 4 : 0) + kDescriptor * static_cast<size_t>(planes);
-}
-
-void Put32(uint8_t* p, uint32_t v) {
-  memcpy(p, &v, 4);
-}
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
 }
 
 // Planes of a split transform are order-0 sources: LZ matches there cost ratio and decode speed at

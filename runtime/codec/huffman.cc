@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/codec/unaligned.h"
+
 namespace zrtier {
 namespace {
 
@@ -18,24 +20,6 @@ constexpr int kLookupsPerRefill = 56 / kHuffmanMaxBits;
 constexpr ptrdiff_t kStepOut = kLookupsPerRefill * kMaxSymbolsPerEntry;
 // The encoder stores 8 bytes at a time: this much room past a stream's end.
 constexpr size_t kWriteSlack = 8;
-
-void Put32(uint8_t* p, uint32_t v) {
-  memcpy(p, &v, 4);
-}
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-void Store64BE(uint8_t* p, uint64_t v) {
-  v = __builtin_bswap64(v);
-  memcpy(p, &v, 8);
-}
-uint64_t Load64BE(const uint8_t* p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return __builtin_bswap64(v);
-}
 
 // Code lengths (0 = absent) for the bytes with non-zero counts: Huffman's, limited to
 // kHuffmanMaxBits and made complete (Kraft sum exactly 1), so that every table index decodes.
