@@ -50,10 +50,10 @@ size_t HeaderSize(int planes, bool crc) {
 // every zstd level (bf16 exponent plane, 32 KiB: level 1 2.72x at 1.1 GB/s decode, level 3 2.54x
 // at 0.84 GB/s, Huffman-coded literals alone 3.07x at 2.4 GB/s; docs/ARCHITECTURE.md). They are
 // Huffman coded by huffman.h (the same ratio, 1.4x that decode speed); a plane it declines (one
-// distinct byte) goes to zstd's literal mode: the fastest negative level (the match finder skips
-// nearly everything) with Huffman coding of literals forced on, or its run-length block.
-// CodecConfig::level applies to chunks coded whole (plain zstd, and auto chunks with no plane
-// structure such as text).
+// distinct byte, codes over 4 bits on average) goes to zstd's literal mode: the fastest negative
+// level (the match finder skips nearly everything) with Huffman coding of literals forced on, or
+// its run-length block. CodecConfig::level applies to chunks coded whole (plain zstd, and auto
+// chunks with no plane structure such as text).
 constexpr int kPlaneLevel = -1000;
 
 // Per-thread zstd contexts and plane scratch (the codec itself is immutable and shared). `pctx`
