@@ -51,8 +51,7 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kZramDevice, "ZRAM_DEVICE", kString, "auto", "path", "", "",                                 \
     "zram device for the zram tier: auto (a free /dev/zramN, hot-added if allowed) or a path")    \
   X(kCodec, "CODEC", kString, "auto", "", "auto|zstd|raw", "codec",                              \
-    "chunk codec: auto (zero detection + byte planes, Huffman or zstd per plane), zstd "          \
-    "(plain), raw (no compression)")                                                              \
+    "chunk codec: auto (zero detection + byte planes + zstd), zstd (plain), raw (no compression)") \
   X(kZstdLevel, "ZSTD_LEVEL", kInt, "1", "level", "", "level", "zstd level for compressible planes") \
   X(kVerify, "VERIFY", kBool, "0", "", "", "verify",                                             \
     "1 = checksum every compressed chunk and check it on decode")                                 \

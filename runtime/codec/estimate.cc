@@ -119,7 +119,6 @@ EncodePlan ChoosePlan(const uint8_t* src, size_t len) {
   plan.transform = Transform::kNone;
   plan.estimated_bits = PlaneCost(h_all);
   plan.compress[0] = h_all < kRawEntropyBits;
-  plan.plane_bits[0] = h_all;
   double best = plan.estimated_bits - kSplitMargin;
   for (const Candidate& c : candidates) {
     int width = TransformWidth(c.t);
@@ -131,10 +130,7 @@ EncodePlan ChoosePlan(const uint8_t* src, size_t len) {
       best = cost;
       plan.transform = c.t;
       plan.estimated_bits = cost;
-      for (int p = 0; p < kMaxPlanes; ++p) {
-        plan.compress[p] = p < width && c.h[p] < kRawEntropyBits;
-        plan.plane_bits[p] = p < width ? c.h[p] : 8;
-      }
+      for (int p = 0; p < kMaxPlanes; ++p) plan.compress[p] = p < width && c.h[p] < kRawEntropyBits;
     }
   }
   return plan;

@@ -18,9 +18,8 @@ inline constexpr double kRawEntropyBits = 7.5;
 
 struct EncodePlan {
   Transform transform = Transform::kNone;
-  bool compress[kMaxPlanes] = {};                // per plane: try zstd (true) or store raw (false)
-  double estimated_bits = 8;                     // estimated coded bits per original byte
-  double plane_bits[kMaxPlanes] = {8, 8, 8, 8};  // per plane: its sample's order-0 entropy
+  bool compress[kMaxPlanes] = {};  // per plane: try zstd (true) or store raw (false)
+  double estimated_bits = 8;       // estimated coded bits per original byte
 };
 
 // Chooses a plan for `len` bytes at `src` by sampling at most a few KiB (deterministic: the same
