@@ -250,6 +250,34 @@ TEST(AccessPredictorTest, ChunkHistoryAnswersWhatNoPlanNames) {
   EXPECT_EQ(p.NextUseDistance({kRegion, 50 * kChunksPerLayer}), kNeverUsed);
 }
 
+// A layer read twice in a row that the plan does not name (an order change) makes the predictor
+// hedge for half a period: the chunks of the latest access are predicted back one repeat distance
+// after their read, not a period later. Planned accesses never start a hedge.
+TEST(AccessPredictorTest, AnUnplannedReReadHedgesForHalfAPeriod) {
+  AccessPredictor p;
+  const uint32_t layers = 32;
+  const uint64_t period = uint64_t{layers} * kChunksPerLayer;
+  for (int i = 0; i < 3; ++i) FeedAndScore(p, Cyclic(layers));
+  for (uint32_t l = 0; l <= 10; ++l) p.Observe(Layer(l));
+  // Planned order: the latest layer is next read one period after its read began.
+  EXPECT_EQ(p.NextUseDistance({kRegion, 10 * kChunksPerLayer}), period - kChunksPerLayer);
+
+  p.Observe(Layer(10));  // read again: not planned
+  p.Observe(Layer(11));
+  p.Observe(Layer(12));
+  // Layer 12's chunks (being served) are predicted back one layer after their read.
+  EXPECT_EQ(p.NextUseDistance({kRegion, 12 * kChunksPerLayer}), kChunksPerLayer);
+  EXPECT_EQ(p.NextUseDistance({kRegion, 12 * kChunksPerLayer + 5}), kChunksPerLayer + 5);
+  // Layer 11, read before the latest access, is not hedged: the plan's period stands.
+  EXPECT_EQ(p.NextUseDistance({kRegion, 11 * kChunksPerLayer}), period - 2 * kChunksPerLayer);
+
+  // Half a period later without another unplanned re-read the hedge is over.
+  for (uint32_t l = 13; l < 13 + layers / 2; ++l) p.Observe(Layer(l));
+  const uint32_t last = 12 + layers / 2;
+  EXPECT_EQ(p.NextUseDistance({kRegion, uint64_t{last} * kChunksPerLayer}),
+            period - kChunksPerLayer);
+}
+
 TEST(AccessPredictorTest, ToleratesRandomExtraAccesses) {
   const uint64_t seed = testing::TestSeed();
   printf("seed %llu\n", static_cast<unsigned long long>(seed));

@@ -299,6 +299,8 @@ void AccessPredictor::Observe(const Access& a) {
   }
   ++s.accesses;
 
+  // When the access's first chunk was last read (0: never), before its history moves on.
+  const uint64_t last_read = ChunkNodesFor(ChunkKey{a.region, a.first_chunk}).seen.back();
   // Every chunk's history (Intern created its entry).
   for (uint64_t c = 0; c < a.chunk_count;) {
     ChunkPage& page = *chunk_nodes_[a.region][(a.first_chunk + c) / kChunkPage];
@@ -310,14 +312,17 @@ void AccessPredictor::Observe(const Access& a) {
     }
   }
   clock_ += a.chunk_count;
+  last_chunks_ = a.chunk_count;
 
   // Advance the plan.
   bool rewalk = false;
+  bool planned = false;  // the access was the plan's head
   s.pos += a.chunk_count;
   if (!s.plan.empty()) {
     const size_t window = std::min<size_t>(config_.resync_window, s.plan.size());
     size_t j = 0;
     while (j < window && s.plan[j].node != id) ++j;
+    planned = j == 0;
     if (j < window) {
       const Entry e = s.plan[j];
       for (size_t k = 0; k <= j; ++k) PopFront(s);
@@ -334,6 +339,16 @@ void AccessPredictor::Observe(const Access& a) {
       rewalk = j > 0;
     } else if (++s.misses >= 2) {
       ClearPlan(s);
+    }
+  }
+  // An unplanned re-read of data read moments ago (its first chunk within two accesses' worth of
+  // chunks): the order has layers read twice that the plan does not know yet. Hedge for half a
+  // period (see NextUseDistance).
+  if (!planned && last_read && period_chunks_) {
+    const uint64_t d = clock_ - a.chunk_count - (last_read - 1);
+    if (d <= 2 * uint64_t{a.chunk_count}) {
+      repeat_chunks_ = clock_ < hedge_until_ ? std::max(repeat_chunks_, d) : d;
+      hedge_until_ = clock_ + period_chunks_ / 2;
     }
   }
   s.recent.Push(id);
@@ -433,6 +448,13 @@ uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
         break;
       }
     }
+  }
+  if (clock_ < hedge_until_) {
+    // Hedging: a chunk read within the last repeat distance may be read again that far after its
+    // read (counted from the start of the latest access, whose chunks are being served now).
+    const uint64_t q = cn.seen.back();
+    if (q && q - 1 + repeat_chunks_ >= clock_)
+      best = std::min(best, q - 1 + repeat_chunks_ - (clock_ - last_chunks_));
   }
   if (best == kNeverUsed && period_chunks_) {
     // No plan names the chunk (the plan was just rebuilt, or walks other nodes after an order

@@ -46,6 +46,13 @@
 // period (in chunks) later. Layers keep their order through most changes (a new prompt length, a
 // layer read in halves), so a chunk read early in the last period is needed early in the next.
 //
+// Hedge. A layer read twice in a row by an order not learned yet (after an order change) is a
+// re-read the plan does not name: the just-read chunks look a period away and leave first. When an
+// unplanned access re-reads data read within two accesses' worth of chunks, the predictor hedges
+// for half a period: chunks read within that repeat distance are predicted to come back that far
+// after their read (the pool keeps them through one access). It costs about one access's chunks
+// of the pool while it lasts; once the plan knows the repeats, no new unplanned one renews it.
+//
 // Thread safety: none. The owner serializes all calls (Prefetcher holds its mutex around them).
 #pragma once
 
@@ -236,6 +243,11 @@ class AccessPredictor : public NextUseOracle {
   uint64_t clock_ = 0;          // chunk accesses observed, all streams
   uint64_t period_chunks_ = 0;  // chunks between two occurrences of a context (clock_ units)
   uint64_t resets_ = 0;
+  // The hedge for unplanned re-reads: until clock_ reaches hedge_until_, chunks read within the
+  // last repeat_chunks_ are predicted to be read again repeat_chunks_ after their read.
+  uint64_t repeat_chunks_ = 0;
+  uint64_t hedge_until_ = 0;
+  uint64_t last_chunks_ = 0;  // chunks of the latest access (served now)
 };
 
 }  // namespace zrtier::policy
