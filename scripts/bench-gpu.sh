@@ -77,19 +77,23 @@ if copy:
                       + (f"   (paired raw {base:.2f})" if "raw_gbps" in r else ""))
 stream = [r for r in rows if r.get("mode") == "stream"]
 if stream:
-    print("\nCyclic streaming of bf16 layers (GB/s: median of the second half of the passes, after as many learning ones; ratio to raw pinned in the same process)")
+    print("\nCyclic streaming of bf16 layers (GB/s: median of the second half of the passes, after as many learning ones; ratio to raw pinned passes interleaved with theirs: the median of the per-pass ratios)")
     raw = None
     for r in stream:
         if r["case"] == "raw_pinned":
             raw = r["gbps"]
             continue
         hr = r.get("prefetch_hit_ratio")
+        # Paired rows (bench_copy.py): a raw pinned pass just ahead of each pass.
+        ratio, base = r.get("paired_ratio", r["gbps"] / raw), r.get("raw_gbps", raw)
         print(f"{r['case']:<18} total {r['bytes'] >> 30}G layer {r['layer_bytes'] >> 20}M: "
-              f"{r['gbps']:6.2f} GB/s = {r['gbps'] / raw:.2f} x raw pinned ({raw:.2f}); "
+              f"{r['gbps']:6.2f} GB/s = {ratio:.2f} x raw pinned ({base:.2f}); "
               f"first pass {r['first_pass_gbps']:.2f} GB/s; prefetch hit ratio "
               f"{'n/a' if hr is None else f'{hr:.3f}'}; bytes from T0 "
               f"{r.get('h2d_t0_hit_bytes_fraction')}, decoded {r.get('bytes_decoded_fraction')}")
         if r.get("pass_gbps"):
+            if r.get("raw_pass_gbps"):
+                print(f"{'':<18} raw pinned passes {r['raw_pass_gbps']} GB/s")
             print(f"{'':<18} passes {r['pass_gbps']} GB/s; owned T0 slots written back per pass "
                   f"{r.get('pass_writebacks')}; last pass, tenths from T0 per layer: "
                   f"{r.get('last_pass_t0_tenths')}")

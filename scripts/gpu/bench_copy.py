@@ -10,7 +10,10 @@ zrtier T0/T1/T2 copies are each paired with a raw pinned copy timed in the same 
                 the same buffer, repeated (offloaded activations: save_on_cpu).
   stream mode : cyclic streaming of TOTAL bytes of bf16 layers (LAYER bytes each) host->GPU, as
                 offloaded inference does, from raw pinned memory and from zrtier regions; the pool
-                size is set by the caller (ZRTIER_PINNED_POOL). Reports the prefetch hit ratio.
+                size is set by the caller (ZRTIER_PINNED_POOL). Each zrtier pass is paired with
+                a raw pinned pass over the same bytes just ahead of it ("raw_gbps",
+                "paired_ratio": the median of the steady passes' ratios). Reports the prefetch
+                hit ratio.
 
 Prints one JSON object per line: {"mode", "case", "dir", "bytes", "gbps", ...}.
 The control calls (zrtier_evict_range, zrtier_t0_drop, zrtier_stat) are exported by libzrtier.so.
@@ -46,7 +49,9 @@ def stat(name):
 
 
 # Where a copy call's time goes (zrtier counters, microseconds per copy).
-PROFILE = ("copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns", "publish_ns", "copy_stall_ns")
+PROFILE = (
+    "copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns", "decode_ns", "publish_ns",
+    "copy_stall_ns")
 
 
 def profile_since(before, iters):
@@ -210,7 +215,18 @@ def stream_mode(total, layer, passes):
     bufs = [torch.empty(n, dtype=torch.bfloat16, device=dev) for _ in range(2)]
     checks = []
 
-    def run(case, layers):
+    def one_pass(layers, hits=None):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i, h in enumerate(layers):
+            before = stat("h2d_t0_hit_bytes") if hits is not None else 0
+            bufs[i % 2].copy_(h, non_blocking=True)
+            if hits is not None:  # counted when the copy is planned, before it returns
+                hits.append(stat("h2d_t0_hit_bytes") - before)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def run(case, layers, paired=None):
         for i, h in enumerate(layers):
             bf16_fill(gpu_src, 100 + i)
             h.copy_(gpu_src)
@@ -218,7 +234,7 @@ def stream_mode(total, layer, passes):
                 checks.append(gpu_src.clone())
         torch.cuda.synchronize()
         h2d0, ready0 = stat("h2d_copies"), stat("copies_ready")
-        times, writebacks = [], []
+        times, writebacks, raw_times = [], [], []
         # The first passes teach the predictor and settle placement: the first read pass is the
         # predictor's profile, placement by predicted reuse keeps its subset from the second on,
         # and the spread (ZRTIER_SPREAD) moves that subset to a share of every layer over the
@@ -232,21 +248,22 @@ def stream_mode(total, layer, passes):
                 prof0 = profile_now()
             last = p == passes - 1 and ZR is not None and case != "raw_pinned"
             hits = []
-            torch.cuda.synchronize()
+            if paired:  # a raw pinned pass just ahead of each pass: the baseline sees the same drift
+                raw_times.append(one_pass(paired))
             wb0 = stat("t0_writebacks")
-            t0 = time.perf_counter()
-            for i, h in enumerate(layers):
-                before = stat("h2d_t0_hit_bytes") if last else 0
-                bufs[i % 2].copy_(h, non_blocking=True)
-                if last:  # counted when the copy is planned, before it returns
-                    hits.append(stat("h2d_t0_hit_bytes") - before)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
+            times.append(one_pass(layers, hits if last else None))
             writebacks.append(stat("t0_writebacks") - wb0)
             # bytes check on the last layer streamed
         bufs[0].copy_(layers[0])
         assert torch.equal(bufs[0], checks[0]), f"{case}: layer 0 bytes differ"
         steady = sorted(times[learn:])[len(times[learn:]) // 2]
+        # With paired passes: the median of the steady passes' ratios to the raw pass just ahead.
+        pair = {}
+        if raw_times:
+            ratios = sorted(r / t for r, t in zip(raw_times[learn:], times[learn:]))
+            raw_steady = sorted(raw_times[learn:])[len(raw_times[learn:]) // 2]
+            pair = dict(raw_gbps=total / raw_steady / 1e9, paired_ratio=ratios[len(ratios) // 2],
+                        raw_pass_gbps=[round(total / t / 1e9, 2) for t in raw_times])
         copies = stat("h2d_copies") - h2d0
         ready = stat("copies_ready") - ready0
         # Fractions of the steady passes' bytes found in T0 and decoded from T2 (the rest: T1).
@@ -265,19 +282,18 @@ def stream_mode(total, layer, passes):
              prefetch_hit_ratio=(ready / copies) if copies else None,
              # DMAs per layer copy in the steady passes (runs of consecutive T0 slots).
              dmas_per_copy=round((stat("h2d_dma_ops") - steady0["h2d_dma_ops"]) / (nl * (passes - learn)), 1),
-             pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")), **frac,
+             pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")), **frac, **pair,
              **profile_since(prof0, nl * (passes - learn)))
         checks.clear()
 
     raw = [raw_pinned(n) for _ in range(nl)]
     run("raw_pinned", raw)
+    if ZR is not None:
+        # zrtier's passes, each paired with a raw pinned pass over the same bytes just ahead of it.
+        z = [torch.empty(n, dtype=torch.bfloat16, pin_memory=True) for _ in range(nl)]
+        run("zrtier", z, paired=raw)
     for t in raw:
         unregister(t)
-    del raw
-    if ZR is None:
-        return
-    z = [torch.empty(n, dtype=torch.bfloat16, pin_memory=True) for _ in range(nl)]
-    run("zrtier", z)
 
 
 def parse_size(s):
