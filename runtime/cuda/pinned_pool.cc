@@ -79,7 +79,8 @@ void PinnedPool::ClearWantedLocked(SlotMeta& s) {
 void PinnedPool::NoteOwnedHitLocked(int slot) {
   SlotMeta& s = slots_[slot];
   if (s.owned_hits < UINT32_MAX) ++s.owned_hits;
-  if (s.wanted || s.owned_hits < kOwnedHitsForWriteBack || !oracle_) return;
+  // Without pressure on the pool nothing needs to leave it.
+  if (s.wanted || s.owned_hits < kOwnedHitsForWriteBack || !oracle_ || !PressureLocked()) return;
   bool spread_out;
   if (PredictLocked(s.region, s.chunk, /*resident=*/false, &spread_out) == kNoNextUse ||
       !spread_out)
@@ -211,6 +212,7 @@ int PinnedPool::PickLocked(int after) const {
 }
 
 int PinnedPool::PinForFillLocked(int slot) {
+  if (slots_[slot].cached) pressure_tick_ = tick_ + 1;  // a cached chunk leaves for this fill
   DropCachedLocked(slot);
   SlotMeta& s = slots_[slot];
   s.pinned = 1;
@@ -239,10 +241,17 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
   }
   ++s.pinned;
   s.last_use = ++tick_;
-  if (!s.owned)  // an owned slot is no victim: its key is computed when it is written back
-    PredictIntoLocked(s, region, chunk);
-  else
+  if (s.owned) {  // an owned slot is no victim: its key is computed when it is written back
     NoteOwnedHitLocked(slot);
+  } else if (PressureLocked()) {
+    PredictIntoLocked(s, region, chunk);
+  } else {
+    // Nothing was evicted lately: the pool holds what the copies read, and a key would only cost
+    // the oracle's query (a tenth of a copy's time at pool 100 % on the GPU). Least recently used
+    // among the unpredicted until pressure comes back.
+    s.next_use = kNoNextUse;
+    s.predicted_at = clock_.load(std::memory_order_relaxed);
+  }
   s.prefetched = false;
   index_.Remove(slot);
   return slot;
@@ -253,9 +262,34 @@ int PinnedPool::Acquire(int after) {
   return AcquireLocked(after);
 }
 
+int PinnedPool::PickVictimLocked(int after) {
+  int slot = PickLocked(after);
+  if (slot >= 0 && slots_[slot].cached && oracle_ && !PressureLocked()) {
+    // Pressure begins: hits have not keyed their slots since it last ended (PinCachedLocked). Key
+    // every free cached slot, then choose. The spread keeps its samples (its statistics count the
+    // copies' predictions, not this sweep's).
+    pressure_tick_ = tick_ + 1;
+    const uint64_t now = clock_.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      SlotMeta& m = slots_[i];
+      if (!m.cached || m.owned || !index_.Contains(static_cast<int>(i))) continue;
+      const uint64_t d = oracle_->NextUseDistance(m.region, m.chunk);
+      m.next_use = d == kNoNextUse ? kNoNextUse : std::min<uint64_t>(now + d, kMaxPredictedTick);
+      if (d == kNoNextUse) m.spread_out = false;
+      m.predicted_at = now;
+      RekeyLocked(static_cast<int>(i));
+    }
+    slot = PickLocked(after);
+  }
+  return slot;
+}
+
 int PinnedPool::AcquireLocked(int after) {
-  const int slot = PickLocked(after);
-  if (slot < 0) return -1;
+  const int slot = PickVictimLocked(after);
+  if (slot < 0) {
+    pressure_tick_ = tick_ + 1;  // every slot held
+    return -1;
+  }
   const SlotMeta& v = slots_[slot];
   if (v.cached && v.next_use != kNoNextUse) {  // feedback for the spread's threshold
     if (v.spread_out)
@@ -308,7 +342,7 @@ int PinnedPool::AcquireForPrefetchLocked(uint64_t region, uint64_t chunk, int af
   if (index_.size() <= prefetch_reserve_) return -1;
   bool spread_out;
   const uint64_t want = PredictLocked(region, chunk, /*resident=*/false, &spread_out);
-  const int slot = PickLocked(after);
+  const int slot = PickVictimLocked(after);
   if (slot < 0) return -1;
   // Never evict a chunk needed no later than the one fetched (an unpredicted fetch evicts only
   // empty, cold or expired slots), nor a kept chunk for a sampled-out one. Next uses are compared,

@@ -9,7 +9,11 @@
 // victim is found in O(log n) without scanning the slots. With a SlotOracle (ZRTIER_POLICY=reuse
 // and the policy layer built in) a published or hit chunk is keyed by its predicted next use on the
 // pool's access clock (NoteAccess), and the victim is the free slot needed farthest in the future
-// (unpredicted chunks first, LRU among them); without one the pool is LRU. When a cycle does not
+// (unpredicted chunks first, LRU among them); without one the pool is LRU. A hit asks the oracle
+// only while the pool is under pressure (a fill evicted a cached chunk, or found no free slot,
+// within the last two pool-fulls of slot uses): when everything the copies read fits, its key
+// would never be used. The first eviction after a quiet spell keys every free cached slot before
+// choosing, so the victim is the same as if every hit had asked. When a cycle does not
 // fit, the spread (slot_spread.h) picks WHICH of its chunks stay: a hash sample of chunk groups,
 // a share of every layer; the others are "sampled out" and leave first once used. Acquire(after)
 // still prefers slot after+1 (one long DMA) when that slot is about as good a victim as the best
@@ -233,6 +237,9 @@ class PinnedPool final : public ExternalCopies {
   void PredictIntoLocked(SlotMeta& s, uint64_t region, uint64_t chunk);
   // The victim Acquire(after) would take, or -1. Does not change anything.
   int PickLocked(int after) const;
+  // PickLocked, keying every free cached slot first when its victim would evict a cached chunk
+  // while there was no pressure (hits skip their keys then).
+  int PickVictimLocked(int after);
   // True when the slot's predicted next use passed unused long ago (a wrong prediction).
   bool ExpiredLocked(int slot) const;
   // How much earlier than `best_key` a key may be and still count as "as good a victim".
@@ -269,6 +276,11 @@ class PinnedPool final : public ExternalCopies {
   std::unordered_map<Key, int, KeyHash> cache_;
   std::deque<Inflight> inflight_;
   uint64_t tick_ = 0;
+  // tick_ + 1 when a fill last evicted a cached chunk or found no free slot; a new pool counts as
+  // pressed. Hits predict their chunk's next use only while that was within the last two
+  // pool-fulls of ticks (their predictions also feed the spread's statistics from the start).
+  uint64_t pressure_tick_ = 1;
+  bool PressureLocked() const { return tick_ + 1 - pressure_tick_ <= 2 * slots_.size(); }
   uint64_t next_inflight_ = 0;
   uint64_t cached_count_ = 0;
   // Owned slots, oldest adoption first, as (slot, owned_seq): an entry whose slot is no longer
