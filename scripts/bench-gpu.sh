@@ -77,7 +77,7 @@ if copy:
                       + (f"   (paired raw {base:.2f})" if "raw_gbps" in r else ""))
 stream = [r for r in rows if r.get("mode") == "stream"]
 if stream:
-    print("\nCyclic streaming of bf16 layers (GB/s: median of the second half of the passes, after as many learning ones; ratio to raw pinned passes interleaved with theirs: the median of the per-pass ratios)")
+    print("\nCyclic streaming of bf16 layers (GB/s: median of the second half of the passes, after as many learning ones; ratio to raw pinned passes interleaved with theirs: their time over zrtier's, steady passes)")
     raw = None
     for r in stream:
         if r["case"] == "raw_pinned":
