@@ -252,7 +252,8 @@ TEST(AccessPredictorTest, ChunkHistoryAnswersWhatNoPlanNames) {
 
 // A layer read twice in a row that the plan does not name (an order change) makes the predictor
 // hedge for half a period: the chunks of the latest access are predicted back one repeat distance
-// after their read, not a period later. Planned accesses never start a hedge.
+// after their read, not a period later; before it, and once it has lapsed, the plan's distances
+// stand.
 TEST(AccessPredictorTest, AnUnplannedReReadHedgesForHalfAPeriod) {
   AccessPredictor p;
   const uint32_t layers = 32;
