@@ -124,19 +124,26 @@ void PinnedPool::DropCachedLocked(int slot) {
   RekeyLocked(slot);
 }
 
-uint64_t PinnedPool::PredictLocked(uint64_t region, uint64_t chunk, bool resident,
-                                   bool* spread_out) {
-  *spread_out = false;
-  if (!oracle_) return kNoNextUse;
-  const uint64_t d = oracle_->NextUseDistance(region, chunk);
-  if (d == kNoNextUse) return kNoNextUse;
-  *spread_out =
-      spread_.SampleOut(region, chunk, d, owned_count_.load(std::memory_order_relaxed), resident);
+uint64_t PinnedPool::PredictLocked(uint64_t region, uint64_t chunk, bool resident, bool* spread_out,
+                                   bool sample) {
+  const uint64_t d = oracle_ ? oracle_->NextUseDistance(region, chunk) : kNoNextUse;
+  if (d == kNoNextUse) {
+    *spread_out = false;
+    return kNoNextUse;
+  }
+  if (sample)
+    *spread_out =
+        spread_.SampleOut(region, chunk, d, owned_count_.load(std::memory_order_relaxed), resident);
   return std::min<uint64_t>(clock_.load(std::memory_order_relaxed) + d, kMaxPredictedTick);
 }
 
-void PinnedPool::PredictIntoLocked(SlotMeta& s, uint64_t region, uint64_t chunk) {
-  s.next_use = PredictLocked(region, chunk, s.resident, &s.spread_out);
+void PinnedPool::PredictIntoLocked(SlotMeta& s, uint64_t region, uint64_t chunk, bool sample) {
+  s.next_use = PredictLocked(region, chunk, s.resident, &s.spread_out, sample);
+  s.predicted_at = clock_.load(std::memory_order_relaxed);
+}
+
+void PinnedPool::UnpredictLocked(SlotMeta& s) {
+  s.next_use = kNoNextUse;
   s.predicted_at = clock_.load(std::memory_order_relaxed);
 }
 
@@ -249,8 +256,7 @@ int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
     // Nothing was evicted lately: the pool holds what the copies read, and a key would only cost
     // the oracle's query (a tenth of a copy's time at pool 100 % on the GPU). Least recently used
     // among the unpredicted until pressure comes back.
-    s.next_use = kNoNextUse;
-    s.predicted_at = clock_.load(std::memory_order_relaxed);
+    UnpredictLocked(s);
   }
   s.prefetched = false;
   index_.Remove(slot);
@@ -269,14 +275,10 @@ int PinnedPool::PickVictimLocked(int after) {
     // every free cached slot, then choose. The spread keeps its samples (its statistics count the
     // copies' predictions, not this sweep's).
     pressure_tick_ = tick_ + 1;
-    const uint64_t now = clock_.load(std::memory_order_relaxed);
     for (size_t i = 0; i < slots_.size(); ++i) {
       SlotMeta& m = slots_[i];
       if (!m.cached || m.owned || !index_.Contains(static_cast<int>(i))) continue;
-      const uint64_t d = oracle_->NextUseDistance(m.region, m.chunk);
-      m.next_use = d == kNoNextUse ? kNoNextUse : std::min<uint64_t>(now + d, kMaxPredictedTick);
-      if (d == kNoNextUse) m.spread_out = false;
-      m.predicted_at = now;
+      PredictIntoLocked(m, m.region, m.chunk, /*sample=*/false);
       RekeyLocked(static_cast<int>(i));
     }
     slot = PickLocked(after);
@@ -385,8 +387,7 @@ void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64
   if (predict) {
     PredictIntoLocked(s, region, chunk);
   } else {
-    s.next_use = kNoNextUse;
-    s.predicted_at = clock_.load(std::memory_order_relaxed);
+    UnpredictLocked(s);
   }
   cache_[Key{region, chunk}] = slot;
   ++cached_count_;
@@ -545,8 +546,7 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
       s.chunk = items[i].chunk;
       s.gen = items[i].gen;
       s.resident = false;
-      s.next_use = kNoNextUse;
-      s.predicted_at = clock_.load(std::memory_order_relaxed);
+      UnpredictLocked(s);
     } else {
       // No prediction: an owned slot is no victim, so it needs no key.
       PublishLocked(slot, region, items[i].chunk, items[i].gen, /*predict=*/false);

@@ -230,11 +230,15 @@ class PinnedPool final : public ExternalCopies {
   // Puts `slot` into index_ with its current key if it is free, else takes it out.
   void RekeyLocked(int slot);
   // The predicted next-use tick of (region, chunk), or kNoNextUse; *spread_out: whether the spread
-  // samples it out (a preferred victim).
-  uint64_t PredictLocked(uint64_t region, uint64_t chunk, bool resident, bool* spread_out);
+  // samples it out (a preferred victim). Without `sample` the spread is not asked (nor counts the
+  // prediction) and *spread_out is kept, unless there is no next use (then false).
+  uint64_t PredictLocked(uint64_t region, uint64_t chunk, bool resident, bool* spread_out,
+                         bool sample = true);
   // Sets the slot's next_use, predicted_at and spread_out for (region, chunk) (its `resident`
   // flag says what a miss of it costs).
-  void PredictIntoLocked(SlotMeta& s, uint64_t region, uint64_t chunk);
+  void PredictIntoLocked(SlotMeta& s, uint64_t region, uint64_t chunk, bool sample = true);
+  // No predicted use (a cold key, LRU among such slots), as of now.
+  void UnpredictLocked(SlotMeta& s);
   // The victim Acquire(after) would take, or -1. Does not change anything.
   int PickLocked(int after) const;
   // PickLocked, keying every free cached slot first when its victim would evict a cached chunk
