@@ -279,6 +279,32 @@ TEST(AccessPredictorTest, AnUnplannedReReadHedgesForHalfAPeriod) {
             period - kChunksPerLayer);
 }
 
+// A layer the order reads twice in a row in two passes of four (a skip dropped the second read in
+// the others) is predicted once by its context; after its read its chunks are kept for the repeat
+// the context has seen (distance over the repeat's share), until another layer follows.
+TEST(AccessPredictorTest, ARepeatTheContextHasSeenKeepsTheLatestAccess) {
+  AccessPredictor p;
+  const uint32_t layers = 8;
+  const uint64_t period = uint64_t{layers} * kChunksPerLayer;
+  for (int pass = 0; pass < 4; ++pass)
+    for (uint32_t l = 0; l < layers; ++l) {
+      p.Observe(Layer(l));
+      if (l == 3 && pass % 2 == 0) p.Observe(Layer(3));
+    }
+  for (uint32_t l = 0; l <= 3; ++l) p.Observe(Layer(l));
+  PlannedAccess next;
+  ASSERT_TRUE(p.PredictNext(kStream, &next));
+  EXPECT_EQ(next.access.first_chunk, 4 * kChunksPerLayer);  // the plan: layer 4 next
+  // Layer 3's chunk 2: its repeat would read it kChunksPerLayer + 2 chunks from the start of the
+  // latest access; the long context (seen since pass 1: 4, 3, 4) gives the repeat a share of 1/4
+  // (weights 1.5 and 0.5), so it is kept as if needed four times that far -- not a period away.
+  EXPECT_EQ(p.NextUseDistance({kRegion, 3 * kChunksPerLayer + 2}), 4 * (kChunksPerLayer + 2));
+  // Layer 2, read before, is not: one period after its read.
+  EXPECT_EQ(p.NextUseDistance({kRegion, 2 * kChunksPerLayer}), period - 2 * kChunksPerLayer);
+  p.Observe(Layer(4));  // no repeat: layer 3 is a period away again
+  EXPECT_EQ(p.NextUseDistance({kRegion, 3 * kChunksPerLayer}), period - 2 * kChunksPerLayer);
+}
+
 TEST(AccessPredictorTest, ToleratesRandomExtraAccesses) {
   const uint64_t seed = testing::TestSeed();
   printf("seed %llu\n", static_cast<unsigned long long>(seed));

@@ -44,6 +44,15 @@ bool AccessPredictor::SuccList::Top(Succ* top, float* confidence) const {
   return true;
 }
 
+float AccessPredictor::SuccList::Share(uint32_t node) const {
+  float total = 0, mine = 0;
+  for (uint8_t i = 0; i < n; ++i) {
+    total += s[i].weight;
+    if (s[i].node == node) mine = s[i].weight;
+  }
+  return total > 0 ? mine / total : 0;
+}
+
 void AccessPredictor::Recent::Push(uint32_t id) {
   std::move(n.begin() + 1, n.end(), n.begin());
   n.back() = id;
@@ -127,18 +136,23 @@ const AccessPredictor::StreamState* AccessPredictor::FindStream(uint64_t stream)
 }
 
 bool AccessPredictor::Predict(const Recent& r, Succ* next, float* confidence) const {
+  const SuccList* ctx = LongestKnown(r);
+  return ctx && ctx->Top(next, confidence);
+}
+
+const AccessPredictor::SuccList* AccessPredictor::LongestKnown(const Recent& r) const {
   const uint32_t a = r.back(1), b = r.back(0);
-  if (b == kNone) return false;
+  if (b == kNone) return nullptr;
   uint64_t key;
   if (LongKey(r, &key)) {
     auto it = order_long_.find(key);
-    if (it != order_long_.end() && it->second.Top(next, confidence)) return true;
+    if (it != order_long_.end() && it->second.n) return &it->second;
   }
   if (a != kNone) {
     auto it = order2_.find(uint64_t{a} << 32 | b);
-    if (it != order2_.end() && it->second.Top(next, confidence)) return true;
+    if (it != order2_.end() && it->second.n) return &it->second;
   }
-  return order1_[b].Top(next, confidence);
+  return order1_[b].n ? &order1_[b] : nullptr;
 }
 
 bool AccessPredictor::Known(const Recent& r) const {
@@ -352,6 +366,15 @@ void AccessPredictor::Observe(const Access& a) {
     }
   }
   s.recent.Push(id);
+  // A repeat the plan does not name but the context has seen (a layer the order reads twice,
+  // whose second read a skip made the context forget): see NextUseDistance.
+  repeat_share_ = 0;
+  if (const SuccList* ctx = LongestKnown(s.recent)) {
+    Succ top;
+    float conf;
+    ctx->Top(&top, &conf);
+    if (top.node != id) repeat_share_ = ctx->Share(id);
+  }
   if (rewalk && Known(s.recent)) TruncateFrom(s, 0);
   Extend(s);
 }
@@ -455,6 +478,15 @@ uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
     const uint64_t q = cn.seen.back();
     if (q && q - 1 + repeat_chunks_ >= clock_)
       best = std::min(best, q - 1 + repeat_chunks_ - (clock_ - last_chunks_));
+  }
+  if (repeat_share_ >= kRepeatShare) {
+    // The latest access may be read again right after itself: its chunks are kept through one
+    // more access, the less likely the repeat the further away (distance over share).
+    const uint64_t q = cn.seen.back();
+    if (q && q - 1 + last_chunks_ >= clock_) {
+      const uint64_t d = q - 1 + last_chunks_ - (clock_ - last_chunks_);
+      best = std::min(best, static_cast<uint64_t>(static_cast<float>(d) / repeat_share_));
+    }
   }
   if (best == kNeverUsed && period_chunks_) {
     // No plan names the chunk (the plan was just rebuilt, or walks other nodes after an order

@@ -53,6 +53,12 @@
 // after their read (the pool keeps them through one access). It costs about one access's chunks
 // of the pool while it lasts; once the plan knows the repeats, no new unplanned one renews it.
 //
+// Repeat. A layer the order reads twice in a row, whose second read a skip dropped once or twice,
+// is predicted once: its context's top successor is the next layer, the repeat a lighter one. When
+// the repeat has at least kRepeatShare of the context's weight, the chunks of the latest access are
+// predicted back right after it, that distance divided by the share (the pool keeps them through
+// one more access at the cost of that access's chunks); the next access ends it either way.
+//
 // Thread safety: none. The owner serializes all calls (Prefetcher holds its mutex around them).
 #pragma once
 
@@ -93,6 +99,9 @@ class AccessPredictor : public NextUseOracle {
   static constexpr float kForgetWeight = 0.2f;
   // A context back after more than this many of its own intervals: its successors drop to 0.5.
   static constexpr uint64_t kStaleIntervals = 4;
+  // A repeat of the latest access with at least this share of its context's successors keeps
+  // its chunks through the next access.
+  static constexpr float kRepeatShare = 0.2f;
 
   explicit AccessPredictor(PredictorConfig config = {});
 
@@ -139,6 +148,8 @@ class AccessPredictor : public NextUseOracle {
     void Observe(uint32_t node, uint32_t chunk_count);
     // The heaviest successor and its share of the total weight. False when empty.
     bool Top(Succ* top, float* confidence) const;
+    // `node`'s share of the total weight (0 when it is not a successor).
+    float Share(uint32_t node) const;
   };
   struct Node {
     uint64_t region;
@@ -204,6 +215,9 @@ class AccessPredictor : public NextUseOracle {
   bool Predict(const Recent& r, Succ* next, float* confidence) const;
   // Whether a context of two or more nodes ending at `r` has been seen before.
   bool Known(const Recent& r) const;
+  // The successors of the longest context ending at `r` that knows any (what Predict asks); null
+  // if none.
+  const SuccList* LongestKnown(const Recent& r) const;
   void PopFront(StreamState& s);
   void ClearPlan(StreamState& s);
   // Drops the planned entries walked from a context ending in (a, b) onwards (the prediction for
@@ -248,6 +262,9 @@ class AccessPredictor : public NextUseOracle {
   uint64_t repeat_chunks_ = 0;
   uint64_t hedge_until_ = 0;
   uint64_t last_chunks_ = 0;  // chunks of the latest access (served now)
+  // The latest access's share among its context's successors when the context predicts another
+  // one (0 otherwise): how likely it is read again right away.
+  float repeat_share_ = 0;
 };
 
 }  // namespace zrtier::policy
