@@ -113,4 +113,7 @@ if "plain" in inf:
             print(f"  steady forward pass: plain {med(p['pass_seconds']):.0f} ms, zrtier "
                   f"{med(z['pass_seconds']):.0f} ms = {med(p['pass_seconds']) / med(z['pass_seconds']):.2f} x; "
                   f"every pass (ms): {[round(x * 1e3) for x in z['pass_seconds']]}")
+        if z.get("zrtier_pass_profile"):
+            # Where a steady pass's time goes (infer.py reads zrtier's counters per pass).
+            print(f"  per steady pass: {z['zrtier_pass_profile']}")
 PYEOF

@@ -22,6 +22,23 @@ import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+# zrtier's counters of the copy path, when it is loaded (LD_PRELOAD): where a forward pass's time
+# goes (nanoseconds, summed over the process; fill_ns over every fill worker).
+PROFILE = ("h2d_copies", "copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns",
+           "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes")
+
+
+def zrtier_stat_fn():
+    import ctypes
+    try:
+        lib = ctypes.CDLL(None)
+        fn = lib.zrtier_stat
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_char_p]
+    fn.restype = ctypes.c_uint64
+    return lambda name: fn(name.encode())
+
 
 def read_kib_fields(path):
     vals = {}
@@ -204,11 +221,15 @@ def main():
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     pass_ends = []  # each forward pass ends where its logits reach the CPU
+    zstat = zrtier_stat_fn()
+    counters = []  # zrtier's PROFILE counters at each pass end (under zrtier)
     logits = forward(prompt, kv, 0)
     pos = args.prompt
     for _ in range(args.new_tokens):
         digest.update(logits.cpu().numpy().tobytes())
         pass_ends.append(time.perf_counter())
+        if zstat:
+            counters.append({k: zstat(k) for k in PROFILE})
         nxt = int(torch.argmax(logits[0]))
         tokens.append(nxt)
         logits = forward(torch.tensor([nxt], device=dev), kv, pos)
@@ -217,6 +238,8 @@ def main():
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
     pass_ends.append(time.perf_counter())
+    if zstat:
+        counters.append({k: zstat(k) for k in PROFILE})
     peak_used = sampler.finish()
 
     result = {
@@ -232,6 +255,20 @@ def main():
         "at_peak": sampler.at_peak,
         "zrtier": bool(os.environ.get("LD_PRELOAD", "").find("libzrtier") >= 0),
     }
+    if len(counters) >= 3:
+        # Per forward pass over the second half of the passes (steady): copy calls, milliseconds
+        # in them (planning, issuing, waiting on fills), fill and decode milliseconds summed over
+        # the threads, the share of the bytes found in T0, and the pass itself.
+        k = len(counters) // 2
+        a, b, n = counters[k - 1], counters[-1], len(counters) - k
+        d = {key: (b[key] - a[key]) / n for key in PROFILE}
+        result["zrtier_pass_profile"] = {
+            "passes": n,
+            "pass_ms": round((pass_ends[-1] - pass_ends[k - 1]) / n * 1e3, 1),
+            "h2d_copies": round(d["h2d_copies"], 1),
+            **{key[:-3] + "_ms": round(d[key] / 1e6, 2) for key in PROFILE if key.endswith("_ns")},
+            "t0_hit_fraction": round(d["h2d_t0_hit_bytes"] / d["h2d_bytes"], 3) if d["h2d_bytes"] else 0,
+        }
     print(json.dumps(result))
     if args.out:
         with open(args.out, "w") as f:
