@@ -9,8 +9,8 @@ so two runs (with and without zrtier) can be compared bit for bit.
     python3 infer.py --compare /tmp/a.json /tmp/b.json       # exit 0 iff bit-identical
 
 Prints one JSON line: logits sha256, tokens/s, peak host memory (peak RSS and peak system memory in
-use above the level before the weights were made, with what it was made of at that moment), and the
-weight bytes.
+use above the level before the weights were made, with what it was made of at that moment), the
+weight bytes and, under zrtier, where its steady forward passes' time went (zrtier_pass_profile).
 """
 import argparse
 import hashlib
