@@ -74,7 +74,10 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "CLOCK in T1), or lru (no learning: least recently used in T0, CLOCK in T1)")                \
   X(kSpread, "SPREAD", kBool, "1", "", "", "spread",                                             \
     "1 = when a cycle of copies does not fit in T0, keep a hash sample of its chunks, spread "     \
-    "over every layer, so that decode and DMA overlap in every copy (ZRTIER_POLICY=reuse only)")
+    "over every layer, so that decode and DMA overlap in every copy (ZRTIER_POLICY=reuse only)") \
+  X(kDmaBatch, "DMA_BATCH", kBool, "1", "", "", "",                                              \
+    "1 = queue each piece's DMAs with one cudaMemcpyBatchAsync (CUDA 12.8+); 0 = one "            \
+    "cudaMemcpyAsync per run of slots")
 // clang-format on
 
 enum class Opt : int {

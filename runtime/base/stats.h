@@ -65,6 +65,7 @@ enum class StatKind { kCounter, kGauge };
   X(store_full, kCounter, "", "times a store was full and the chunk stayed where it was")        \
   X(h2d_dma_ops, kCounter, "", "real host-to-device DMAs issued from T0 slots for region copies")  \
   X(d2h_dma_ops, kCounter, "", "real device-to-host DMAs issued into T0 slots for region copies")   \
+  X(dma_calls, kCounter, "", "CUDA calls that queued those DMAs (a batch call takes a whole piece)") \
   X(copy_plan_ns, kCounter, "ns", "copy calls: taking slots (T0 lookups, victims) for pieces")      \
   X(copy_issue_ns, kCounter, "ns", "copy calls: issuing DMAs and events, releasing slots")         \
   X(copy_wait_ns, kCounter, "ns", "copy calls: waiting for (and helping) the fill of a piece")     \
@@ -124,8 +125,8 @@ struct Histogram {
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
 // t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
-// fault_blocks_dropped
-inline constexpr uint32_t kStatsVersion = 8;
+// fault_blocks_dropped; 9: dma_calls
+inline constexpr uint32_t kStatsVersion = 9;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

@@ -9,6 +9,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/cuda/dma_batch.h"
 #include "runtime/cuda/shim.h"
 
 namespace zrtier {
@@ -314,43 +315,41 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
                             cudaStream_t stream) {
   cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
   std::vector<int> busy;
-  const char* seg_src = nullptr;
-  char* seg_dst = nullptr;
-  size_t seg_len = 0;
-  bool seg_zero = false;
-  int seg_last_slot = -2;
-  uint64_t dmas = 0;
-  auto flush = [&]() -> cudaError_t {
-    if (seg_len == 0) return cudaSuccess;
-    cudaError_t e =
-        seg_zero ? api->cudaMemsetAsync(seg_dst, 0, seg_len, stream)
-                 : api->cudaMemcpyAsync(seg_dst, seg_src, seg_len, cudaMemcpyHostToDevice, stream);
-    if (!seg_zero) ++dmas;
-    seg_len = 0;
+  // The DMAs, one per run of consecutive slots, queued together (dma_batch.h); one memset per run
+  // of never-written chunks.
+  DmaBatch dmas(api, cudaMemcpyHostToDevice);
+  char* zero_dst = nullptr;
+  size_t zero_len = 0;
+  auto flush_zero = [&]() -> cudaError_t {
+    if (zero_len == 0) return cudaSuccess;
+    const cudaError_t e = api->cudaMemsetAsync(zero_dst, 0, zero_len, stream);
+    zero_len = 0;
     return e;
   };
-  // One DMA per run of consecutive slots, one memset per run of never-written chunks.
   for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
     const PieceChunk& c = piece[i];
     const char* lo = std::max<const char*>(cur, c.start);
     const char* hi = std::min<const char*>(end, c.start + chunk);
-    size_t len = hi - lo;
+    const size_t len = hi - lo;
     char* d = dst0 + (lo - src0);
-    if (!c.zero) busy.push_back(c.slot);
-    bool joins = seg_len > 0 && seg_zero == c.zero && (c.zero || c.slot == seg_last_slot + 1);
-    if (joins) {
-      seg_len += len;
+    if (!c.zero) {
+      busy.push_back(c.slot);
+      dmas.Add(d, pool->SlotPtr(c.slot) + (lo - c.start), len);
+    } else if (zero_len > 0 && zero_dst + zero_len == d) {
+      zero_len += len;
     } else {
-      err = flush();
-      seg_src = pool->SlotPtr(c.slot) + (lo - c.start);
-      seg_dst = d;
-      seg_len = len;
-      seg_zero = c.zero;
+      err = flush_zero();
+      zero_dst = d;
+      zero_len = len;
     }
-    seg_last_slot = c.slot;
   }
-  if (err == cudaSuccess) err = flush();
-  StatAdd(Stat::h2d_dma_ops, dmas);
+  if (err == cudaSuccess) err = flush_zero();
+  StatAdd(Stat::h2d_dma_ops, dmas.size());
+  if (err == cudaSuccess) {
+    size_t calls = 0;
+    err = dmas.Issue(stream, &calls);
+    StatAdd(Stat::dma_calls, calls);
+  }
 
   // Release: the slots read by the DMAs stay held until the event completes.
   cudaEvent_t ev = nullptr;
@@ -366,7 +365,7 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
     pool->AddInflight(ev, busy);
   } else if (!busy.empty() || err != cudaSuccess) {
     // No event (or an error after some work was queued): wait for the stream instead.
-    api->cudaStreamSynchronize(stream);
+    DmaBatch::Synchronize(api, stream);
   }
   std::vector<PinnedPool::PublishItem> items;
   std::vector<int> slots;
@@ -655,19 +654,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     auto* task = new PublishTask();
     task->group = group;
     task->adopt = adopt;
-    char* seg_slot = nullptr;
-    char* seg_dst = nullptr;
-    size_t seg_len = 0;
-    int seg_last_slot = -2;
-    auto flush = [&]() -> cudaError_t {
-      if (seg_len == 0) return cudaSuccess;
-      cudaError_t e =
-          api_->cudaMemcpyAsync(seg_slot, static_cast<const char*>(src) + (seg_dst - dst), seg_len,
-                                cudaMemcpyDeviceToHost, stream);
-      StatAdd(Stat::d2h_dma_ops, 1);
-      seg_len = 0;
-      return e;
-    };
+    DmaBatch dmas(api_, cudaMemcpyDeviceToHost);
     for (const PieceChunk& c : piece) {
       char* lo = std::max(cur, c.start);
       char* hi = std::min(end, c.start + chunk_);
@@ -675,18 +662,12 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       char* slot_lo = pool_->SlotPtr(c.slot) + (lo - c.start);
       task->ops.push_back(PublishTask::Op{lo, slot_lo, len, c.slot, lo == c.start && len == chunk_,
                                           c.start, c.index});
-      if (err != cudaSuccess) continue;
-      if (seg_len > 0 && c.slot == seg_last_slot + 1) {
-        seg_len += len;
-      } else {
-        err = flush();
-        seg_slot = slot_lo;
-        seg_dst = lo;
-        seg_len = len;
-      }
-      seg_last_slot = c.slot;
+      dmas.Add(slot_lo, static_cast<const char*>(src) + (lo - dst), len);
     }
-    if (err == cudaSuccess) err = flush();
+    StatAdd(Stat::d2h_dma_ops, dmas.size());
+    size_t calls = 0;
+    err = dmas.Issue(stream, &calls);
+    StatAdd(Stat::dma_calls, calls);
     MarkPending(r.id, piece.front().index, piece.back().index, +1);
     task->first_chunk = piece.front().index;
     task->last_chunk = piece.back().index;
@@ -715,7 +696,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       });
     } else {
       // No event, or the DMAs were not all queued: publish (or release) once the stream drained.
-      api_->cudaStreamSynchronize(stream);
+      DmaBatch::Synchronize(api_, stream);
       task->cancelled = err != cudaSuccess;
       StartPublish(task);
     }
@@ -733,7 +714,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
     eerr = api_->cudaLaunchHostFunc(stream, &Shim::PublishEndFn, group);
   if (!flagged && eerr != cudaSuccess) {
     // An error, or the launch failed: once the stream has drained, finish the publish here.
-    api_->cudaStreamSynchronize(stream);
+    DmaBatch::Synchronize(api_, stream);
     PublishEndFn(group);
     if (err == cudaSuccess) err = eerr;
   }

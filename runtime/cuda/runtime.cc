@@ -12,6 +12,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/options.h"
 #include "runtime/base/stats.h"
+#include "runtime/cuda/dma_batch.h"
 #include "runtime/engine.h"
 #include "runtime/os/os.h"
 #if __has_include("runtime/base/stats_shm.h")
@@ -94,11 +95,14 @@ void BuildShimLocked() {
   cfg.min_alloc = opts.Size(Opt::kMinAlloc);
   cfg.workers = ResolveWorkers(opts.Int(Opt::kWorkers)) - 1;  // the copying thread is one of them
   cfg.prefetch_options = g_opts;
+  DmaBatch::SetEnabled(opts.Bool(Opt::kDmaBatch));
   Shim* shim = new Shim(api, MakeEngineBackend(std::move(engine)), std::move(pool), cfg);
-  Log(LogLevel::kInfo, "active: chunk %zu, T0 pool %s, min alloc %s, D2H copies end on %s",
+  Log(LogLevel::kInfo,
+      "active: chunk %zu, T0 pool %s, min alloc %s, D2H copies end on %s, DMAs queued %s",
       shim->pool()->slot_size(), FormatSize(shim->pool()->bytes()).c_str(),
       FormatSize(cfg.min_alloc).c_str(),
-      shim->d2h_ends_on_flags() ? "stream flags" : "host functions");
+      shim->d2h_ends_on_flags() ? "stream flags" : "host functions",
+      DmaBatch::Active(api) ? "in batches" : "one by one");
   g_shim.store(shim, std::memory_order_release);
   g_state.store(kActive, std::memory_order_release);
 }

@@ -25,7 +25,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 # zrtier's counters of the copy path, when it is loaded (LD_PRELOAD): where a forward pass's time
 # goes (nanoseconds, summed over the process; fill_ns over every fill worker).
 PROFILE = ("h2d_copies", "copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns",
-           "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes")
+           "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes", "h2d_dma_ops", "dma_calls")
 
 
 def zrtier_stat_fn():
@@ -258,7 +258,8 @@ def main():
     if len(counters) >= 3:
         # Per forward pass over the second half of the passes (steady): copy calls, milliseconds
         # in them (planning, issuing, waiting on fills), fill and decode milliseconds summed over
-        # the threads, the share of the bytes found in T0, and the pass itself.
+        # the threads, the share of the bytes found in T0, the DMAs and the CUDA calls that
+        # queued them, and the pass itself.
         k = len(counters) // 2
         a, b, n = counters[k - 1], counters[-1], len(counters) - k
         d = {key: (b[key] - a[key]) / n for key in PROFILE}
@@ -268,6 +269,8 @@ def main():
             "h2d_copies": round(d["h2d_copies"], 1),
             **{key[:-3] + "_ms": round(d[key] / 1e6, 2) for key in PROFILE if key.endswith("_ns")},
             "t0_hit_fraction": round(d["h2d_t0_hit_bytes"] / d["h2d_bytes"], 3) if d["h2d_bytes"] else 0,
+            "h2d_dmas": round(d["h2d_dma_ops"]),
+            "dma_calls": round(d["dma_calls"]),
         }
     print(json.dumps(result))
     if args.out:

@@ -84,6 +84,8 @@ struct Global {
   std::atomic<uint64_t> host_fn_calls{0};
   std::atomic<uint64_t> host_fns_launched{0};
   std::atomic<uint64_t> stream_waits{0};
+  std::atomic<uint64_t> batch_calls{0};
+  std::atomic<int> batch_error{0};  // fakecudaSetBatchError
   int device = 0;
 };
 
@@ -337,6 +339,12 @@ FAKE_API uint64_t fakecudaHostFunctionsLaunched(void) {
 FAKE_API uint64_t fakecudaStreamWaits(void) {
   return G()->stream_waits.load();
 }
+FAKE_API uint64_t fakecudaBatchCalls(void) {
+  return G()->batch_calls.load();
+}
+FAKE_API void fakecudaSetBatchError(cudaError_t err) {
+  G()->batch_error.store(static_cast<int>(err));
+}
 FAKE_API int fakecudaOwns(const void* p) {
   std::lock_guard<std::mutex> l(G()->mu);
   return Find(p, 1) != nullptr;
@@ -499,9 +507,23 @@ FAKE_API cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void
   return Copy2D(dst, dpitch, src, spitch, width, height, kind,
                 stream ? stream : cudaStreamPerThread, false);
 }
+// The batch as the real runtime checks it: attributes for every copy (attrs_idxs[0] == 0,
+// increasing, below count; a valid source access order each) and no legacy stream. Its copies are
+// queued one by one: the order among them is not promised, the bytes are the same.
 static cudaError_t BatchImpl(void* const* dsts, const void* const* srcs, const size_t* sizes,
-                             size_t count, cudaStream_t stream) {
+                             size_t count, cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
+                             size_t num_attrs, cudaStream_t stream) {
   if (!dsts || !srcs || !sizes || count == 0) return Fail(cudaErrorInvalidValue);
+  if (stream == nullptr || stream == cudaStreamLegacy) return Fail(cudaErrorInvalidValue);
+  if (!attrs || !attrs_idxs || num_attrs == 0 || num_attrs > count || attrs_idxs[0] != 0)
+    return Fail(cudaErrorInvalidValue);
+  for (size_t k = 0; k < num_attrs; ++k) {
+    if ((k > 0 && attrs_idxs[k] <= attrs_idxs[k - 1]) || attrs_idxs[k] >= count ||
+        attrs[k].srcAccessOrder == cudaMemcpySrcAccessOrderInvalid)
+      return Fail(cudaErrorInvalidValue);
+  }
+  if (const int e = G()->batch_error.load()) return Fail(static_cast<cudaError_t>(e));
+  G()->batch_calls.fetch_add(1);
   for (size_t i = 0; i < count; ++i) {
     cudaError_t e = CopyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyDefault, stream, false);
     if (e != cudaSuccess) return e;
@@ -513,14 +535,15 @@ FAKE_API cudaError_t cudaMemcpyBatchAsync(void* const* dsts, const void* const* 
                                           cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
                                           size_t num_attrs, cudaStream_t stream) {
   ENTER();
-  return BatchImpl(dsts, srcs, sizes, count, stream);
+  return BatchImpl(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, stream);
 }
 FAKE_API cudaError_t cudaMemcpyBatchAsync_ptsz(void* const* dsts, const void* const* srcs,
                                                const size_t* sizes, size_t count,
                                                cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
                                                size_t num_attrs, cudaStream_t stream) {
   ENTER();
-  return BatchImpl(dsts, srcs, sizes, count, stream ? stream : cudaStreamPerThread);
+  return BatchImpl(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs,
+                   stream ? stream : cudaStreamPerThread);
 }
 FAKE_API cudaError_t cudaMemsetAsync(void* dev, int value, size_t n, cudaStream_t stream) {
   ENTER();

@@ -25,6 +25,11 @@ void fakecudaSetCapturing(cudaStream_t stream, int capturing);
 // (cuStreamWaitValue32_v2), since the process started.
 uint64_t fakecudaHostFunctionsLaunched(void);
 uint64_t fakecudaStreamWaits(void);
+// cudaMemcpyBatchAsync calls that queued their copies, since the process started.
+uint64_t fakecudaBatchCalls(void);
+// Makes every later cudaMemcpyBatchAsync fail with `err` (cudaSuccess: works again), as a runtime
+// or driver without batch copies would.
+void fakecudaSetBatchError(cudaError_t err);
 // Calls of any CUDA function made from inside a host function (must stay 0: host functions never
 // call CUDA, DESIGN.md section 6).
 uint64_t fakecudaCallsFromHostFunctions(void);

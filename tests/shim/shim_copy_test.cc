@@ -10,6 +10,7 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/dma_batch.h"
 #include "runtime/cuda/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/shim/heap_backend.h"
@@ -157,6 +158,89 @@ TEST_F(ShimCopyTest, CountersFollowTheCopies) {
   ASSERT_EQ(shim_->HostAlloc(&small, 4096, 0), cudaSuccess);
   EXPECT_EQ(StatGet(Stat::passthrough_allocs), pass + 1);
   EXPECT_EQ(shim_->FreeHost(small), cudaSuccess);
+}
+
+// The DMAs of a piece whose slots are scattered go to the GPU in one cudaMemcpyBatchAsync, on the
+// caller's stream -- or, for the legacy stream (which takes no batch), on the per-thread stream,
+// ordered so that work a second blocking stream queues afterwards still sees the bytes.
+TEST_F(ShimCopyTest, ScatteredSlotsGoInOneBatchCall) {
+  Make(64);
+  DmaBatch::SetEnabled(true);
+  const size_t chunks = 16, n = chunks * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  auto data = Random(n, 21);
+  CpuWrite(r, data);
+  cudaStream_t s, other;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
+  char* back = nullptr;  // real pinned (the fake's), not a region
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&back), n), cudaSuccess);
+  // Chunks cached last to first, one copy each: slots 0..15 hold chunks 15..0.
+  for (size_t c = chunks; c-- > 0;)
+    ASSERT_EQ(
+        shim_->Memcpy(d + c * kChunk, r + c * kChunk, kChunk, cudaMemcpyHostToDevice, s, false),
+        cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  for (cudaStream_t st : {s, static_cast<cudaStream_t>(nullptr)}) {
+    SCOPED_TRACE(st ? "own stream" : "legacy stream");
+    ClearDevice(d, n);
+    const uint64_t batches = fakecudaBatchCalls(), calls = StatGet(Stat::dma_calls),
+                   dmas = StatGet(Stat::h2d_dma_ops), hits = StatGet(Stat::h2d_t0_hit_bytes);
+    ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, st, false), cudaSuccess);
+    // Read back without synchronizing first -- after a legacy-stream copy, on another blocking
+    // stream: stream order alone must put the copy's DMAs before it.
+    const cudaStream_t reader = st ? st : other;
+    ASSERT_EQ(cudaMemcpyAsync(back, d, n, cudaMemcpyDeviceToHost, reader), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(reader), cudaSuccess);
+    EXPECT_EQ(memcmp(back, data.data(), n), 0);
+    EXPECT_EQ(StatGet(Stat::h2d_t0_hit_bytes) - hits, n);  // every chunk from its cached slot
+    EXPECT_EQ(StatGet(Stat::h2d_dma_ops) - dmas, chunks);  // no two slots consecutive
+    // One batch call per piece (the copy's first pieces are a few chunks each).
+    const uint64_t made = StatGet(Stat::dma_calls) - calls;
+    EXPECT_GE(made, 1u);
+    EXPECT_LE(made, chunks / 4);
+    EXPECT_EQ(fakecudaBatchCalls() - batches, made);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
+  ASSERT_EQ(cudaFreeHost(back), cudaSuccess);
+}
+
+// A runtime whose batch call fails: the piece is queued copy by copy (exact bytes), the error does
+// not reach the program's cudaGetLastError, and later pieces no longer try batches. So does
+// ZRTIER_DMA_BATCH=0.
+TEST_F(ShimCopyTest, WithoutBatchCallsEachDmaIsItsOwnCall) {
+  Make(64);
+  const size_t chunks = 16, n = chunks * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  auto data = Random(n, 22);
+  CpuWrite(r, data);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  for (size_t c = chunks; c-- > 0;)
+    ASSERT_EQ(
+        shim_->Memcpy(d + c * kChunk, r + c * kChunk, kChunk, cudaMemcpyHostToDevice, s, false),
+        cudaSuccess);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round == 0 ? "batch call fails" : round == 1 ? "after the failure" : "disabled");
+    if (round == 2) DmaBatch::SetEnabled(false);
+    fakecudaSetBatchError(round == 0 ? cudaErrorNotSupported : cudaSuccess);
+    ClearDevice(d, n);
+    const uint64_t batches = fakecudaBatchCalls(), calls = StatGet(Stat::dma_calls),
+                   dmas = StatGet(Stat::h2d_dma_ops);
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(ReadDevice(d, n), data);
+    EXPECT_EQ(StatGet(Stat::h2d_dma_ops) - dmas, chunks);
+    EXPECT_EQ(StatGet(Stat::dma_calls) - calls, chunks + (round == 0 ? 1 : 0));
+    EXPECT_EQ(fakecudaBatchCalls(), batches);
+  }
+  fakecudaSetBatchError(cudaSuccess);
+  DmaBatch::SetEnabled(true);  // also forgets the failure
+  EXPECT_TRUE(DmaBatch::Active(api_));
 }
 
 TEST_F(ShimCopyTest, NeverWrittenChunksBecomeMemset) {
