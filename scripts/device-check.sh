@@ -93,7 +93,9 @@ PYEOF
     bench)
       if BENCH_JSON="$OUT/bench-gpu.jsonl" LIB=$LIB scripts/bench-gpu.sh ${BENCH_STAGES:-copy stream infer} >"$OUT/bench.log" 2>&1; then
         record "bench-gpu.sh" PASS; else record "bench-gpu.sh" FAIL; fi
-      sed -n '/^H2D \/ D2H/,$p' "$OUT/bench.log" ;;
+      # The summary tables (from the copy table on; a stream- or infer-only run has no copy table).
+      if grep -q '^H2D / D2H' "$OUT/bench.log"; then sed -n '/^H2D \/ D2H/,$p' "$OUT/bench.log"
+      else sed -n '/^Cyclic streaming\|^infer.py tokens/,$p' "$OUT/bench.log"; fi ;;
     *) echo "device-check: unknown stage $stage" >&2; exit 2 ;;
   esac
 done
