@@ -345,11 +345,7 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
   }
   if (err == cudaSuccess) err = flush_zero();
   StatAdd(Stat::h2d_dma_ops, dmas.size());
-  if (err == cudaSuccess) {
-    size_t calls = 0;
-    err = dmas.Issue(stream, &calls);
-    StatAdd(Stat::dma_calls, calls);
-  }
+  if (err == cudaSuccess) err = dmas.Issue(stream);
 
   // Release: the slots read by the DMAs stay held until the event completes.
   cudaEvent_t ev = nullptr;
@@ -665,9 +661,7 @@ cudaError_t Shim::CopyToRegion(char* dst, const RegionInfo& r, const void* src, 
       dmas.Add(slot_lo, static_cast<const char*>(src) + (lo - dst), len);
     }
     StatAdd(Stat::d2h_dma_ops, dmas.size());
-    size_t calls = 0;
-    err = dmas.Issue(stream, &calls);
-    StatAdd(Stat::dma_calls, calls);
+    err = dmas.Issue(stream);
     MarkPending(r.id, piece.front().index, piece.back().index, +1);
     task->first_chunk = piece.front().index;
     task->last_chunk = piece.back().index;

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "runtime/base/log.h"
+#include "runtime/base/stats.h"
 
 namespace zrtier {
 namespace {
@@ -53,7 +54,7 @@ void DmaBatch::Add(void* dst, const void* src, size_t len) {
   sizes_.push_back(len);
 }
 
-cudaError_t DmaBatch::Issue(cudaStream_t stream, size_t* calls) {
+cudaError_t DmaBatch::Issue(cudaStream_t stream) {
   const size_t n = sizes_.size();
   size_t made = 0;
   cudaError_t err = cudaSuccess;
@@ -90,7 +91,7 @@ cudaError_t DmaBatch::Issue(cudaStream_t stream, size_t* calls) {
   dsts_.clear();
   srcs_.clear();
   sizes_.clear();
-  if (calls) *calls = made;
+  StatAdd(Stat::dma_calls, made);
   return err;
 }
 

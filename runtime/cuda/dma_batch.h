@@ -40,8 +40,8 @@ class DmaBatch {
   // Copies added since the last Issue.
   size_t size() const { return sizes_.size(); }
   // Queues every copy added, in `stream`'s order (see above for the legacy stream), and empties
-  // the batch. Returns the first error. *calls (if given) gets the CUDA calls it made.
-  cudaError_t Issue(cudaStream_t stream, size_t* calls = nullptr);
+  // the batch. Returns the first error. Counts the CUDA calls it made (Stat::dma_calls).
+  cudaError_t Issue(cudaStream_t stream);
 
   // cudaStreamSynchronize(stream) that also waits for batches queued for it on the per-thread
   // stream (the legacy stream's own synchronize does not, unless it has later work). For copy

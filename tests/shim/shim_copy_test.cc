@@ -82,6 +82,16 @@ class ShimCopyTest : public ::testing::Test {
     return v;
   }
 
+  // Copies `chunks` chunks of `r` to `d` one chunk per copy, last to first, and waits: slot i
+  // then caches chunk chunks-1-i, so that no two consecutive chunks sit in consecutive slots.
+  void CacheLastToFirst(char* d, const char* r, size_t chunks, cudaStream_t s) {
+    for (size_t c = chunks; c-- > 0;)
+      ASSERT_EQ(
+          shim_->Memcpy(d + c * kChunk, r + c * kChunk, kChunk, cudaMemcpyHostToDevice, s, false),
+          cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
+
   const CudaApi* api_ = nullptr;
   testing::HeapBackend* heap_ = nullptr;
   std::unique_ptr<Shim> shim_;
@@ -176,12 +186,7 @@ TEST_F(ShimCopyTest, ScatteredSlotsGoInOneBatchCall) {
   ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
   char* back = nullptr;  // real pinned (the fake's), not a region
   ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&back), n), cudaSuccess);
-  // Chunks cached last to first, one copy each: slots 0..15 hold chunks 15..0.
-  for (size_t c = chunks; c-- > 0;)
-    ASSERT_EQ(
-        shim_->Memcpy(d + c * kChunk, r + c * kChunk, kChunk, cudaMemcpyHostToDevice, s, false),
-        cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(CacheLastToFirst(d, r, chunks, s));
   for (cudaStream_t st : {s, static_cast<cudaStream_t>(nullptr)}) {
     SCOPED_TRACE(st ? "own stream" : "legacy stream");
     ClearDevice(d, n);
@@ -218,10 +223,7 @@ TEST_F(ShimCopyTest, WithoutBatchCallsEachDmaIsItsOwnCall) {
   CpuWrite(r, data);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
-  for (size_t c = chunks; c-- > 0;)
-    ASSERT_EQ(
-        shim_->Memcpy(d + c * kChunk, r + c * kChunk, kChunk, cudaMemcpyHostToDevice, s, false),
-        cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(CacheLastToFirst(d, r, chunks, s));
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(round == 0 ? "batch call fails" : round == 1 ? "after the failure" : "disabled");
     if (round == 2) DmaBatch::SetEnabled(false);
