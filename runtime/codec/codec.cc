@@ -15,7 +15,6 @@
 #include "runtime/base/log.h"
 #include "runtime/codec/checksum.h"
 #include "runtime/codec/estimate.h"
-#include "runtime/codec/huffman.h"
 #include "runtime/codec/planes.h"
 
 namespace zrtier {
@@ -27,9 +26,8 @@ namespace {
 //   u8  flags: bit 0 = a CRC32C of the original bytes follows; other bits are zero
 //   u8  plane count (== W)
 //   u32 crc32c (only with flags bit 0)
-//   W x { u8 mode (kModeRaw, kModeZstd, kModeHuffman), u32 payload length }
-//   the W plane payloads in plane order: raw = the n plane bytes, zstd = one zstd frame of them,
-//   huffman = huffman.h's encoding of them
+//   W x { u8 mode (kModeRaw, kModeZstd), u32 payload length }
+//   the W plane payloads in plane order: raw = the n plane bytes, zstd = one zstd frame of them
 //   the len - n * W tail bytes, raw
 // An all-zero chunk is the empty encoding. The decoder checks every field and length against
 // `len` and the encoding's size before touching memory.
@@ -37,7 +35,6 @@ constexpr uint8_t kVersion = 1;
 constexpr uint8_t kFlagCrc = 1;
 constexpr uint8_t kModeRaw = 0;
 constexpr uint8_t kModeZstd = 1;
-constexpr uint8_t kModeHuffman = 2;
 constexpr size_t kFixedHeader = 4;
 constexpr size_t kDescriptor = 5;
 
@@ -54,12 +51,11 @@ uint32_t Get32(const uint8_t* p) {
   return v;
 }
 
-// Planes of a split transform are order-0 sources: LZ matches there cost ratio and decode speed at
-// every zstd level (bf16 exponent plane, 32 KiB: level 1 2.72x at 1.1 GB/s decode, level 3 2.54x
-// at 0.84 GB/s, literal mode 3.07x at 2.4 GB/s; docs/ARCHITECTURE.md). They are coded with
-// huffman.h, which decodes up to three symbols per lookup; a plane it cannot code (one distinct
-// byte: a run) goes to zstd's literal mode: the fastest negative level (the match finder skips
-// nearly everything) with Huffman coding of literals forced on. CodecConfig::level applies to
+// Planes of a split transform are coded in zstd's literal mode: the fastest negative level (the
+// match finder skips nearly everything) with Huffman coding of literals forced on. Exponent and
+// sign+mantissa planes are order-0 sources: LZ matches there cost ratio and decode speed at every
+// level (bf16 exponent plane, 32 KiB: level 1 2.72x at 1.1 GB/s decode, level 3 2.54x at
+// 0.84 GB/s, literal mode 3.07x at 2.4 GB/s; docs/ARCHITECTURE.md). CodecConfig::level applies to
 // chunks coded whole (plain zstd, and auto chunks with no plane structure such as text).
 constexpr int kPlaneLevel = -1000;
 
@@ -194,30 +190,23 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
     uint8_t mode = kModeRaw;
     size_t size = n;
     if (plan.compress[p] && n > 0) {
-      // Capacity n - 1: a coding that does not shrink the plane fails (huffman returns 0, zstd
-      // dstSize_tooSmall) and the plane is stored raw instead.
-      const size_t coded =
-          plan.transform == Transform::kNone ? 0 : huffman::Encode(planes[p], n, d + pos, n - 1);
-      if (coded) {
-        mode = kModeHuffman;
-        size = coded;
+      // Capacity n - 1: a frame that does not shrink the plane fails with dstSize_tooSmall and
+      // the plane is stored raw instead.
+      size_t r;
+      if (plan.transform == Transform::kNone) {
+        if (!ts.cctx && !(ts.cctx = ZSTD_createCCtx()))
+          return Status::Error(ENOMEM, "codec: ZSTD_createCCtx failed");
+        r = ZSTD_compressCCtx(ts.cctx, d + pos, n - 1, planes[p], n, config_.level);
       } else {
-        size_t r;
-        if (plan.transform == Transform::kNone) {
-          if (!ts.cctx && !(ts.cctx = ZSTD_createCCtx()))
-            return Status::Error(ENOMEM, "codec: ZSTD_createCCtx failed");
-          r = ZSTD_compressCCtx(ts.cctx, d + pos, n - 1, planes[p], n, config_.level);
-        } else {
-          ZSTD_CCtx* pctx = ts.PlaneContext();
-          if (!pctx) return Status::Error(ENOMEM, "codec: ZSTD_createCCtx failed");
-          r = ZSTD_compress2(pctx, d + pos, n - 1, planes[p], n);
-        }
-        if (!ZSTD_isError(r)) {
-          mode = kModeZstd;
-          size = r;
-        } else if (ZSTD_getErrorCode(r) != ZSTD_error_dstSize_tooSmall) {
-          return ZstdError("compress", r);
-        }
+        ZSTD_CCtx* pctx = ts.PlaneContext();
+        if (!pctx) return Status::Error(ENOMEM, "codec: ZSTD_createCCtx failed");
+        r = ZSTD_compress2(pctx, d + pos, n - 1, planes[p], n);
+      }
+      if (!ZSTD_isError(r)) {
+        mode = kModeZstd;
+        size = r;
+      } else if (ZSTD_getErrorCode(r) != ZSTD_error_dstSize_tooSmall) {
+        return ZstdError("compress", r);
       }
     }
     if (mode == kModeRaw) memcpy(d + pos, planes[p], n);
@@ -257,10 +246,8 @@ Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len, boo
     size[p] = Get32(desc + kDescriptor * p + 1);
     if (mode[p] == kModeRaw) {
       if (size[p] != n) return Corrupt("raw plane of the wrong length");
-    } else if (mode[p] == kModeZstd || mode[p] == kModeHuffman) {
-      if (size[p] == 0 || size[p] >= n) return Corrupt("coded plane of impossible length");
-      if (mode[p] == kModeHuffman && transform == Transform::kNone)
-        return Corrupt("huffman plane in an unsplit chunk");
+    } else if (mode[p] == kModeZstd) {
+      if (size[p] == 0 || size[p] >= n) return Corrupt("zstd plane of impossible length");
     } else {
       return Corrupt("unknown plane mode");
     }
@@ -283,14 +270,10 @@ Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len, boo
           return Status::Error(ENOMEM, "codec: no memory for plane scratch");
         out = scratch + p * n;
       }
-      if (mode[p] == kModeHuffman) {
-        if (!huffman::Decode(payload, size[p], out, n)) return Corrupt("malformed huffman plane");
-      } else {
-        if (!ts.dctx && !(ts.dctx = ZSTD_createDCtx()))
-          return Status::Error(ENOMEM, "codec: ZSTD_createDCtx failed");
-        size_t r = ZSTD_decompressDCtx(ts.dctx, out, n, payload, size[p]);
-        if (ZSTD_isError(r) || r != n) return Corrupt("zstd plane does not decode to its length");
-      }
+      if (!ts.dctx && !(ts.dctx = ZSTD_createDCtx()))
+        return Status::Error(ENOMEM, "codec: ZSTD_createDCtx failed");
+      size_t r = ZSTD_decompressDCtx(ts.dctx, out, n, payload, size[p]);
+      if (ZSTD_isError(r) || r != n) return Corrupt("zstd plane does not decode to its length");
       planes[p] = out;
     }
     payload += size[p];
