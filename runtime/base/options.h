@@ -77,7 +77,11 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "over every layer, so that decode and DMA overlap in every copy (ZRTIER_POLICY=reuse only)") \
   X(kDmaBatch, "DMA_BATCH", kBool, "1", "", "", "",                                              \
     "1 = queue each piece's DMAs with one cudaMemcpyBatchAsync (CUDA 12.8+); 0 = one "            \
-    "cudaMemcpyAsync per run of slots")
+    "cudaMemcpyAsync per run of slots")                                                         \
+  X(kH2dAsync, "H2D_ASYNC", kBool, "1", "", "", "",                                              \
+    "1 = an asynchronous copy from zrtier memory to the GPU may return before its last chunks "   \
+    "are decoded: their DMAs wait in the stream on a flag the decode sets (cuStreamWaitValue32); " \
+    "0 = the copy call waits for every chunk")
 // clang-format on
 
 enum class Opt : int {

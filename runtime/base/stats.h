@@ -76,7 +76,8 @@ enum class StatKind { kCounter, kGauge };
   X(t0_writebacks, kCounter, "", "owned T0 slots written back into their regions")              \
   X(h2d_t0_hit_bytes, kCounter, "bytes", "bytes of host-to-device copies found cached in T0 slots") \
   X(t0_spread_permille, kGauge, "", "thousandths of chunk groups the T0 spread keeps (0: not yet, or off)") \
-  X(fault_blocks_dropped, kCounter, "", "CPU-fault blocks not learned: the predictor's learner was too far behind")
+  X(fault_blocks_dropped, kCounter, "", "CPU-fault blocks not learned: the predictor's learner was too far behind") \
+  X(h2d_deferred_pieces, kCounter, "", "H2D pieces queued behind a stream flag while still filling (ZRTIER_H2D_ASYNC)")
 // clang-format on
 
 enum class Stat : int {
@@ -126,7 +127,7 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
 // t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
 // fault_blocks_dropped; 9: dma_calls
-inline constexpr uint32_t kStatsVersion = 9;
+inline constexpr uint32_t kStatsVersion = 10;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

@@ -25,18 +25,6 @@ struct PieceChunk {
   bool resident = false;  // installed in the region (T1) when planned: a miss of it is a memcpy
 };
 
-// One piece of a host-to-device copy on its way: its slots are pinned and its misses are being
-// filled by the workers. Owned by the copy call; the fill batch references it until it is done.
-struct H2DPiece {
-  const char* begin;  // the bytes of the copy it covers: [begin, end)
-  const char* end;
-  std::vector<PieceChunk> chunks;
-  std::vector<size_t> misses;                // indexes into chunks
-  std::shared_ptr<FillWorkers::Batch> fill;  // null: every chunk was a hit
-  std::atomic<bool> failed{false};
-  bool ready() const { return !fill || fill->done(); }
-};
-
 // Pieces of one host-to-device copy in flight at once: enough to keep every worker busy while the
 // oldest is finished and the GPU moves the one before. The copy waits for its oldest piece, so the
 // workers run dry whenever that one lags and the window is full: on the 16-core H100 machine, 4
@@ -72,6 +60,25 @@ void RecordStall(uint64_t ns) {
 }
 
 }  // namespace
+
+// One piece of a host-to-device copy on its way: its slots are pinned and its misses are being
+// filled by the workers. Owned by the copy call, which issues it once filled -- or, deferred
+// (Shim::DeferH2D), by the fill batch, whose last step finishes and deletes it.
+struct Shim::H2DPiece {
+  const char* begin;  // the bytes of the copy it covers: [begin, end)
+  const char* end;
+  std::vector<PieceChunk> chunks;
+  std::vector<size_t> misses;                // indexes into chunks
+  std::shared_ptr<FillWorkers::Batch> fill;  // null: every chunk was a hit
+  std::atomic<bool> failed{false};
+  // Who ends a piece with a fill: the fill's last step and DeferH2D each swap in their state; the
+  // one that finds the other's state there finishes a deferred piece (FinishDeferred).
+  enum State { kFilling, kFilled, kDeferred };
+  std::atomic<int> state{kFilling};
+  uint64_t region = 0;  // set when deferred
+  int flag = -1;        // the StreamFlags token its DMAs wait on, once deferred
+  bool ready() const { return !fill || fill->done(); }
+};
 
 // Fills slots inside the stream (ordered mode): runs after every earlier operation of the stream,
 // including the host functions that publish queued D2H copies.
@@ -375,8 +382,99 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
   return err;
 }
 
+bool Shim::DeferH2D(std::unique_ptr<H2DPiece>& piece, char* dst0, const char* src0, uint64_t region,
+                    cudaStream_t stream, cudaError_t* err) {
+  cudaError_t e = cudaSuccess;
+  cudaEvent_t ev = pool_->events()->Get(&e);
+  if (!ev) return false;
+  const int flag = flags_->Enqueue(stream);
+  if (flag < 0) {
+    pool_->events()->Put(ev);
+    return false;
+  }
+  H2DPiece* p = piece.get();
+  p->region = region;
+  p->flag = flag;
+  // Every chunk's DMA reads its slot: whether a miss is a never-written chunk (a memset in
+  // IssueH2D) is known only once it is filled.
+  DmaBatch dmas(api_, cudaMemcpyHostToDevice);
+  std::vector<int> busy;
+  busy.reserve(p->chunks.size());
+  for (const PieceChunk& c : p->chunks) {
+    const char* lo = std::max<const char*>(p->begin, c.start);
+    const char* hi = std::min<const char*>(p->end, c.start + chunk_);
+    dmas.Add(dst0 + (lo - src0), pool_->SlotPtr(c.slot) + (lo - c.start), hi - lo);
+    busy.push_back(c.slot);
+  }
+  StatAdd(Stat::h2d_dma_ops, dmas.size());
+  e = dmas.Issue(stream);
+  if (e == cudaSuccess) e = api_->cudaEventRecord(ev, stream);
+  if (e != cudaSuccess) {
+    // Finished here: the stream drains only once the flag is set, and the slots are released
+    // only once it has drained. Nothing is published.
+    pool_->events()->Put(ev);
+    workers_->Wait(*p->fill);
+    flags_->Signal(flag);
+    DmaBatch::Synchronize(api_, stream);
+    pool_->UnpinRun(busy.data(), busy.size());
+    piece.reset();
+    *err = e;
+    return true;
+  }
+  pool_->AddInflight(ev, busy);
+  StatAdd(Stat::h2d_deferred_pieces, 1);
+  {
+    std::lock_guard<std::mutex> l(deferred_mu_);
+    while (!deferred_.empty() && deferred_.front()->done()) deferred_.pop_front();
+    deferred_.push_back(p->fill);
+  }
+  piece.release();
+  // The fill may have ended meanwhile: then its last step left the piece to us.
+  if (p->state.exchange(H2DPiece::kDeferred, std::memory_order_acq_rel) == H2DPiece::kFilled)
+    FinishDeferred(p);
+  *err = cudaSuccess;
+  return true;
+}
+
+void Shim::FinishDeferred(H2DPiece* p) {
+  std::vector<PinnedPool::PublishItem> items;
+  std::vector<int> slots;
+  const bool failed = p->failed.load(std::memory_order_relaxed);
+  for (PieceChunk& c : p->chunks) {
+    if (!c.hit && c.zero) memset(pool_->SlotPtr(c.slot), 0, chunk_);
+    if (!failed && !c.hit && !c.zero) items.push_back({c.slot, c.index, c.gen, c.resident});
+    slots.push_back(c.slot);
+  }
+  if (failed)
+    Log(LogLevel::kError,
+        "a host-to-device copy had already returned when reading its chunks failed: the GPU got "
+        "zeros for them");
+  pool_->PublishRun(p->region, items.data(), items.size());
+  pool_->UnpinRun(slots.data(), slots.size());
+  // The slots hold the bytes: the DMAs may run (the release store orders the fills' stores).
+  flags_->Signal(p->flag);
+  delete p;
+}
+
+bool Shim::HelpDeferred() {
+  std::shared_ptr<FillWorkers::Batch> b;
+  {
+    std::lock_guard<std::mutex> l(deferred_mu_);
+    while (!deferred_.empty() && deferred_.front()->done()) deferred_.pop_front();
+    if (deferred_.empty()) return false;
+    b = deferred_.front();
+  }
+  workers_->Wait(*b);
+  return true;
+}
+
+void Shim::DrainDeferred() {
+  while (HelpDeferred()) {
+  }
+}
+
 cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src, size_t n,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, bool sync) {
   char* base = static_cast<char*>(r.base);
   const char* end = src + n;
   const uint64_t first = (src - base) / chunk_, last = (end - 1 - base) / chunk_;
@@ -406,6 +504,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   const size_t max_chunks =
       std::max(max_piece_chunks_, std::min(16 * max_piece_chunks_, slots / 4));
   size_t piece_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
+  const bool defer = !sync && h2d_async();
   bool all_ready = true;
   uint64_t stall = 0;
   std::deque<std::unique_ptr<H2DPiece>> inflight;
@@ -438,6 +537,9 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
       if (pool_->transit_slots() > transit_budget) {
         if (!inflight.empty()) {
           room = false;
+        } else if (defer && HelpDeferred()) {
+          // Nothing of this copy left to wait for: fill what was handed to the streams.
+          continue;
         } else if (const uint64_t waited = pool_->WaitOldest(); waited > 0) {
           stall += waited;
           continue;
@@ -479,19 +581,26 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
         if (!pc->misses.empty()) {
           all_ready = false;
           H2DPiece* raw = pc.get();
-          raw->fill = workers_->Submit(raw->misses.size(), [this, raw](size_t k) {
-            PieceChunk& c = raw->chunks[raw->misses[k]];
-            uint64_t t0 = MonotonicNs();
-            Status st = backend_->ReadChunk(c.start, pool_->SlotPtr(c.slot), &c.zero, &c.gen);
-            StatAdd(Stat::fill_ns, MonotonicNs() - t0);
-            if (!st.ok()) {
-              Log(LogLevel::kError, "host-to-device copy from %p: %s",
-                  static_cast<const void*>(c.start), st.ToString().c_str());
-              raw->failed = true;
-              c.zero = true;
-              return;
-            }
-          });
+          raw->fill = workers_->Submit(
+              raw->misses.size(),
+              [this, raw](size_t k) {
+                PieceChunk& c = raw->chunks[raw->misses[k]];
+                uint64_t t0 = MonotonicNs();
+                Status st = backend_->ReadChunk(c.start, pool_->SlotPtr(c.slot), &c.zero, &c.gen);
+                StatAdd(Stat::fill_ns, MonotonicNs() - t0);
+                if (!st.ok()) {
+                  Log(LogLevel::kError, "host-to-device copy from %p: %s",
+                      static_cast<const void*>(c.start), st.ToString().c_str());
+                  raw->failed = true;
+                  c.zero = true;
+                  return;
+                }
+              },
+              [this, raw] {
+                if (raw->state.exchange(H2DPiece::kFilled, std::memory_order_acq_rel) ==
+                    H2DPiece::kDeferred)
+                  FinishDeferred(raw);
+              });
         }
         inflight.push_back(std::move(pc));
         StatAdd(Stat::copy_plan_ns, MonotonicNs() - t_plan);
@@ -504,7 +613,23 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
         continue;
       }
     }
-    // 3. Help fill the oldest piece, then issue it (step 1).
+    // 3. The oldest piece is still filling. An asynchronous copy hands it to the stream and plans
+    //    on (or, nothing left to plan, returns); else -- or with no flag free -- help fill it,
+    //    then issue it (step 1).
+    if (defer) {
+      const uint64_t t0 = MonotonicNs();
+      cudaError_t derr = cudaSuccess;
+      const bool handed =
+          DeferH2D(inflight.front(), static_cast<char*>(dst), src, r.id, stream, &derr);
+      StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
+      if (handed) {
+        inflight.pop_front();
+        report();
+        err = derr;
+        if (err != cudaSuccess) break;
+        continue;
+      }
+    }
     uint64_t t_wait = MonotonicNs();
     workers_->Wait(*inflight.front()->fill);
     StatAdd(Stat::copy_wait_ns, MonotonicNs() - t_wait);

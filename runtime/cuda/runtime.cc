@@ -95,14 +95,17 @@ void BuildShimLocked() {
   cfg.min_alloc = opts.Size(Opt::kMinAlloc);
   cfg.workers = ResolveWorkers(opts.Int(Opt::kWorkers)) - 1;  // the copying thread is one of them
   cfg.prefetch_options = g_opts;
+  cfg.async_h2d = opts.Bool(Opt::kH2dAsync);
   DmaBatch::SetEnabled(opts.Bool(Opt::kDmaBatch));
   Shim* shim = new Shim(api, MakeEngineBackend(std::move(engine)), std::move(pool), cfg);
   Log(LogLevel::kInfo,
-      "active: chunk %zu, T0 pool %s, min alloc %s, D2H copies end on %s, DMAs queued %s",
+      "active: chunk %zu, T0 pool %s, min alloc %s, D2H copies end on %s, DMAs queued %s, "
+      "async H2D copies return %s",
       shim->pool()->slot_size(), FormatSize(shim->pool()->bytes()).c_str(),
       FormatSize(cfg.min_alloc).c_str(),
       shim->d2h_ends_on_flags() ? "stream flags" : "host functions",
-      DmaBatch::Active(api) ? "in batches" : "one by one");
+      DmaBatch::Active(api) ? "in batches" : "one by one",
+      shim->h2d_async() ? "before their last fills" : "once filled");
   g_shim.store(shim, std::memory_order_release);
   g_state.store(kActive, std::memory_order_release);
 }

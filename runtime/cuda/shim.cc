@@ -8,8 +8,9 @@
 
 namespace zrtier {
 
-// D2H copies that can end on a stream flag at once (more end with a host function).
-constexpr size_t kStreamFlags = 256;
+// Stream flags: D2H copies ending on one and deferred H2D pieces waiting on one, at once (a D2H
+// copy beyond that ends with a host function, a piece beyond it is waited for).
+constexpr size_t kStreamFlags = 1024;
 
 Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
            std::unique_ptr<PinnedPool> pool, const ShimConfig& cfg)
@@ -35,6 +36,7 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
 Shim::~Shim() {
   prefetch_.reset();
   api_->cudaDeviceSynchronize();
+  DrainDeferred();  // done by now, unless the device is gone
   watcher_.reset();
   WaitForWriteBack();
   workers_.reset();
@@ -82,6 +84,7 @@ cudaError_t Shim::FreeHost(void* p) {
     // Like the real cudaFreeHost: nothing queued may still use the memory. This also runs every
     // pending publish host function of the region.
     api_->cudaDeviceSynchronize();
+    DrainDeferred();  // every deferred fill has run by now, unless the device is gone
     {
       std::unique_lock<std::shared_mutex> l(regions_mu_);  // waits for prefetches reading it
       regions_.erase(r.id);
@@ -235,7 +238,7 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
     if (!other_device) {
       err = CopyHostHost(dst, src, n, stream);
     } else if (sreg) {
-      err = CopyFromRegion(dst, rs, static_cast<const char*>(src), n, stream);
+      err = CopyFromRegion(dst, rs, static_cast<const char*>(src), n, stream, sync);
       StatAdd(Stat::h2d_copies, 1);
       StatAdd(Stat::h2d_bytes, n);
     } else {

@@ -8,9 +8,13 @@
 //        slot by the fill workers), issue the real cudaMemcpyAsync from the slot on the caller's
 //        stream, record a pooled event that releases the slots; never-written chunks become
 //        cudaMemsetAsync. Pipelined: up to eight pieces are in flight (planned, filling on the
-//        workers, on the wire), so decode never waits for the DMA or the planning. If a D2H into
-//        one of the chunks is still queued (not yet published) the fill itself is enqueued on the
-//        stream as a host function, so the copy sees the bytes in stream order.
+//        workers, on the wire), so decode never waits for the DMA or the planning. An asynchronous
+//        copy (ZRTIER_H2D_ASYNC) does not wait for a piece still filling when it needs room to
+//        plan, or has nothing left to plan: it queues the piece's DMAs behind a wait on a
+//        StreamFlags word that the piece's fill sets, and returns once every piece is queued -- the
+//        caller plans its next copy while the workers still fill this one's last pieces. If a D2H
+//        into one of the chunks is still queued (not yet published) the fill itself is enqueued on
+//        the stream as a host function, so the copy sees the bytes in stream order.
 //   D2H  real copies into slots on the caller's stream and an event behind each piece; when the
 //        event watcher sees a piece land it hands the slots to the fill workers, which publish
 //        them: a slot holding a whole chunk is adopted (RegionBackend::Adopt: the slot becomes the
@@ -30,6 +34,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -50,6 +55,9 @@ struct ShimConfig {
   size_t min_alloc = 1 << 20;        // ZRTIER_MIN_ALLOC
   size_t max_piece_bytes = 4 << 20;  // chunks per issued piece (bounded by the pool too)
   int workers = 0;                   // fill helper threads (ZRTIER_WORKERS resolved)
+  // Asynchronous H2D copies may return before their last fills (ZRTIER_H2D_ASYNC; needs stream
+  // flags and at least one worker).
+  bool async_h2d = true;
   // Options for the prefetcher (ZRTIER_PREFETCH_AHEAD, ZRTIER_WORKERS); null = no prefetching.
   const Options* prefetch_options = nullptr;
 };
@@ -92,16 +100,24 @@ class Shim {
   void DropT0(uint64_t region);
   // Waits until the write-back of owned slots in progress (if any) has finished.
   void WaitForWriteBack();
+  // Waits until every H2D piece handed to its stream still filling (DeferH2D) is filled and
+  // released, helping with the fills.
+  void DrainDeferred();
 
   RegionBackend* backend() { return backend_.get(); }
   PinnedPool* pool() { return pool_.get(); }
   // Whether D2H copies end their stream with a wait on a StreamFlags word (else a host function).
   bool d2h_ends_on_flags() const { return flags_->available(); }
+  // Whether asynchronous H2D copies may return before their last fills (see above).
+  bool h2d_async() const {
+    return cfg_.async_h2d && flags_->available() && workers_->threads() > 0;
+  }
 
  private:
   struct PublishGroup;
   struct PublishTask;
   struct FillTask;
+  struct H2DPiece;
   // Hands a landed D2H piece to the fill workers (from the event watcher, or inline).
   void StartPublish(PublishTask* task);
   static void CUDART_CB PublishEndFn(void* group);
@@ -114,8 +130,23 @@ class Shim {
   void ReapRetired(bool all);
   static void CUDART_CB FillFn(void* task);
 
+  // `sync`: the caller synchronizes the stream right after (no piece is handed to the stream
+  // still filling: the calling thread helps fill instead).
   cudaError_t CopyFromRegion(void* dst, const RegionInfo& r, const char* src, size_t n,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool sync);
+  // Hands `piece` (its slots pinned, its misses still filling on the workers) to `stream`: a wait
+  // on a StreamFlags word, then a DMA of every chunk from its slot (a never-written chunk's too:
+  // its slot is zeroed) and an event that keeps the slots until the DMAs are done; the fill's last
+  // step (FinishDeferred) publishes the filled chunks, unpins the slots and sets the word. `dst0`
+  // and `src0` are the copy's destination and source. Returns false, with nothing queued, when no
+  // event or stream flag is free: the caller waits for the fill instead. On true the piece is no
+  // longer the caller's (released, or finished here after a CUDA error, returned in *err).
+  bool DeferH2D(std::unique_ptr<H2DPiece>& piece, char* dst0, const char* src0, uint64_t region,
+                cudaStream_t stream, cudaError_t* err);
+  // The end of a deferred piece once it is filled (on whichever thread ran the fill's last item).
+  void FinishDeferred(H2DPiece* piece);
+  // Helps fill the oldest deferred piece still filling; false if there is none.
+  bool HelpDeferred();
   // The H2D path while a D2H into the same chunks is still queued: fills run as host functions.
   cudaError_t CopyFromRegionOrdered(void* dst, const RegionInfo& r, const char* src, size_t n,
                                     cudaStream_t stream);
@@ -151,9 +182,13 @@ class Shim {
   std::unique_ptr<PinnedPool> pool_;
   std::unique_ptr<FillWorkers> workers_;
   std::unique_ptr<EventWatcher> watcher_;  // D2H pieces landing; uses workers_
-  std::unique_ptr<StreamFlags> flags_;     // how D2H copies end their stream (else host functions)
-  std::mutex retired_mu_;                  // guards retired_
-  std::vector<PublishGroup*> retired_;     // finished groups, deleted by ReapRetired
+  // How D2H copies end their stream (else host functions), and what deferred H2D pieces wait on.
+  std::unique_ptr<StreamFlags> flags_;
+  std::mutex deferred_mu_;  // guards deferred_
+  // Fill batches of deferred H2D pieces, oldest first (done ones dropped as new ones come).
+  std::deque<std::shared_ptr<FillWorkers::Batch>> deferred_;
+  std::mutex retired_mu_;               // guards retired_
+  std::vector<PublishGroup*> retired_;  // finished groups, deleted by ReapRetired
   ShimConfig cfg_;
   // Live regions by id, for the prefetcher (which names chunks by region id). A prefetch reads a
   // region under a shared lock; FreeHost erases it under the exclusive lock before freeing, so no

@@ -59,7 +59,7 @@ int StreamFlags::Enqueue(cudaStream_t stream) {
   if (int rc = wait_(stream, addr, value, kWaitGeq); rc != 0) {
     ZRTIER_LOG_ONCE(LogLevel::kWarn,
                     "cuStreamWaitValue32 failed (CUresult %d): D2H copies end with a host "
-                    "function instead",
+                    "function instead, H2D copies wait for their fills",
                     rc);
     std::lock_guard<std::mutex> l(mu_);
     free_.push_back(t);

@@ -3,7 +3,9 @@
 // function at the end of the copy says so too, but its dispatch costs ~60 us after the last DMA
 // on the H100 machine (docs/PERFORMANCE.md, "The end of a D2H copy"). With a flag the stream
 // waits on a word in mapped pinned memory instead, and the thread that finishes the publish
-// releases it with one store.
+// releases it with one store. An asynchronous H2D copy uses the same words the other way round:
+// a piece's DMAs, queued while its slots are still being filled, wait on a word that the fill's
+// last step sets (Shim::DeferH2D), so the copy call returns without waiting for its decodes.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once

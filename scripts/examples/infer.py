@@ -25,7 +25,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 # zrtier's counters of the copy path, when it is loaded (LD_PRELOAD): where a forward pass's time
 # goes (nanoseconds, summed over the process; fill_ns over every fill worker).
 PROFILE = ("h2d_copies", "copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns",
-           "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes", "h2d_dma_ops", "dma_calls")
+           "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes", "h2d_dma_ops", "dma_calls", "h2d_deferred_pieces")
 
 
 def zrtier_stat_fn():
@@ -271,6 +271,7 @@ def main():
             "t0_hit_fraction": round(d["h2d_t0_hit_bytes"] / d["h2d_bytes"], 3) if d["h2d_bytes"] else 0,
             "h2d_dmas": round(d["h2d_dma_ops"]),
             "dma_calls": round(d["dma_calls"]),
+            "deferred_pieces": round(d["h2d_deferred_pieces"]),
         }
     print(json.dumps(result))
     if args.out:

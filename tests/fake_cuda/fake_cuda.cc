@@ -590,6 +590,12 @@ FAKE_API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) {
   ENTER();
   return SyncStream(s ? s : cudaStreamPerThread);
 }
+FAKE_API cudaError_t cudaStreamQuery(cudaStream_t s) {
+  ENTER();
+  std::lock_guard<std::mutex> l(G()->mu);
+  Stream* st = Resolve(s);
+  return st->completed >= st->submitted ? cudaSuccess : cudaErrorNotReady;
+}
 FAKE_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* st) {
   ENTER();
   if (!st) return Fail(cudaErrorInvalidValue);

@@ -4,6 +4,7 @@
 // engine's write-protect fault that bumps the generation.
 #pragma once
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -49,6 +50,14 @@ class HeapBackend : public RegionBackend {
     return true;
   }
   Status Read(const void* src, size_t len, void* dst, bool* zero) override {
+    {
+      std::unique_lock<std::mutex> g(gate_mu_);
+      ++waiting_;
+      gate_cv_.notify_all();
+      gate_cv_.wait(g, [&] { return !held_; });
+      --waiting_;
+      if (fail_reads_) return Status::Error(EIO, "read failure injected by the test");
+    }
     std::lock_guard<std::mutex> l(mu_);
     Region* r = Find(src);
     if (!r || !Inside(*r, src, len)) return Status::Error(EINVAL, "read outside a region");
@@ -101,6 +110,26 @@ class HeapBackend : public RegionBackend {
     }
   }
   uint64_t reads() const { return reads_; }
+  // While held, every Read blocks (before reading anything) until Release.
+  void Hold() {
+    std::lock_guard<std::mutex> g(gate_mu_);
+    held_ = true;
+  }
+  void Release() {
+    std::lock_guard<std::mutex> g(gate_mu_);
+    held_ = false;
+    gate_cv_.notify_all();
+  }
+  // Waits until at least `n` reads are blocked by Hold.
+  void AwaitHeldReads(int n) {
+    std::unique_lock<std::mutex> g(gate_mu_);
+    gate_cv_.wait(g, [&] { return waiting_ >= n; });
+  }
+  // Every later Read fails with EIO (until called with false).
+  void FailReads(bool fail) {
+    std::lock_guard<std::mutex> g(gate_mu_);
+    fail_reads_ = fail;
+  }
 
  private:
   struct Region {
@@ -127,6 +156,10 @@ class HeapBackend : public RegionBackend {
   uint64_t next_id_ = 0;
   uint64_t gen_ = 0;
   uint64_t reads_ = 0;
+  std::mutex gate_mu_;  // guards the fields below
+  std::condition_variable gate_cv_;
+  bool held_ = false, fail_reads_ = false;
+  int waiting_ = 0;  // reads blocked by Hold
 };
 
 }  // namespace zrtier::testing

@@ -121,9 +121,10 @@ void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend, bool cpu_reads) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
   for (auto& th : threads) th.join();
-  printf("%llu rounds, %llu owned T0 slots written back\n",
+  printf("%llu rounds, %llu owned T0 slots written back, %llu H2D pieces deferred\n",
          static_cast<unsigned long long>(ops.load()),
-         static_cast<unsigned long long>(StatGet(Stat::t0_writebacks)));
+         static_cast<unsigned long long>(StatGet(Stat::t0_writebacks)),
+         static_cast<unsigned long long>(StatGet(Stat::h2d_deferred_pieces)));
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(ops.load(), 0u);
   EXPECT_EQ(fakecudaPageableAsyncCopies(), pageable0) << "region memory was handed to a DMA";

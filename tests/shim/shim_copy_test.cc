@@ -4,8 +4,11 @@
 // queries on regions.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "runtime/base/stats.h"
@@ -23,7 +26,7 @@ constexpr size_t kChunk = 64 << 10;
 
 class ShimCopyTest : public ::testing::Test {
  protected:
-  void Make(size_t pool_slots) {
+  void Make(size_t pool_slots, bool async_h2d = true) {
     ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
     api_ = RealCudaApi();
     auto backend = std::make_unique<testing::HeapBackend>(kChunk);
@@ -33,6 +36,7 @@ class ShimCopyTest : public ::testing::Test {
     ShimConfig cfg;
     cfg.min_alloc = 1 << 20;
     cfg.workers = 2;
+    cfg.async_h2d = async_h2d;
     shim_ = std::make_unique<Shim>(api_, std::move(backend), std::move(pool), cfg);
     pageable0_ = fakecudaPageableAsyncCopies();
   }
@@ -257,6 +261,142 @@ TEST_F(ShimCopyTest, NeverWrittenChunksBecomeMemset) {
   ClearDevice(d, n);
   ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
   EXPECT_EQ(ReadDevice(d, n), want);
+}
+
+// An asynchronous H2D copy whose chunks are still being read returns anyway: its pieces wait in
+// the stream on flags their fills set. Here every read is held, so the copy must return with
+// every piece handed to the stream and nothing moved; once the reads go on, the GPU gets every
+// byte (never-written chunks as zeros), the chunks are cached in T0 (the next copy is all hits),
+// and a cudaFreeHost right after another such copy waits for its fills.
+TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
+  Make(64);
+  ASSERT_TRUE(shim_->h2d_async());
+  const size_t n = 16 * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  std::vector<char> want(n, 0);
+  auto head = Random(5 * kChunk, 11), tail = Random(9 * kChunk - 300, 12);  // 5, 6 never written
+  CpuWrite(r, head);
+  CpuWrite(r + 7 * kChunk, tail);
+  memcpy(want.data(), head.data(), head.size());
+  memcpy(want.data() + 7 * kChunk, tail.data(), tail.size());
+  ClearDevice(d, n);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces), waits = fakecudaStreamWaits();
+  heap_->Hold();
+  auto copy = std::async(std::launch::async,
+                         [&] { return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false); });
+  if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    heap_->Release();
+    FAIL() << "the copy waited for its fills";
+  }
+  EXPECT_EQ(copy.get(), cudaSuccess);
+  const uint64_t pieces = StatGet(Stat::h2d_deferred_pieces) - deferred;
+  EXPECT_GE(pieces, 2u);  // at least every piece but the first planned
+  EXPECT_EQ(fakecudaStreamWaits() - waits, pieces);
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+  heap_->Release();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), want);
+
+  // Published when filled: the same copy again reads nothing (the never-written chunks are not
+  // cached; they read as zeros again, which reads no bytes).
+  ClearDevice(d, n);
+  const uint64_t reads = heap_->reads(), hit_bytes = StatGet(Stat::h2d_t0_hit_bytes);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), want);
+  EXPECT_EQ(heap_->reads(), reads);
+  EXPECT_EQ(StatGet(Stat::h2d_t0_hit_bytes), hit_bytes + n - 2 * kChunk);
+
+  // New bytes, held again; the region is freed right after the copy returns: the free waits for
+  // the stream, which waits for the fills.
+  auto fresh = Random(n, 13);
+  CpuWrite(r, fresh);
+  ClearDevice(d, n);
+  heap_->Hold();
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  auto release = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    heap_->Release();
+  });
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+  release.get();
+  EXPECT_EQ(ReadDevice(d, n), fresh);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
+// Copies that must not return before their fills wait for them: a synchronous one (the calling
+// thread helps fill instead of sleeping in the stream), one where the driver refuses stream waits
+// (FAKE_CUDA_NO_MEMOPS=1), and every one with ZRTIER_H2D_ASYNC=0. Each gives the exact bytes and
+// hands no piece to the stream.
+TEST_F(ShimCopyTest, CopiesThatCannotDeferWaitForTheirFills) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "sync" : variant == 1 ? "no stream waits" : "ZRTIER_H2D_ASYNC=0");
+    shim_.reset();
+    Make(64, /*async_h2d=*/variant != 2);
+    if (variant == 1) setenv("FAKE_CUDA_NO_MEMOPS", "1", 1);
+    const size_t n = 16 * kChunk;
+    char* r = Region(n);
+    char* d = Device(n);
+    auto data = Random(n, 20 + variant);
+    CpuWrite(r, data);
+    ClearDevice(d, n);
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
+    heap_->Hold();
+    auto copy = std::async(std::launch::async, [&] {
+      return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, variant == 0);
+    });
+    heap_->AwaitHeldReads(1);
+    // Held reads: the copy cannot have finished (it would be ready within this wait if it
+    // returned without its fills).
+    EXPECT_EQ(copy.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+    heap_->Release();
+    EXPECT_EQ(copy.get(), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(ReadDevice(d, n), data);
+    EXPECT_EQ(StatGet(Stat::h2d_deferred_pieces), deferred);
+    unsetenv("FAKE_CUDA_NO_MEMOPS");
+    ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  }
+}
+
+// A read that fails after the copy returned cannot fail the copy: the GPU gets zeros for the
+// chunk (and the error is logged), nothing of it is cached, and the next copy reads it again.
+TEST_F(ShimCopyTest, AFailedFillOfADeferredPieceGivesZerosAndCachesNothing) {
+  Make(64);
+  const size_t n = 16 * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  auto data = Random(n, 30);
+  CpuWrite(r, data);
+  ClearDevice(d, n);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
+  heap_->Hold();
+  heap_->FailReads(true);
+  auto copy = std::async(std::launch::async,
+                         [&] { return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false); });
+  if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    heap_->Release();
+    FAIL() << "the copy waited for its fills";
+  }
+  EXPECT_EQ(copy.get(), cudaSuccess);
+  EXPECT_GT(StatGet(Stat::h2d_deferred_pieces), deferred);
+  heap_->Release();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  // Every read failed after the copy returned (a piece filled inside the call would have failed
+  // the copy): every chunk arrives as zeros.
+  EXPECT_EQ(ReadDevice(d, n), std::vector<char>(n, 0));
+  heap_->FailReads(false);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
 TEST_F(ShimCopyTest, D2HThenH2DSameStreamWithoutSync) {
