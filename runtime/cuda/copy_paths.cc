@@ -496,15 +496,21 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
 
   // Pipelined: plan piece i+1 (pin hits, take slots for misses, queue the misses' fill on the
   // workers) while the workers fill piece i and the GPU moves piece i-1. A piece holds at most
-  // max_piece_chunks_ misses; pieces start at a quarter of that, so the first DMA starts early, and
-  // double up to 16x, so that data already in T0 leaves in few long DMAs.
+  // `piece_misses` misses; pieces start at a quarter of that, so the first DMA starts early, and
+  // double up to 16x, so that data already in T0 leaves in few long DMAs. An asynchronous copy's
+  // pieces are 4x those of a synchronous one (within a quarter of the pool): nothing waits for a
+  // piece's fill, and each piece costs the copying thread a stream wait, a batch call, an event and
+  // a reap of earlier events: with infer.py at pool 50 % (T2) on the H100 machine, 2.2x fewer
+  // pieces cut the copying thread's planning and issuing per pass from 78-121 to 61-86 ms in four
+  // A/B pairs (PERFORMANCE.md, "Session 24").
   const size_t slots = pool_->slots();
-  const size_t window = std::clamp<size_t>(slots / 2 / max_piece_chunks_, 1, kMaxWindow);
-  const size_t transit_budget = TransitBudget(slots, max_piece_chunks_);
-  const size_t max_chunks =
-      std::max(max_piece_chunks_, std::min(16 * max_piece_chunks_, slots / 4));
-  size_t piece_chunks = std::max<size_t>(1, max_piece_chunks_ / 4);
   const bool defer = !sync && h2d_async();
+  const size_t piece_misses =
+      defer ? std::min(4 * max_piece_chunks_, std::max<size_t>(1, slots / 4)) : max_piece_chunks_;
+  const size_t window = std::clamp<size_t>(slots / 2 / piece_misses, 1, kMaxWindow);
+  const size_t transit_budget = TransitBudget(slots, piece_misses);
+  const size_t max_chunks = std::max(piece_misses, std::min(16 * piece_misses, slots / 4));
+  size_t piece_chunks = std::max<size_t>(1, piece_misses / 4);
   bool all_ready = true;
   uint64_t stall = 0;
   std::deque<std::unique_ptr<H2DPiece>> inflight;
@@ -560,7 +566,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
         backend_->PrepareRead(base + first_index * chunk_, want * chunk_);
         backend_->Generations(base + first_index * chunk_, want, gens.data(), resident.get());
       }
-      size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), max_piece_chunks_, -1,
+      size_t got = pool_->PinRun(r.id, first_index, want, gens.data(), piece_misses, -1,
                                  piece_slots.data(), hits.get());
       uint64_t hit_bytes = 0;
       for (size_t i = 0; i < got; ++i) {
