@@ -1,8 +1,9 @@
 // libzrtier.so: the exported CUDA runtime symbols, each a one-line forwarder into
 // runtime/cuda/runtime.h (DESIGN.md section 6). Symbols are exactly the CUDA names, unversioned
 // (an unversioned definition satisfies libtorch's versioned references to libcudart.so.13), plus
-// the per-thread-default-stream (_ptds/_ptsz) variants of the copy calls. Nothing runs at load
-// time; dlsym and driver (cu*) calls are not interposed.
+// the per-thread-default-stream (_ptds/_ptsz) variants of the copy calls, and the synchronize
+// calls (whose thread helps fill an asynchronous copy's pieces before it waits). Nothing runs at
+// load time; dlsym and driver (cu*) calls are not interposed.
 #include <cuda_runtime_api.h>
 
 #include "runtime/cuda/cuda_api.h"
@@ -81,4 +82,13 @@ ZRTIER_HOOK cudaError_t cudaMemcpyBatchAsync_ptsz(void* const* dsts, const void*
                                                   cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
                                                   size_t num_attrs, cudaStream_t stream) {
   return HookMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, stream, true);
+}
+ZRTIER_HOOK cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return HookStreamSynchronize(stream);
+}
+ZRTIER_HOOK cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return HookEventSynchronize(event);
+}
+ZRTIER_HOOK cudaError_t cudaDeviceSynchronize() {
+  return HookDeviceSynchronize();
 }

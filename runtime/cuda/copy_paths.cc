@@ -427,6 +427,7 @@ bool Shim::DeferH2D(std::unique_ptr<H2DPiece>& piece, char* dst0, const char* sr
     std::lock_guard<std::mutex> l(deferred_mu_);
     while (!deferred_.empty() && deferred_.front()->done()) deferred_.pop_front();
     deferred_.push_back(p->fill);
+    deferred_count_.store(deferred_.size(), std::memory_order_relaxed);
   }
   piece.release();
   // The fill may have ended meanwhile: then its last step left the piece to us.
@@ -461,6 +462,7 @@ bool Shim::HelpDeferred() {
   {
     std::lock_guard<std::mutex> l(deferred_mu_);
     while (!deferred_.empty() && deferred_.front()->done()) deferred_.pop_front();
+    deferred_count_.store(deferred_.size(), std::memory_order_relaxed);
     if (deferred_.empty()) return false;
     b = deferred_.front();
   }

@@ -60,6 +60,7 @@ namespace zrtier {
   X(cudaEventSynchronize, true)       \
   X(cudaLaunchHostFunc, true)         \
   X(cudaStreamSynchronize, true)      \
+  X(cudaStreamQuery, false)           \
   X(cudaStreamIsCapturing, true)      \
   X(cudaDeviceSynchronize, true)      \
   X(cudaGetDevice, true)              \

@@ -235,6 +235,34 @@ cudaError_t HookMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
            : Missing(per_thread ? "cudaMemcpyAsync_ptsz" : "cudaMemcpyAsync");
 }
 
+cudaError_t HookStreamSynchronize(cudaStream_t stream) {
+  ErrnoKeeper keep;
+  auto query = REAL(cudaStreamQuery);
+  Shim* s = ActiveShim();
+  if (s && query && s->deferred_pending())
+    s->HelpFillsWhile([&] { return query(stream) == cudaErrorNotReady; });
+  auto f = REAL(cudaStreamSynchronize);
+  return f ? f(stream) : Missing("cudaStreamSynchronize");
+}
+
+cudaError_t HookEventSynchronize(cudaEvent_t event) {
+  ErrnoKeeper keep;
+  auto query = REAL(cudaEventQuery);
+  Shim* s = ActiveShim();
+  if (s && query && s->deferred_pending())
+    s->HelpFillsWhile([&] { return query(event) == cudaErrorNotReady; });
+  auto f = REAL(cudaEventSynchronize);
+  return f ? f(event) : Missing("cudaEventSynchronize");
+}
+
+cudaError_t HookDeviceSynchronize() {
+  ErrnoKeeper keep;
+  Shim* s = ActiveShim();
+  if (s && s->deferred_pending()) s->HelpFillsWhile([] { return true; });
+  auto f = REAL(cudaDeviceSynchronize);
+  return f ? f() : Missing("cudaDeviceSynchronize");
+}
+
 namespace {
 bool Involves2D(Shim* s, const void* p, size_t pitch, size_t width, size_t height) {
   if (width == 0 || height == 0) return false;

@@ -44,5 +44,12 @@ cudaError_t HookMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t 
 cudaError_t HookMemcpyBatchAsync(void* const* dsts, const void* const* srcs, const size_t* sizes,
                                  size_t count, cudaMemcpyAttributes* attrs, size_t* attrs_idxs,
                                  size_t num_attrs, cudaStream_t stream, bool per_thread);
+// The synchronize calls: while what they wait for is not done and an asynchronous H2D copy's
+// pieces are still filling (Shim::HelpFillsWhile), the calling thread helps fill them -- a
+// blocking PyTorch copy is cudaMemcpyAsync then cudaStreamSynchronize, and without this its
+// thread would sleep while the workers decode; then the real call.
+cudaError_t HookStreamSynchronize(cudaStream_t stream);
+cudaError_t HookEventSynchronize(cudaEvent_t event);
+cudaError_t HookDeviceSynchronize();
 
 }  // namespace zrtier

@@ -103,6 +103,16 @@ class Shim {
   // Waits until every H2D piece handed to its stream still filling (DeferH2D) is filled and
   // released, helping with the fills.
   void DrainDeferred();
+  // For the synchronize hooks: while `pending()` is true, helps fill the oldest deferred H2D piece
+  // still filling (the calling thread would otherwise sleep until its stream got past the flags
+  // those fills set). Returns at once when no piece is deferred (one lock, no CUDA call).
+  template <typename Pending>
+  void HelpFillsWhile(Pending pending) {
+    while (pending() && HelpDeferred()) {
+    }
+  }
+  // Whether some deferred H2D piece may still be filling (cheap, lock-free).
+  bool deferred_pending() const { return deferred_count_.load(std::memory_order_relaxed) > 0; }
 
   RegionBackend* backend() { return backend_.get(); }
   PinnedPool* pool() { return pool_.get(); }
@@ -187,8 +197,9 @@ class Shim {
   std::mutex deferred_mu_;  // guards deferred_
   // Fill batches of deferred H2D pieces, oldest first (done ones dropped as new ones come).
   std::deque<std::shared_ptr<FillWorkers::Batch>> deferred_;
-  std::mutex retired_mu_;               // guards retired_
-  std::vector<PublishGroup*> retired_;  // finished groups, deleted by ReapRetired
+  std::atomic<size_t> deferred_count_{0};  // deferred_.size(), readable without the lock
+  std::mutex retired_mu_;                  // guards retired_
+  std::vector<PublishGroup*> retired_;     // finished groups, deleted by ReapRetired
   ShimConfig cfg_;
   // Live regions by id, for the prefetcher (which names chunks by region id). A prefetch reads a
   // region under a shared lock; FreeHost erases it under the exclusive lock before freeing, so no

@@ -327,6 +327,43 @@ TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+// The synchronize hooks' help (Shim::HelpFillsWhile): a thread that would wait for a stream
+// behind deferred pieces fills them itself. With both workers blocked in held reads, a third
+// blocked read can only be the helping thread's; once the reads go on it drains every deferred
+// piece.
+TEST_F(ShimCopyTest, ASynchronizingThreadHelpsFillDeferredPieces) {
+  Make(64);
+  const size_t n = 16 * kChunk;
+  char* r = Region(n);
+  char* d = Device(n);
+  auto data = Random(n, 40);
+  CpuWrite(r, data);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_FALSE(shim_->deferred_pending());
+  heap_->Hold();
+  auto copy = std::async(std::launch::async,
+                         [&] { return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false); });
+  if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    heap_->Release();
+    FAIL() << "the copy waited for its fills";
+  }
+  ASSERT_EQ(copy.get(), cudaSuccess);
+  EXPECT_TRUE(shim_->deferred_pending());
+  int asked = 0;
+  shim_->HelpFillsWhile([&] { return ++asked < 0; });  // nothing pending by its measure
+  EXPECT_EQ(asked, 1);
+  heap_->AwaitHeldReads(2);  // both workers
+  auto help = std::async(std::launch::async, [&] { shim_->HelpFillsWhile([] { return true; }); });
+  heap_->AwaitHeldReads(3);  // the helper too
+  heap_->Release();
+  help.get();
+  EXPECT_FALSE(shim_->deferred_pending());
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 // Copies that must not return before their fills wait for them: a synchronous one (the calling
 // thread helps fill instead of sleeping in the stream), one where the driver refuses stream waits
 // (FAKE_CUDA_NO_MEMOPS=1), and every one with ZRTIER_H2D_ASYNC=0. Each gives the exact bytes and
