@@ -235,22 +235,27 @@ cudaError_t HookMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
            : Missing(per_thread ? "cudaMemcpyAsync_ptsz" : "cudaMemcpyAsync");
 }
 
-cudaError_t HookStreamSynchronize(cudaStream_t stream) {
-  ErrnoKeeper keep;
-  auto query = REAL(cudaStreamQuery);
+namespace {
+// While `query(h)` reports not ready and an asynchronous copy's pieces are still filling, the
+// calling thread fills them (a null query: the runtime lacks it, nothing is helped).
+template <typename H>
+void HelpUntilDone(cudaError_t (*query)(H), H h) {
   Shim* s = ActiveShim();
   if (s && query && s->deferred_pending())
-    s->HelpFillsWhile([&] { return query(stream) == cudaErrorNotReady; });
+    s->HelpFillsWhile([&] { return query(h) == cudaErrorNotReady; });
+}
+}  // namespace
+
+cudaError_t HookStreamSynchronize(cudaStream_t stream) {
+  ErrnoKeeper keep;
+  HelpUntilDone(REAL(cudaStreamQuery), stream);
   auto f = REAL(cudaStreamSynchronize);
   return f ? f(stream) : Missing("cudaStreamSynchronize");
 }
 
 cudaError_t HookEventSynchronize(cudaEvent_t event) {
   ErrnoKeeper keep;
-  auto query = REAL(cudaEventQuery);
-  Shim* s = ActiveShim();
-  if (s && query && s->deferred_pending())
-    s->HelpFillsWhile([&] { return query(event) == cudaErrorNotReady; });
+  HelpUntilDone(REAL(cudaEventQuery), event);
   auto f = REAL(cudaEventSynchronize);
   return f ? f(event) : Missing("cudaEventSynchronize");
 }

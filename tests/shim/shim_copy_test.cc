@@ -96,6 +96,21 @@ class ShimCopyTest : public ::testing::Test {
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   }
 
+  // Holds every read, then copies [r, r+n) to `d` on `s` (asynchronously) on another thread: the
+  // copy must return, successfully, while its reads are held -- its pieces handed to the stream.
+  // The reads stay held.
+  void CopyWithReadsHeld(char* d, const char* r, size_t n, cudaStream_t s) {
+    heap_->Hold();
+    auto copy = std::async(std::launch::async, [&] {
+      return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false);
+    });
+    if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      heap_->Release();
+      FAIL() << "the copy waited for its fills";
+    }
+    EXPECT_EQ(copy.get(), cudaSuccess);
+  }
+
   const CudaApi* api_ = nullptr;
   testing::HeapBackend* heap_ = nullptr;
   std::unique_ptr<Shim> shim_;
@@ -284,14 +299,7 @@ TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces), waits = fakecudaStreamWaits();
-  heap_->Hold();
-  auto copy = std::async(std::launch::async,
-                         [&] { return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false); });
-  if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    heap_->Release();
-    FAIL() << "the copy waited for its fills";
-  }
-  EXPECT_EQ(copy.get(), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(CopyWithReadsHeld(d, r, n, s));
   const uint64_t pieces = StatGet(Stat::h2d_deferred_pieces) - deferred;
   EXPECT_GE(pieces, 2u);  // at least every piece but the first planned
   EXPECT_EQ(fakecudaStreamWaits() - waits, pieces);
@@ -341,14 +349,7 @@ TEST_F(ShimCopyTest, ASynchronizingThreadHelpsFillDeferredPieces) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   EXPECT_FALSE(shim_->deferred_pending());
-  heap_->Hold();
-  auto copy = std::async(std::launch::async,
-                         [&] { return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false); });
-  if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    heap_->Release();
-    FAIL() << "the copy waited for its fills";
-  }
-  ASSERT_EQ(copy.get(), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(CopyWithReadsHeld(d, r, n, s));
   EXPECT_TRUE(shim_->deferred_pending());
   int asked = 0;
   shim_->HelpFillsWhile([&] { return ++asked < 0; });  // nothing pending by its measure
@@ -414,15 +415,8 @@ TEST_F(ShimCopyTest, AFailedFillOfADeferredPieceGivesZerosAndCachesNothing) {
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
-  heap_->Hold();
   heap_->FailReads(true);
-  auto copy = std::async(std::launch::async,
-                         [&] { return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false); });
-  if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-    heap_->Release();
-    FAIL() << "the copy waited for its fills";
-  }
-  EXPECT_EQ(copy.get(), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(CopyWithReadsHeld(d, r, n, s));
   EXPECT_GT(StatGet(Stat::h2d_deferred_pieces), deferred);
   heap_->Release();
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
