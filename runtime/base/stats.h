@@ -126,7 +126,7 @@ struct Histogram {
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
 // t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
-// fault_blocks_dropped; 9: dma_calls
+// fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces
 inline constexpr uint32_t kStatsVersion = 10;
 inline constexpr int kStatsMaxRegions = 64;
 
