@@ -95,6 +95,10 @@ class Shim {
   // free slot (PinnedPool::AcquireRunForPrefetch). Called from prefetch worker threads.
   size_t PrefetchRun(uint64_t region, uint64_t first, size_t n);
 
+  // The write-back job's share of wanted slots per worker (MaybeWriteBack), bounds.
+  static constexpr size_t kWantedPerItem = 64;
+  static constexpr size_t kWantedPerItemMax = 1024;
+
   // Drops every T0 copy of region `region` (zrtier_t0_drop), writing its owned slots back into
   // the region first, so the next copy of it must fill slots again.
   void DropT0(uint64_t region);
@@ -178,11 +182,12 @@ class Shim {
   // back through RegionBackend::Attach and releases it; false (logged once) if that failed.
   bool WriteBackSlot(int slot, uint64_t rid, uint64_t chunk, uint64_t gen);
   // On a worker, one job at a time: once more than half the pool is owned, writes the oldest back;
-  // and, while T1 has no room for all of them (RegionBackend::ResidentRoom), writes back some of
-  // the slots the pool wants written back (kWantedPerItem per worker, so that the copies' fills
-  // queued behind the job wait for little).
+  // and, while T1 has no room for all of them (RegionBackend::ResidentRoom), writes back the
+  // slots the pool wants written back -- an equal share of them per worker, at least
+  // kWantedPerItem and at most kWantedPerItemMax (~70 ms of encoding), so that a backlog (the
+  // owned prefix of a D2H fill, sampled out at once when the cycle is learned) leaves in a job
+  // or two while the copies' fills queued behind a job still wait a bounded time.
   void MaybeWriteBack();
-  static constexpr size_t kWantedPerItem = 64;
   // Queued-but-unpublished D2H copies per chunk.
   void MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta);
   bool AnyPending(uint64_t region, uint64_t first, uint64_t last);

@@ -24,12 +24,16 @@ namespace {
 struct OwnedCycle {
   uint64_t owned_after_fill = 0, owned_after = 0, written_back = 0, stored_more = 0;
   double hit_ratio = 0;
+  // With `wait_each_copy`: written back by each copy's write-back job (the copy waits for it).
+  std::vector<uint64_t> copy_writebacks;
 };
 
 class ShimEngineTest : public ::testing::Test {
  protected:
-  // Fills 8 layers by D2H and reads them by H2D for 6 passes (below).
-  void CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out);
+  // Fills `layers` layers (twice the pool of 512 chunks) by D2H and reads them by H2D for 6
+  // passes (below).
+  void CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out, size_t layers = 8,
+                        bool wait_each_copy = false);
   void SetUp() override {
     ZRTIER_SKIP_UNLESS_UFFD();
     ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
@@ -450,10 +454,12 @@ TEST_F(ShimEngineTest, CpuStoresAfterT0CopiesReachTheNextH2D) {
 
 // Weights filled by D2H copies (the stream benchmark, an offload from the GPU) leave their last
 // layers in owned slots; then H2D copies read all layers cycle after cycle. Returns what the
-// owned slots did: how many after the fill and after the passes, how many were written back, the
-// last pass's T0 hit ratio and how many more chunks the store holds. Checks every byte.
-void ShimEngineTest::CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out) {
-  const size_t chunk = chunk_, kLayers = 8, kLayerChunks = 128;  // the cycle: twice the pool
+// owned slots did: how many after the fill and after the passes, how many were written back (in
+// all and, with `wait_each_copy`, by each copy's job), the last pass's T0 hit ratio and how many
+// more chunks the store holds. Checks every byte.
+void ShimEngineTest::CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out, size_t kLayers,
+                                      bool wait_each_copy) {
+  const size_t chunk = chunk_, kLayerChunks = 1024 / kLayers;  // the cycle: twice the pool
   const size_t layer = kLayerChunks * chunk;
   engine_->SetResidentLimit(resident_limit);
   std::vector<char*> regions;
@@ -471,7 +477,7 @@ void ShimEngineTest::CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out) 
   const uint64_t wb0 = StatGet(Stat::t0_writebacks);
   const uint64_t stored0 = engine_->Usage().stored_raw_bytes;
   const int kPasses = 6;
-  uint64_t hit_last = 0;
+  uint64_t hit_last = 0, written = 0;
   for (int pass = 0; pass < kPasses; ++pass) {
     const uint64_t hit0 = StatGet(Stat::h2d_t0_hit_bytes);
     for (size_t l = 0; l < kLayers; ++l) {
@@ -479,6 +485,13 @@ void ShimEngineTest::CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out) 
       ASSERT_EQ(shim_->Memcpy(d, regions[l], layer, cudaMemcpyHostToDevice, nullptr, true),
                 cudaSuccess);
       ASSERT_TRUE(FromDevice(d, layer) == want[l]) << "pass " << pass << " layer " << l;
+      if (wait_each_copy) {
+        shim_->WaitForWriteBack();
+        out->copy_writebacks.push_back(StatGet(Stat::t0_writebacks) - wb0 - written);
+        written += out->copy_writebacks.back();
+      }
+      fprintf(stderr, "DBG pass %d layer %zu wb %llu\n", pass, l,
+              (unsigned long long)(StatGet(Stat::t0_writebacks) - wb0));
     }
     hit_last = StatGet(Stat::h2d_t0_hit_bytes) - hit0;
   }
@@ -495,6 +508,11 @@ void ShimEngineTest::CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out) 
       static_cast<unsigned long long>(out->owned_after), kPasses,
       static_cast<unsigned long long>(out->written_back), out->hit_ratio,
       static_cast<unsigned long long>(out->stored_more));
+  if (wait_each_copy) {
+    printf("written back by each copy's job:");
+    for (uint64_t w : out->copy_writebacks) printf(" %llu", static_cast<unsigned long long>(w));
+    printf("\n");
+  }
   // The CPU sees every byte (written-back chunks fault in from the store).
   for (size_t l = 0; l < kLayers; ++l) {
     EXPECT_EQ(memcmp(regions[l], want[l].data(), layer), 0) << "layer " << l;
@@ -526,6 +544,29 @@ TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
   // GPU's stream thread lags, more of the copies' pieces are in flight and their slots evict
   // kept chunks), with the code of before and after session 13 alike.
   EXPECT_GE(r.hit_ratio, 0.2);
+#endif
+}
+
+// Once the cycle is learned, the copy of the layer left owned by the fill (half the pool) asks
+// all of its slots to leave: the write-back job at the copy's end takes every slot wanted by then
+// (up to Shim::kWantedPerItemMax per worker), not kWantedPerItem per worker, which left the rest
+// to the next copies' jobs.
+TEST_F(ShimEngineTest, ABacklogOfWantedSlotsLeavesInOneJob) {
+#if !__has_include("runtime/policy/prefetcher.h")
+  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
+#else
+  Options policy;
+  ASSERT_TRUE(policy.Set(Opt::kPrefetchAhead, "0").ok());
+  ASSERT_TRUE(policy.Set(Opt::kWorkers, "1").ok());
+  const size_t kPoolChunks = 512;
+  Build(kPoolChunks, &policy);
+  OwnedCycle r;
+  CycleOwnedLayers(4 * chunk_, &r, /*layers=*/4, /*wait_each_copy=*/true);
+  if (HasFatalFailure()) return;
+  ASSERT_GT(r.written_back, 2 * Shim::kWantedPerItem) << "too few owned slots left to tell";
+  const size_t jobs = std::count_if(r.copy_writebacks.begin(), r.copy_writebacks.end(),
+                                    [](uint64_t w) { return w > 0; });
+  EXPECT_EQ(jobs, 1u) << "written back by " << jobs << " copies' jobs";
 #endif
 }
 
