@@ -116,7 +116,7 @@ void PinnedPool::DropCachedLocked(int slot) {
   if (!s.cached) return;
   if (s.prefetched && oracle_) oracle_->OnPrefetchDropped(s.region, s.chunk);
   s.prefetched = false;
-  cache_.erase(Key{s.region, s.chunk});
+  cache_.Erase(s.region, s.chunk);
   s.cached = false;
   s.next_use = kNoNextUse;
   --cached_count_;
@@ -235,9 +235,8 @@ int PinnedPool::PinCached(uint64_t region, uint64_t chunk, uint64_t gen) {
 }
 
 int PinnedPool::PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen) {
-  auto it = cache_.find(Key{region, chunk});
-  if (it == cache_.end()) return -1;
-  int slot = it->second;
+  const int slot = cache_.Find(region, chunk);
+  if (slot < 0) return -1;
   SlotMeta& s = slots_[slot];
   if (gen == kNoGeneration) return -1;  // the chunk is busy or writable now: the copy may be fine
   if (s.gen != gen) {
@@ -306,8 +305,7 @@ int PinnedPool::AcquireForPrefetch(uint64_t region, uint64_t chunk) {
   std::lock_guard<std::mutex> l(mu_);
   int after = -1;
   if (chunk > 0) {
-    auto it = cache_.find(Key{region, chunk - 1});
-    if (it != cache_.end()) after = it->second;
+    after = cache_.Find(region, chunk - 1);
   }
   return AcquireForPrefetchLocked(region, chunk, after);
 }
@@ -317,8 +315,7 @@ size_t PinnedPool::AcquireRunForPrefetch(uint64_t region, uint64_t first_chunk, 
   std::lock_guard<std::mutex> l(mu_);
   int after = -1;
   if (first_chunk > 0) {
-    auto it = cache_.find(Key{region, first_chunk - 1});
-    if (it != cache_.end()) after = it->second;
+    after = cache_.Find(region, first_chunk - 1);
   }
   size_t i = 0;
   for (; i < n; ++i) {
@@ -327,10 +324,10 @@ size_t PinnedPool::AcquireRunForPrefetch(uint64_t region, uint64_t first_chunk, 
       slots[i] = kPrefetchSkip;
       continue;
     }
-    auto it = cache_.find(Key{region, chunk});
-    if (it != cache_.end() && slots_[it->second].gen == gens[i]) {
+    const int cached = cache_.Find(region, chunk);
+    if (cached >= 0 && slots_[cached].gen == gens[i]) {
       slots[i] = kPrefetchSkip;  // ready already (the slot may be pinned by a copy reading it)
-      after = it->second;
+      after = cached;
       continue;
     }
     const int slot = AcquireForPrefetchLocked(region, chunk, after);
@@ -365,17 +362,17 @@ void PinnedPool::Publish(int slot, uint64_t region, uint64_t chunk, uint64_t gen
 
 void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64_t gen,
                                bool predict, bool resident) {
-  auto it = cache_.find(Key{region, chunk});
+  const int cached = cache_.Find(region, chunk);
   SlotMeta& s = slots_[slot];
-  if (it != cache_.end() && it->second != slot) {
-    const SlotMeta& other = slots_[it->second];
+  if (cached >= 0 && cached != slot) {
+    const SlotMeta& other = slots_[cached];
     if (other.owned && (gen == kNoGeneration || other.gen >= gen)) {
       // The chunk's owned copy is as new (this slot was filled from it): it stays the copy.
       DropCachedLocked(slot);
       return;
     }
     // An older copy of the same chunk in another slot: the newer one wins.
-    DropCachedLocked(it->second);
+    DropCachedLocked(cached);
   }
   DropCachedLocked(slot);
   if (gen == kNoGeneration) return;  // the chunk is writable: no generation vouches for the copy
@@ -389,7 +386,7 @@ void PinnedPool::PublishLocked(int slot, uint64_t region, uint64_t chunk, uint64
   } else {
     UnpredictLocked(s);
   }
-  cache_[Key{region, chunk}] = slot;
+  cache_.Set(region, chunk, slot);
   ++cached_count_;
   StatAdd(Stat::t0_bytes, slot_size_);
   RekeyLocked(slot);
@@ -530,8 +527,8 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
     // slot takes the older owned one's place -- the same map entry, the same counts -- and the
     // older slot goes free. The general path below took 12-16 us for the 17 chunks of a 64 MiB
     // copy's last piece on the GPU machine, most of that piece's publish (PERFORMANCE.md).
-    auto it = cache_.find(Key{region, items[i].chunk});
-    SlotMeta* o = it != cache_.end() && it->second != slot ? &slots_[it->second] : nullptr;
+    const int cached = cache_.Find(region, items[i].chunk);
+    SlotMeta* o = cached >= 0 && cached != slot ? &slots_[cached] : nullptr;
     const bool swap = o && o->owned && !o->prefetched && o->gen < items[i].gen && !s.cached &&
                       items[i].gen != kNoGeneration;
     if (swap) {
@@ -539,8 +536,8 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
       o->owned = false;
       o->cached = false;
       o->next_use = kNoNextUse;
-      RekeyLocked(it->second);
-      it->second = slot;
+      RekeyLocked(cached);
+      cache_.Set(region, items[i].chunk, slot);
       s.cached = true;
       s.region = region;
       s.chunk = items[i].chunk;
@@ -572,8 +569,8 @@ size_t PinnedPool::OwnedIn(uint64_t region, uint64_t first_chunk, size_t n) cons
   if (!owned_by_region_.contains(region)) return 0;
   size_t owned = 0;
   for (size_t i = 0; i < n; ++i) {
-    auto it = cache_.find(Key{region, first_chunk + i});
-    if (it != cache_.end() && slots_[it->second].owned) ++owned;
+    const int cached = cache_.Find(region, first_chunk + i);
+    if (cached >= 0 && slots_[cached].owned) ++owned;
   }
   return owned;
 }
@@ -656,9 +653,8 @@ void PinnedPool::ReleaseOwned(int slot, bool written, bool resident) {
 
 void PinnedPool::Released(uint64_t region, uint64_t chunk, uint64_t gen) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = cache_.find(Key{region, chunk});
-  if (it == cache_.end()) return;
-  const int slot = it->second;
+  const int slot = cache_.Find(region, chunk);
+  if (slot < 0) return;
   SlotMeta& s = slots_[slot];
   if (!s.owned || s.gen != gen) return;
   PredictIntoLocked(s, region, chunk);
@@ -671,9 +667,8 @@ bool PinnedPool::WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
   int slot;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = cache_.find(Key{region, chunk});
-    if (it == cache_.end() || slots_[it->second].gen != gen) return false;
-    slot = it->second;
+    slot = cache_.Find(region, chunk);
+    if (slot < 0 || slots_[slot].gen != gen) return false;
     ++slots_[slot].pinned;
     index_.Remove(slot);
   }

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "runtime/base/status.h"
+#include "runtime/cuda/chunk_slots.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/event_pool.h"
 #include "runtime/cuda/slot_spread.h"
@@ -206,13 +207,6 @@ class PinnedPool final : public ExternalCopies {
 
  private:
   PinnedPool(const CudaApi* api, char* base, size_t slot_size, size_t n);
-  struct Key {
-    uint64_t region, chunk;
-    bool operator==(const Key& o) const { return region == o.region && chunk == o.chunk; }
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const { return k.region * 0x9e3779b97f4a7c15ull ^ k.chunk; }
-  };
   struct Inflight {
     cudaEvent_t event;
     std::vector<int> slots;
@@ -277,7 +271,7 @@ class PinnedPool final : public ExternalCopies {
   std::atomic<uint64_t> max_access_{0};
   uint64_t slack_;  // chunks: keys this close count as equal (runs, after+1, grace)
   size_t prefetch_reserve_;
-  std::unordered_map<Key, int, KeyHash> cache_;
+  ChunkSlots cache_;  // (region, chunk) -> the slot caching it
   std::deque<Inflight> inflight_;
   uint64_t tick_ = 0;
   // tick_ + 1 when a fill last evicted a cached chunk or found no free slot; a new pool counts as
