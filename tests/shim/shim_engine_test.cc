@@ -30,8 +30,16 @@ struct OwnedCycle {
 
 class ShimEngineTest : public ::testing::Test {
  protected:
-  // Fills `layers` layers (twice the pool of 512 chunks) by D2H and reads them by H2D for 6
-  // passes (below).
+  // The owned-cycle tests' shim: a pool of kOwnedPoolChunks, placement only (no prefetch),
+  // `workers` fill threads.
+  static constexpr size_t kOwnedPoolChunks = 512;
+  void BuildForOwnedCycle(const char* workers) {
+    Options policy;
+    ASSERT_TRUE(policy.Set(Opt::kPrefetchAhead, "0").ok());
+    ASSERT_TRUE(policy.Set(Opt::kWorkers, workers).ok());
+    Build(kOwnedPoolChunks, &policy);
+  }
+  // Fills `layers` layers (twice that pool) by D2H and reads them by H2D for 6 passes (below).
   void CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out, size_t layers = 8,
                         bool wait_each_copy = false);
   void SetUp() override {
@@ -459,7 +467,7 @@ TEST_F(ShimEngineTest, CpuStoresAfterT0CopiesReachTheNextH2D) {
 // more chunks the store holds. Checks every byte.
 void ShimEngineTest::CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out, size_t kLayers,
                                       bool wait_each_copy) {
-  const size_t chunk = chunk_, kLayerChunks = 1024 / kLayers;  // the cycle: twice the pool
+  const size_t chunk = chunk_, kLayerChunks = 2 * kOwnedPoolChunks / kLayers;
   const size_t layer = kLayerChunks * chunk;
   engine_->SetResidentLimit(resident_limit);
   std::vector<char*> regions;
@@ -528,15 +536,11 @@ TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
 #if !__has_include("runtime/policy/prefetcher.h")
   GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
 #else
-  Options policy;
-  ASSERT_TRUE(policy.Set(Opt::kPrefetchAhead, "0").ok());  // placement only
-  ASSERT_TRUE(policy.Set(Opt::kWorkers, "2").ok());
-  const size_t kPoolChunks = 512;
-  Build(kPoolChunks, &policy);
+  BuildForOwnedCycle("2");
   OwnedCycle r;
   CycleOwnedLayers(4 * chunk_, &r);  // T1 full: misses decode, write-backs encode
   if (HasFatalFailure()) return;
-  EXPECT_GE(r.owned_after_fill, kPoolChunks / 4) << "the fill left no layer in owned slots";
+  EXPECT_GE(r.owned_after_fill, kOwnedPoolChunks / 4) << "the fill left no layer in owned slots";
   EXPECT_LT(r.owned_after, r.owned_after_fill * 3 / 4) << "the owned slots did not leave";
   EXPECT_GT(r.written_back, 0u);
   EXPECT_GT(r.stored_more, 0u) << "written back into T1, not the store";
@@ -555,11 +559,7 @@ TEST_F(ShimEngineTest, ABacklogOfWantedSlotsLeavesInOneJob) {
 #if !__has_include("runtime/policy/prefetcher.h")
   GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
 #else
-  Options policy;
-  ASSERT_TRUE(policy.Set(Opt::kPrefetchAhead, "0").ok());
-  ASSERT_TRUE(policy.Set(Opt::kWorkers, "1").ok());
-  const size_t kPoolChunks = 512;
-  Build(kPoolChunks, &policy);
+  BuildForOwnedCycle("1");
   OwnedCycle r;
   CycleOwnedLayers(4 * chunk_, &r, /*layers=*/4, /*wait_each_copy=*/true);
   if (HasFatalFailure()) return;
@@ -576,15 +576,11 @@ TEST_F(ShimEngineTest, OwnedSlotsStayWhileT1HasRoom) {
 #if !__has_include("runtime/policy/prefetcher.h")
   GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
 #else
-  Options policy;
-  ASSERT_TRUE(policy.Set(Opt::kPrefetchAhead, "0").ok());
-  ASSERT_TRUE(policy.Set(Opt::kWorkers, "2").ok());
-  const size_t kPoolChunks = 512;
-  Build(kPoolChunks, &policy);
+  BuildForOwnedCycle("2");
   OwnedCycle r;
   CycleOwnedLayers(0, &r);  // no resident limit
   if (HasFatalFailure()) return;
-  EXPECT_GE(r.owned_after_fill, kPoolChunks / 4) << "the fill left no layer in owned slots";
+  EXPECT_GE(r.owned_after_fill, kOwnedPoolChunks / 4) << "the fill left no layer in owned slots";
   EXPECT_EQ(r.written_back, 0u);
   EXPECT_EQ(r.owned_after, r.owned_after_fill);
   EXPECT_GE(r.hit_ratio, 0.3);
