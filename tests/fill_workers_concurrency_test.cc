@@ -1,9 +1,11 @@
 // Covers FillWorkers: every item of every batch runs exactly once, Submit returns before the items
-// run, Wait finishes a batch even with no worker threads, and many threads submitting and waiting
-// at once (the copy calls and the publish host functions do) lose nothing.
+// run, Wait finishes a batch even with no worker threads, many threads submitting and waiting at
+// once (the copy calls and the publish host functions do) lose nothing, and idle work (a Nudge
+// wakes a worker for it, a batch queued meanwhile goes first, removing it waits for its callers).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -89,6 +91,56 @@ TEST(FillWorkers, ManySubmittersWithPipelinedBatches) {
   }
   for (auto& t : ts) t.join();
   EXPECT_EQ(bad.load(), 0) << "seed " << seed;
+}
+
+// Waits up to 5 s for pred(); returns it.
+template <typename Pred>
+bool WaitFor(Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!pred() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return pred();
+}
+
+TEST(FillWorkers, IdleWorkRunsBetweenBatchesAndLeavesWhenRemoved) {
+  FillWorkers w(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both asleep
+  std::atomic<int> left{200}, calls{0};
+  w.SetIdleWork([&] {
+    calls.fetch_add(1);
+    if (left.load() <= 0) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    left.fetch_sub(1);
+    return true;
+  });
+  w.Nudge();  // wakes a sleeper: it does all of the work
+  ASSERT_TRUE(WaitFor([&] { return left.load() <= 0; })) << left.load() << " units left";
+
+  // Endless idle work: batches still run, each worker leaving it after its current unit.
+  std::atomic<bool> endless{true};
+  std::atomic<int> units{0};
+  w.SetIdleWork([&] {
+    if (!endless.load()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    units.fetch_add(1);
+    return true;
+  });
+  w.Nudge();
+  ASSERT_TRUE(WaitFor([&] { return units.load() > 10; }));
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::atomic<int>> hits(8);
+    auto b = w.Submit(hits.size(), [&](size_t i) { hits[i].fetch_add(1); });
+    w.Wait(*b);
+    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1);
+  }
+  // Removing it returns once no worker is inside it; it is never called again.
+  w.SetIdleWork(nullptr);
+  const int after = units.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  w.Nudge();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(units.load(), after);
+  endless = false;
 }
 
 }  // namespace

@@ -900,17 +900,25 @@ void Shim::MaybeWriteBack() {
   const size_t wanted_slots = pool_->wanted_slots();
   const bool wanted = wanted_slots > 0 && backend_->ResidentRoom() < wanted_slots * chunk_;
   if (!over && !wanted) return;
+  if (wanted) workers_->Nudge();  // an idle worker writes them back first (IdleWriteBack)
   std::lock_guard<std::mutex> l(writeback_mu_);
   if (writeback_ && !writeback_->done()) return;  // one job at a time; it rechecks as it goes
   // Over half the pool owned: down to 3/8 of the pool, so that the next copies do not trigger it
   // again at once; every worker takes part (a write-back is a UFFDIO_COPY of a chunk, ~4 GB/s per
-  // thread, or an encode into the store when T1 is full). Wanted slots: an equal share each.
-  const size_t items = std::max(1, workers_->threads());
-  const size_t per_item = std::clamp(wanted_slots / items + 1, kWantedPerItem, kWantedPerItemMax);
-  writeback_ = workers_->Submit(items, [this, limit, over, wanted, per_item](size_t) {
-    if (wanted) WriteBackWanted(per_item);
-    if (over) WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
-  });
+  // thread, or an encode into the store when T1 is full).
+  writeback_ =
+      workers_->Submit(std::max(1, workers_->threads()), [this, limit, over, wanted](size_t) {
+        if (wanted) WriteBackWanted(kWantedPerItem);
+        if (over) WriteBack(PinnedPool::kAnyRegion, limit - limit / 4);
+      });
+}
+
+bool Shim::IdleWriteBack() {
+  const size_t wanted = pool_->wanted_slots();
+  if (wanted == 0 || backend_->ResidentRoom() >= wanted * chunk_) return false;
+  uint64_t rid, chunk, gen;
+  const int slot = pool_->TakeWanted(&rid, &chunk, &gen);
+  return slot >= 0 && WriteBackSlot(slot, rid, chunk, gen);
 }
 
 void Shim::WaitForWriteBack() {

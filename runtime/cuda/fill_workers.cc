@@ -73,21 +73,54 @@ void FillWorkers::Wait(Batch& b) {
   done_.wait(l, [&] { return b.done(); });
 }
 
+void FillWorkers::SetIdleWork(std::function<bool()> fn) {
+  has_idle_.store(false, std::memory_order_release);  // the workers inside it stop asking
+  std::unique_lock<std::shared_mutex> l(idle_mu_);    // ... and have left it
+  idle_ = std::move(fn);
+  has_idle_.store(static_cast<bool>(idle_), std::memory_order_release);
+}
+
+void FillWorkers::Nudge() {
+  if (!has_idle_.load(std::memory_order_acquire)) return;
+  int sleepers;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    nudged_ = true;  // a worker about to sleep looks again instead
+    sleepers = sleepers_;
+  }
+  if (sleepers > 0) wake_.notify_one();
+}
+
+bool FillWorkers::RunIdle() {
+  if (!has_idle_.load(std::memory_order_acquire)) return false;
+  std::shared_lock<std::shared_mutex> l(idle_mu_);
+  bool did = false;
+  while (idle_ && has_idle_.load(std::memory_order_acquire) &&
+         queued_.load(std::memory_order_acquire) == 0 && idle_())
+    did = true;
+  return did;
+}
+
 void FillWorkers::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   for (;;) {
     if (queue_.empty() && !stop_) {
+      l.unlock();
+      RunIdle();
       // Copies come in pieces a few tens of microseconds apart: spin a while before sleeping, so
       // the next piece does not wait for this thread (and its core) to wake up.
-      l.unlock();
       auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
       while (queued_.load(std::memory_order_acquire) == 0 &&
              std::chrono::steady_clock::now() < until)
         sched_yield();
       l.lock();
-      ++sleepers_;
-      wake_.wait(l, [&] { return stop_ || !queue_.empty(); });
-      --sleepers_;
+      if (!nudged_) {
+        ++sleepers_;
+        wake_.wait(l, [&] { return stop_ || !queue_.empty() || nudged_; });
+        --sleepers_;
+      }
+      nudged_ = false;
+      if (queue_.empty() && !stop_) continue;  // nudged: look for idle work
     }
     if (stop_) return;
     std::shared_ptr<Batch> b = queue_.front();

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 #include <vector>
 
@@ -65,12 +66,29 @@ class FillWorkers {
   // Runs unclaimed items of `b` on the calling thread, then blocks until every item is finished.
   void Wait(Batch& b);
 
+  // Idle work: a worker that finds no batch with items left calls `fn` (one small unit of work,
+  // ~100 us: a batch queued meanwhile waits for at most that) again and again until it returns
+  // false (nothing to do) or a batch is queued, before it spins and sleeps. A sleeping worker
+  // looks for idle work again only when Nudged. SetIdleWork(nullptr) returns once no worker is
+  // inside `fn` any more. `fn` must not call Submit or Wait.
+  void SetIdleWork(std::function<bool()> fn);
+  // Wakes one sleeping worker (if any) to look for idle work.
+  void Nudge();
+
  private:
   void Loop();
   void Finished(Batch& b);
 
   // How long an idle worker polls for the next batch before it sleeps.
   static constexpr int kSpinUs = 100;
+
+  // Runs idle work while nothing is queued; false once it found none (or it was removed).
+  bool RunIdle();
+
+  std::shared_mutex idle_mu_;  // guards idle_: shared by the workers calling it
+  std::function<bool()> idle_;
+  std::atomic<bool> has_idle_{false};  // idle_ is set (read without idle_mu_)
+  bool nudged_ = false;                // guarded by mu_
 
   std::mutex mu_;  // guards queue_ and stop_; done_ waits under it
   std::condition_variable wake_, done_;

@@ -31,9 +31,11 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
     prefetch_ = ShimPrefetch::Create(this, *cfg_.prefetch_options, pool_->bytes() / 2);
   }
   backend_->SetExternalCopies(pool_.get());
+  workers_->SetIdleWork([this] { return IdleWriteBack(); });
 }
 
 Shim::~Shim() {
+  workers_->SetIdleWork(nullptr);
   prefetch_.reset();
   api_->cudaDeviceSynchronize();
   DrainDeferred();  // done by now, unless the device is gone

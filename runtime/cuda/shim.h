@@ -95,9 +95,8 @@ class Shim {
   // free slot (PinnedPool::AcquireRunForPrefetch). Called from prefetch worker threads.
   size_t PrefetchRun(uint64_t region, uint64_t first, size_t n);
 
-  // The write-back job's share of wanted slots per worker (MaybeWriteBack), bounds.
+  // Wanted slots a write-back job writes back per worker (MaybeWriteBack).
   static constexpr size_t kWantedPerItem = 64;
-  static constexpr size_t kWantedPerItemMax = 1024;
 
   // Drops every T0 copy of region `region` (zrtier_t0_drop), writing its owned slots back into
   // the region first, so the next copy of it must fill slots again.
@@ -182,12 +181,15 @@ class Shim {
   // back through RegionBackend::Attach and releases it; false (logged once) if that failed.
   bool WriteBackSlot(int slot, uint64_t rid, uint64_t chunk, uint64_t gen);
   // On a worker, one job at a time: once more than half the pool is owned, writes the oldest back;
-  // and, while T1 has no room for all of them (RegionBackend::ResidentRoom), writes back the
-  // slots the pool wants written back -- an equal share of them per worker, at least
-  // kWantedPerItem and at most kWantedPerItemMax (~70 ms of encoding), so that a backlog (the
-  // owned prefix of a D2H fill, sampled out at once when the cycle is learned) leaves in a job
-  // or two while the copies' fills queued behind a job still wait a bounded time.
+  // and, while T1 has no room for all of them (RegionBackend::ResidentRoom), writes back some of
+  // the slots the pool wants written back (kWantedPerItem per worker, so that the copies' fills
+  // queued behind the job wait for little) and nudges a sleeping worker to IdleWriteBack.
   void MaybeWriteBack();
+  // The fill workers' idle work (FillWorkers::SetIdleWork): writes back one slot the pool wants
+  // written back, under MaybeWriteBack's condition; false if there was none. A backlog (the owned
+  // prefix of a D2H fill, sampled out once the cycle is learned) leaves in the gaps between fills
+  // instead of at kWantedPerItem per worker per copy, behind every fill queued before the job.
+  bool IdleWriteBack();
   // Queued-but-unpublished D2H copies per chunk.
   void MarkPending(uint64_t region, uint64_t first, uint64_t last, int delta);
   bool AnyPending(uint64_t region, uint64_t first, uint64_t last);
