@@ -2,8 +2,8 @@
 // to slots). One direct table per region -- a vector of slot numbers indexed by chunk, grown on
 // demand to the highest chunk cached -- and the last region looked up remembered, so that the
 // lookups of a copy's run of chunks (one region, consecutive chunks) are array loads instead of a
-// hash of (region, chunk) each: on the dev box that hash map was ~20 % of the pool's time per
-// chunk (`zrtier bench policy --pool`, perf, session 25).
+// hash of (region, chunk) each (that hash map was ~8 % of the perf samples of `zrtier bench policy
+// --pool` on the dev box, session 25; the pool's ns per chunk fell 3-5 % without it).
 //
 // Memory: 4 bytes per chunk up to the highest chunk of a region that is cached (a 4 GiB region
 // of 64 KiB chunks: 256 KiB); a region's table is freed once none of its chunks is cached.
