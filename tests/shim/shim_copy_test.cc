@@ -64,6 +64,15 @@ class ShimCopyTest : public ::testing::Test {
     heap_->PrepareCpuWrite(dst, data.size());
     memcpy(dst, data.data(), data.size());
   }
+  // A region of `n` bytes that the CPU filled with Random(n, seed) (returned), and a device
+  // buffer of `n` bytes in *d.
+  std::vector<char> WrittenRegion(size_t n, uint64_t seed, char** r, char** d) {
+    *r = Region(n);
+    *d = Device(n);
+    auto data = Random(n, seed);
+    CpuWrite(*r, data);
+    return data;
+  }
   static std::vector<char> Random(size_t n, uint64_t seed) {
     std::vector<char> v(n);
     std::mt19937_64 rng(seed);
@@ -125,10 +134,8 @@ void ClearDevice(char* d, size_t n) {
 TEST_F(ShimCopyTest, H2DExactBytesThenPureHitFromT0) {
   Make(64);
   const size_t n = 1 << 20;
-  char* r = Region(n);
-  char* d = Device(n);
-  auto data = Random(n, 1);
-  CpuWrite(r, data);
+  char *r, *d;
+  auto data = WrittenRegion(n, 1, &r, &d);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
@@ -196,10 +203,8 @@ TEST_F(ShimCopyTest, ScatteredSlotsGoInOneBatchCall) {
   Make(64);
   DmaBatch::SetEnabled(true);
   const size_t chunks = 16, n = chunks * kChunk;
-  char* r = Region(n);
-  char* d = Device(n);
-  auto data = Random(n, 21);
-  CpuWrite(r, data);
+  char *r, *d;
+  auto data = WrittenRegion(n, 21, &r, &d);
   cudaStream_t s, other;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
@@ -236,10 +241,8 @@ TEST_F(ShimCopyTest, ScatteredSlotsGoInOneBatchCall) {
 TEST_F(ShimCopyTest, WithoutBatchCallsEachDmaIsItsOwnCall) {
   Make(64);
   const size_t chunks = 16, n = chunks * kChunk;
-  char* r = Region(n);
-  char* d = Device(n);
-  auto data = Random(n, 22);
-  CpuWrite(r, data);
+  char *r, *d;
+  auto data = WrittenRegion(n, 22, &r, &d);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   ASSERT_NO_FATAL_FAILURE(CacheLastToFirst(d, r, chunks, s));
@@ -342,10 +345,8 @@ TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
 TEST_F(ShimCopyTest, ASynchronizingThreadHelpsFillDeferredPieces) {
   Make(64);
   const size_t n = 16 * kChunk;
-  char* r = Region(n);
-  char* d = Device(n);
-  auto data = Random(n, 40);
-  CpuWrite(r, data);
+  char *r, *d;
+  auto data = WrittenRegion(n, 40, &r, &d);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   EXPECT_FALSE(shim_->deferred_pending());
@@ -407,10 +408,8 @@ TEST_F(ShimCopyTest, CopiesThatCannotDeferWaitForTheirFills) {
 TEST_F(ShimCopyTest, AFailedFillOfADeferredPieceGivesZerosAndCachesNothing) {
   Make(64);
   const size_t n = 16 * kChunk;
-  char* r = Region(n);
-  char* d = Device(n);
-  auto data = Random(n, 30);
-  CpuWrite(r, data);
+  char *r, *d;
+  auto data = WrittenRegion(n, 30, &r, &d);
   ClearDevice(d, n);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
