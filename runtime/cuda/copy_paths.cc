@@ -897,8 +897,7 @@ void Shim::MaybeWriteBack() {
   // with the link. With room in T1 the owned copies stay (a resident chunk's fill is a memcpy): on
   // the GPU the owned prefix streamed faster than the spread that replaced it, and writing it back
   // grew T1 by its bytes.
-  const size_t wanted_slots = pool_->wanted_slots();
-  const bool wanted = wanted_slots > 0 && backend_->ResidentRoom() < wanted_slots * chunk_;
+  const bool wanted = WantedGoBack();
   if (!over && !wanted) return;
   if (wanted) workers_->Nudge();  // an idle worker writes them back first (IdleWriteBack)
   std::lock_guard<std::mutex> l(writeback_mu_);
@@ -913,9 +912,13 @@ void Shim::MaybeWriteBack() {
       });
 }
 
-bool Shim::IdleWriteBack() {
+bool Shim::WantedGoBack() const {
   const size_t wanted = pool_->wanted_slots();
-  if (wanted == 0 || backend_->ResidentRoom() >= wanted * chunk_) return false;
+  return wanted > 0 && backend_->ResidentRoom() < wanted * chunk_;
+}
+
+bool Shim::IdleWriteBack() {
+  if (!WantedGoBack()) return false;
   uint64_t rid, chunk, gen;
   const int slot = pool_->TakeWanted(&rid, &chunk, &gen);
   return slot >= 0 && WriteBackSlot(slot, rid, chunk, gen);

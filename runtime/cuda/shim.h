@@ -185,8 +185,11 @@ class Shim {
   // the slots the pool wants written back (kWantedPerItem per worker, so that the copies' fills
   // queued behind the job wait for little) and nudges a sleeping worker to IdleWriteBack.
   void MaybeWriteBack();
+  // Whether the slots the pool wants written back go back now: some are wanted and T1 has no
+  // room for all of them (MaybeWriteBack says why).
+  bool WantedGoBack() const;
   // The fill workers' idle work (FillWorkers::SetIdleWork): writes back one slot the pool wants
-  // written back, under MaybeWriteBack's condition; false if there was none. A backlog (the owned
+  // written back while WantedGoBack(); false if there was none. A backlog (the owned
   // prefix of a D2H fill, sampled out once the cycle is learned) leaves in the gaps between fills
   // instead of at kWantedPerItem per worker per copy, behind every fill queued before the job.
   bool IdleWriteBack();
