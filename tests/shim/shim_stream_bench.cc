@@ -7,6 +7,10 @@
 // the GPU benchmark's last_pass_t0_tenths. Every layer's bytes are checked after the last pass.
 // Usage: FAKE_CUDA_COPY_US=0 shim_stream_bench [total MiB=2048] [layer MiB=32] [pool %=50]
 //        [passes=6] [workers=2] [fill=d2h|cpu] [resident MiB=0: T1 full, every miss decodes]
+//        [copies=sync|async]
+// sync: cudaMemcpy (each copy returns when done); async: cudaMemcpyAsync on one stream, the
+// stream synchronized after each pass the way the synchronize hooks do it (the thread helps fill
+// deferred pieces first), as PyTorch's non-blocking copies and the GPU benchmark do.
 // Placement options come from the environment (ZRTIER_POLICY, ZRTIER_SPREAD, ...).
 #include <cstdio>
 #include <cstdlib>
@@ -30,11 +34,12 @@ int main(int argc, char** argv) {
   const int workers = argc > 5 ? atoi(argv[5]) : 2;
   const std::string fill = argc > 6 ? argv[6] : "d2h";
   const size_t resident_mib = argc > 7 ? strtoul(argv[7], nullptr, 10) : 0;
+  const std::string copies = argc > 8 ? argv[8] : "sync";
   if (layer_mib == 0 || total_mib < layer_mib || pool_pct == 0 || passes < 1 ||
-      (fill != "d2h" && fill != "cpu")) {
+      (fill != "d2h" && fill != "cpu") || (copies != "sync" && copies != "async")) {
     fprintf(stderr,
             "usage: shim_stream_bench [total MiB] [layer MiB] [pool %%] [passes] "
-            "[workers] [fill=d2h|cpu] [resident MiB]\n");
+            "[workers] [fill=d2h|cpu] [resident MiB] [copies=sync|async]\n");
     return 2;
   }
   if (!getenv("FAKE_CUDA_COPY_US")) fprintf(stderr, "note: set FAKE_CUDA_COPY_US=0\n");
@@ -83,29 +88,43 @@ int main(int argc, char** argv) {
   }
   printf(
       "stream: %zu layers of %zu MiB, pool %zu %% (%zu slots), fill by %s, resident limit "
-      "%s, %d fill threads, fake DMA (memmove)\n",
+      "%s, %d fill threads, %s copies, fake DMA (memmove)\n",
       layers, layer_mib, pool_pct, shim.pool()->slots(), fill.c_str(),
-      resident_mib ? (std::to_string(resident_mib) + " MiB").c_str() : "one chunk", workers);
-  printf("%5s %8s %8s %8s %8s %11s %8s\n", "pass", "GB/s", "t0", "decoded", "owned", "writebacks",
-         "spread");
+      resident_mib ? (std::to_string(resident_mib) + " MiB").c_str() : "one chunk", workers,
+      copies.c_str());
+  const bool async = copies == "async";
+  cudaStream_t stream = nullptr;
+  if (async && cudaStreamCreate(&stream) != cudaSuccess) return 1;
+  printf("%5s %8s %8s %8s %8s %11s %8s %8s %8s %10s\n", "pass", "GB/s", "t0", "decoded", "owned",
+         "writebacks", "spread", "plan ms", "issue ms", "chunks/DMA");
   std::vector<uint64_t> last_hits(layers);
   for (int p = 0; p < passes; ++p) {
     const uint64_t hit0 = StatGet(Stat::h2d_t0_hit_bytes), dec0 = StatGet(Stat::bytes_decoded);
     const uint64_t wb0 = StatGet(Stat::t0_writebacks), t0 = MonotonicNs();
+    const uint64_t plan0 = StatGet(Stat::copy_plan_ns), issue0 = StatGet(Stat::copy_issue_ns);
+    const uint64_t dma0 = StatGet(Stat::h2d_dma_ops);
     for (size_t l = 0; l < layers; ++l) {
       const uint64_t h = StatGet(Stat::h2d_t0_hit_bytes);
-      if (shim.Memcpy(dev, regions[l], layer, cudaMemcpyHostToDevice, nullptr, true) != cudaSuccess)
+      if (shim.Memcpy(dev, regions[l], layer, cudaMemcpyHostToDevice, stream, !async) !=
+          cudaSuccess)
         return 1;
       last_hits[l] = StatGet(Stat::h2d_t0_hit_bytes) - h;
     }
+    if (async) {
+      shim.HelpFillsWhile([&] { return api->cudaStreamQuery(stream) == cudaErrorNotReady; });
+      if (api->cudaStreamSynchronize(stream) != cudaSuccess) return 1;
+    }
     const double secs = static_cast<double>(MonotonicNs() - t0) / 1e9;
     const double all = static_cast<double>(layers * layer);
-    printf("%5d %8.2f %8.3f %8.3f %8llu %11llu %8.3f\n", p + 1, all / secs / 1e9,
+    const uint64_t dmas = StatGet(Stat::h2d_dma_ops) - dma0;
+    printf("%5d %8.2f %8.3f %8.3f %8llu %11llu %8.3f %8.2f %8.2f %10.1f\n", p + 1, all / secs / 1e9,
            (StatGet(Stat::h2d_t0_hit_bytes) - hit0) / all,
            (StatGet(Stat::bytes_decoded) - dec0) / all,
            static_cast<unsigned long long>(shim.pool()->owned_slots()),
            static_cast<unsigned long long>(StatGet(Stat::t0_writebacks) - wb0),
-           StatGet(Stat::t0_spread_permille) / 1000.0);
+           StatGet(Stat::t0_spread_permille) / 1000.0, (StatGet(Stat::copy_plan_ns) - plan0) / 1e6,
+           (StatGet(Stat::copy_issue_ns) - issue0) / 1e6,
+           dmas ? all / static_cast<double>(chunk) / static_cast<double>(dmas) : 0.0);
   }
   std::string tenths;
   for (uint64_t h : last_hits)
