@@ -23,7 +23,7 @@ namespace {
 struct CodecBenchArgs {
   std::string file;
   bool json = false;
-  std::string chunk = "64K";
+  std::string chunk = InfoOf(Opt::kChunk).default_text;  // ZRTIER_CHUNK's default
   std::string bytes = "8M";
   std::string max_bytes = "256M";
   double seconds = 0.5;
@@ -257,7 +257,7 @@ void AddCodecBench(CLI::App* bench) {
       "encodes to nothing (all zero).");
   cmd->add_option("file", args->file, "safetensors file (or raw bytes with --dtype)");
   cmd->add_flag("--json", args->json, "one JSON object per (data, codec) per line");
-  cmd->add_option("--chunk", args->chunk, "chunk size (default 64K)");
+  cmd->add_option("--chunk", args->chunk, "chunk size (default: ZRTIER_CHUNK's default)");
   cmd->add_option("--seconds", args->seconds, "timing budget per (data, codec) (default 0.5)");
   cmd->add_option("--bytes", args->bytes, "sample data per kind (default 8M)");
   cmd->add_option("--max-bytes", args->max_bytes,

@@ -26,7 +26,7 @@ namespace {
 
 struct FaultBenchArgs {
   bool json = false;
-  std::string chunk = "64K";
+  std::string chunk = InfoOf(Opt::kChunk).default_text;  // ZRTIER_CHUNK's default
   std::string bytes = "256M";
   int samples = 4000;
   int threads = 4;
@@ -166,7 +166,7 @@ void AddFaultBench(CLI::App* bench) {
       "CPU touch of a compressed chunk: p50/p99 latency (µs), restore GB/s of the handler thread; "
       "baselines: decode alone, fault on a never-written chunk");
   cmd->add_flag("--json", args->json, "one JSON object (p50_us, p99_us, restore_gbps, ...)");
-  cmd->add_option("--chunk", args->chunk, "chunk size (default 64K)");
+  cmd->add_option("--chunk", args->chunk, "chunk size (default: ZRTIER_CHUNK's default)");
   cmd->add_option("--bytes", args->bytes, "region size (default 256M)");
   cmd->add_option("--samples", args->samples, "latency samples (default 4000)");
   cmd->add_option("--data", args->data, "sample kind (default bf16)");

@@ -28,7 +28,7 @@ namespace {
 struct HostBenchArgs {
   bool json = false;
   std::string bytes = "1G";
-  std::string chunk = "64K";
+  std::string chunk = InfoOf(Opt::kChunk).default_text;  // ZRTIER_CHUNK's default
   std::vector<int> threads;
 };
 
@@ -83,6 +83,7 @@ int RunHost(const HostBenchArgs& a) {
   RegionInfo region{};
   {
     Options opts;
+    opts.Set(Opt::kChunk, std::to_string(chunk));  // the engine's chunks are the ones measured
     opts.Set(Opt::kResidentLimit, "0");
     opts.Set(Opt::kStoreLimit, "0");
     Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
@@ -167,7 +168,7 @@ void AddHost(CLI::App* bench) {
                                       "threads: the host ceilings of the copy paths");
   c->add_flag("--json", args->json, "one JSON object per row");
   c->add_option("--bytes", args->bytes, "data per pass (default 1G)");
-  c->add_option("--chunk", args->chunk, "chunk size (default 64K)");
+  c->add_option("--chunk", args->chunk, "chunk size (default: ZRTIER_CHUNK's default)");
   c->add_option("--threads", args->threads, "thread counts to run (default 1, 2, 4, ... cores)");
   c->callback([args] { std::exit(RunHost(*args)); });
 }
