@@ -14,7 +14,7 @@ TEST(Options, EveryDefaultParses) {
     const OptionInfo& info = OptionAt(i);
     EXPECT_TRUE(opts.Set(info.id, info.default_text).ok()) << info.name;
   }
-  EXPECT_EQ(opts.Size(Opt::kChunk), 64u << 10);
+  EXPECT_EQ(opts.Size(Opt::kChunk), 256u << 10);
   EXPECT_EQ(opts.Size(Opt::kMinAlloc), 1u << 20);
   EXPECT_EQ(opts.String(Opt::kStoreBackend), "ram");
 }
@@ -46,7 +46,7 @@ TEST(Options, BadValueNamesVariableAndKeepsValue) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("ZRTIER_CHUNK='3000'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("power of two"), std::string::npos) << s.message();
-  EXPECT_EQ(opts.Size(Opt::kChunk), 64u << 10);
+  EXPECT_EQ(opts.Size(Opt::kChunk), 256u << 10);
   EXPECT_FALSE(opts.Set(Opt::kCodec, "lz4").ok());
   EXPECT_FALSE(opts.Set(Opt::kStoreBackend, "ram+tape").ok());
   EXPECT_TRUE(opts.Set(Opt::kStoreBackend, "ram+zram+file").ok());

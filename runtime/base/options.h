@@ -30,7 +30,7 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "1 = pass every CUDA call to the real runtime untouched")                                     \
   X(kVerbose, "VERBOSE", kInt, "0", "level", "", "verbose",                                      \
     "stderr logging: 0 errors and warnings, 1 info, 2 debug")                                     \
-  X(kChunk, "CHUNK", kSize, "64K", "bytes", "", "chunk",                                         \
+  X(kChunk, "CHUNK", kSize, "256K", "bytes", "", "chunk",                                         \
     "chunk size (power of two, >= page size): unit of faulting, compression and copying")        \
   X(kMinAlloc, "MIN_ALLOC", kSize, "1M", "bytes", "", "min-alloc",                               \
     "pinned allocations smaller than this go to the real runtime")                                \

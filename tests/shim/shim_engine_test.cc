@@ -53,6 +53,8 @@ class ShimEngineTest : public ::testing::Test {
     shim_.reset();
     Options opts;
     ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
+    // The piece sizes and DMA counts these tests expect are those of 64 KiB chunks.
+    ASSERT_TRUE(opts.Set(Opt::kChunk, "64K").ok());
     ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
     std::unique_ptr<Engine> engine;
     Status st = Engine::Create(opts, &os_, nullptr, &engine);

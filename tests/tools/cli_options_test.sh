@@ -6,7 +6,7 @@ out=$("$ZRTIER" options) || fail "zrtier options failed"
 expect_contains "$out" "ZRTIER_PINNED_POOL" "options"
 expect_contains "$out" "--pool" "options"
 md=$("$ZRTIER" options --markdown) || fail "zrtier options --markdown failed"
-expect_contains "$md" '| `ZRTIER_CHUNK` | `--chunk` | `64K` |' "options --markdown"
+expect_contains "$md" '| `ZRTIER_CHUNK` | `--chunk` | `256K` |' "options --markdown"
 # Every option of the table appears exactly once in the Markdown table (header + separator + rows).
 rows=$(grep -c '^| `ZRTIER_' <<<"$md")
 text_rows=$(($(wc -l <<<"$out") - 1))
