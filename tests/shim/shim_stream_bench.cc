@@ -2,9 +2,10 @@
 // the fake CUDA runtime, to see placement without a GPU: layers filled by D2H copies (or by the
 // CPU), then passes of layer-sized H2D copies in order. Prints per pass the fake GB/s (the "DMA"
 // is a memmove on the stream's thread, so only the shares mean much on a small machine), the
-// share of bytes found in T0 and decoded from T2, the owned slots, the write-backs and the spread's
-// share; then, for the last pass, each layer's share found in T0 in tenths (9 = 85 % or more), as
-// the GPU benchmark's last_pass_t0_tenths. Every layer's bytes are checked after the last pass.
+// share of bytes found in T0 and decoded from T2, the owned slots, the write-backs, the spread's
+// share, the copying thread's planning and issuing (ms) and the chunks per DMA; then, for the last
+// pass, each layer's share found in T0 in tenths (9 = 85 % or more), as the GPU benchmark's
+// last_pass_t0_tenths. Every layer's bytes are checked after the last pass.
 // Usage: FAKE_CUDA_COPY_US=0 shim_stream_bench [total MiB=2048] [layer MiB=32] [pool %=50]
 //        [passes=6] [workers=2] [fill=d2h|cpu] [resident MiB=0: T1 full, every miss decodes]
 //        [copies=sync|async]
@@ -141,6 +142,7 @@ int main(int argc, char** argv) {
   }
   printf("bytes: %s\n", exact ? "exact" : "DIFFER");
   for (void* r : regions) shim.FreeHost(r);
+  if (stream) cudaStreamDestroy(stream);
   cudaFree(dev);
   return exact ? 0 : 1;
 }
