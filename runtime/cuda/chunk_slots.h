@@ -6,7 +6,7 @@
 // --pool` on the dev box, session 25; the pool's ns per chunk fell 3-5 % without it).
 //
 // Memory: 4 bytes per chunk up to the highest chunk of a region that is cached (a 4 GiB region
-// of 64 KiB chunks: 256 KiB); a region's table is freed once none of its chunks is cached.
+// of 256 KiB chunks: 64 KiB); a region's table is freed once none of its chunks is cached.
 //
 // Not thread-safe: the pool's mutex guards it (Find updates the remembered region).
 #pragma once

@@ -33,12 +33,14 @@ struct PieceChunk {
 constexpr size_t kMaxWindow = 8;
 
 // Host-to-device misses on their way (PinnedPool::transit_slots) at most: a sixteenth of the pool,
-// between two pieces' worth and 8192 chunks (512 MiB, ~10 ms of DMA at 53 GB/s). Each miss takes a
-// slot from the chunks the pool keeps. A copy from resident (T1) memory fills faster than the GPU
-// drains; unbounded, it ran ahead until the pool's slots that were not owned were all in transit,
-// and a cyclic stream with the pool at half the data hit only the owned chunks: 0.28 of the bytes
-// against 0.52 with the bound in a dev-box replay with the fake runtime; on the H100 machine 0.42 /
-// 0.46 (T1 / T2) unbounded, 0.48 with this bound (`h2d_t0_hit_bytes`; PERFORMANCE.md, "Session 8").
+// between two pieces' worth and 8192 chunks (2 GiB at the default 256 KiB chunk, ~40 ms of DMA at
+// 53 GB/s; chosen as 512 MiB at 64 KiB and not retuned: PERFORMANCE.md, "Session 26"). Each miss
+// takes a slot from the chunks the pool keeps. A copy from resident (T1) memory fills faster than
+// the GPU drains; unbounded, it ran ahead until the pool's slots that were not owned were all in
+// transit, and a cyclic stream with the pool at half the data hit only the owned chunks: 0.28 of
+// the bytes against 0.52 with the bound in a dev-box replay with the fake runtime; on the H100
+// machine 0.42 / 0.46 (T1 / T2) unbounded, 0.48 with this bound (`h2d_t0_hit_bytes`;
+// PERFORMANCE.md, "Session 8").
 size_t TransitBudget(size_t slots, size_t piece_chunks) {
   return std::clamp<size_t>(slots / 16, 2 * piece_chunks, std::max<size_t>(8192, 2 * piece_chunks));
 }
