@@ -116,4 +116,10 @@ if "plain" in inf:
         if z.get("zrtier_pass_profile"):
             # Where a steady pass's time goes (infer.py reads zrtier's counters per pass).
             print(f"  per steady pass: {z['zrtier_pass_profile']}")
+        if z.get("zrtier_first_passes"):
+            # The first passes one by one (learning; the write-back of the D2H-filled weights),
+            # and where the weights were when generation began (MiB).
+            print(f"  at the start (MiB): {z.get('zrtier_at_start_mib')}")
+            for i, f in enumerate(z["zrtier_first_passes"]):
+                print(f"  pass {i + 1}: {f}")
 PYEOF

@@ -25,7 +25,13 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 # zrtier's counters of the copy path, when it is loaded (LD_PRELOAD): where a forward pass's time
 # goes (nanoseconds, summed over the process; fill_ns over every fill worker).
 PROFILE = ("h2d_copies", "copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns",
-           "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes", "h2d_dma_ops", "dma_calls", "h2d_deferred_pieces")
+           "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes", "h2d_dma_ops", "dma_calls", "h2d_deferred_pieces",
+           "encode_ns", "bytes_encoded", "evictions", "t0_writebacks", "copies_ready", "prefetch_bytes",
+           "prefetch_unused_bytes")
+# Gauges read at the start of generation (where the weights are when the first pass begins).
+START_GAUGES = ("t0_bytes", "t0_owned_bytes", "resident_bytes", "store_raw_bytes")
+# The first passes profiled one by one (learning, and the write-back of D2H-filled weights).
+FIRST_PASSES = 4
 
 
 def zrtier_stat_fn():
@@ -222,7 +228,9 @@ def main():
     t0 = time.perf_counter()
     pass_ends = []  # each forward pass ends where its logits reach the CPU
     zstat = zrtier_stat_fn()
-    counters = []  # zrtier's PROFILE counters at each pass end (under zrtier)
+    # zrtier's PROFILE counters at the start and at each pass end (under zrtier).
+    counters = [{k: zstat(k) for k in PROFILE}] if zstat else []
+    start_gauges = {k: zstat(k) for k in START_GAUGES} if zstat else {}
     logits = forward(prompt, kv, 0)
     pos = args.prompt
     for _ in range(args.new_tokens):
@@ -255,24 +263,41 @@ def main():
         "at_peak": sampler.at_peak,
         "zrtier": bool(os.environ.get("LD_PRELOAD", "").find("libzrtier") >= 0),
     }
-    if len(counters) >= 3:
-        # Per forward pass over the second half of the passes (steady): copy calls, milliseconds
-        # in them (planning, issuing, waiting on fills), fill and decode milliseconds summed over
-        # the threads, the share of the bytes found in T0, the DMAs and the CUDA calls that
-        # queued them, and the pass itself.
-        k = len(counters) // 2
-        a, b, n = counters[k - 1], counters[-1], len(counters) - k
-        d = {key: (b[key] - a[key]) / n for key in PROFILE}
-        result["zrtier_pass_profile"] = {
-            "passes": n,
-            "pass_ms": round((pass_ends[-1] - pass_ends[k - 1]) / n * 1e3, 1),
-            "h2d_copies": round(d["h2d_copies"], 1),
-            **{key[:-3] + "_ms": round(d[key] / 1e6, 2) for key in PROFILE if key.endswith("_ns")},
-            "t0_hit_fraction": round(d["h2d_t0_hit_bytes"] / d["h2d_bytes"], 3) if d["h2d_bytes"] else 0,
-            "h2d_dmas": round(d["h2d_dma_ops"]),
-            "dma_calls": round(d["dma_calls"]),
-            "deferred_pieces": round(d["h2d_deferred_pieces"]),
-        }
+    if len(counters) >= 4:
+        # counters[i] is taken at the start of pass i (counters[-1]: after the last pass), and
+        # ends[i] is when pass i ended.
+        ends = pass_ends
+
+        def profile(first, last):
+            """Per forward pass over passes first..last-1: copy calls, milliseconds in them
+            (planning, issuing, waiting on fills), fill, decode and encode milliseconds summed
+            over the threads, the share of the bytes found in T0, the DMAs and the CUDA calls that
+            queued them, evictions and owned T0 slots written back, and the pass itself."""
+            a, b, n = counters[first], counters[last], last - first
+            d = {key: (b[key] - a[key]) / n for key in PROFILE}
+            began = t0 if first == 0 else ends[first - 1]
+            return {
+                "passes": n,
+                "pass_ms": round((ends[last - 1] - began) / n * 1e3, 1),
+                "h2d_copies": round(d["h2d_copies"], 1),
+                **{key[:-3] + "_ms": round(d[key] / 1e6, 2) for key in PROFILE if key.endswith("_ns")},
+                "t0_hit_fraction": round(d["h2d_t0_hit_bytes"] / d["h2d_bytes"], 3) if d["h2d_bytes"] else 0,
+                # Copies whose chunks were all in T0 when called (the prefetch hit ratio).
+                "ready_fraction": round(d["copies_ready"] / d["h2d_copies"], 3) if d["h2d_copies"] else 0,
+                "prefetched_mib": round(d["prefetch_bytes"] / 2**20, 1),
+                "prefetch_unused_mib": round(d["prefetch_unused_bytes"] / 2**20, 1),
+                "h2d_dmas": round(d["h2d_dma_ops"]),
+                "dma_calls": round(d["dma_calls"]),
+                "deferred_pieces": round(d["h2d_deferred_pieces"]),
+                "encoded_mib": round(d["bytes_encoded"] / 2**20, 1),
+                "evictions": round(d["evictions"]),
+                "t0_writebacks": round(d["t0_writebacks"]),
+            }
+
+        passes = len(counters) - 1
+        result["zrtier_pass_profile"] = profile(passes // 2, passes)  # the steady second half
+        result["zrtier_first_passes"] = [profile(i, i + 1) for i in range(min(FIRST_PASSES, passes))]
+        result["zrtier_at_start_mib"] = {k: round(v / 2**20) for k, v in start_gauges.items()}
     print(json.dumps(result))
     if args.out:
         with open(args.out, "w") as f:
