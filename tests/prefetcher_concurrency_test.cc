@@ -157,12 +157,18 @@ TEST(PrefetcherConcurrencyTest, PrefetchesThePredictedWindow) {
 // run while `tight` (then refuses the rest, as a pool without free slots would).
 class RunSink : public PrefetchSink {
  public:
-  bool Prefetch(uint64_t region, uint64_t chunk) override { return PrefetchRun(region, chunk, 1); }
-  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n) override {
+  bool Prefetch(uint64_t region, uint64_t chunk) override {
+    bool fetched;
+    return PrefetchRun(region, chunk, 1, &fetched) == 1;
+  }
+  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n, bool* fetched) override {
     std::lock_guard<std::mutex> lock(mu_);
     runs_.push_back({first, n});
     const size_t take = tight_ ? std::min(n, take_) : n;
-    for (size_t i = 0; i < take; ++i) ++made_[first + i];
+    for (size_t i = 0; i < take; ++i) {
+      ++made_[first + i];
+      fetched[i] = true;
+    }
     return take;
   }
   void SetTight(bool tight, size_t take) {
@@ -211,7 +217,8 @@ TEST(PrefetcherConcurrencyTest, ConsecutiveChunksArePrefetchedAsRuns) {
   EXPECT_LE(runs.size(), 2 * 256 / 40 + 8) << "the window went to the sink chunk by chunk";
   const auto n = p.counters();
   EXPECT_EQ(n.prefetched, 256u);
-  EXPECT_EQ(n.issued, n.prefetched + n.refused);
+  EXPECT_EQ(n.ready, 0u);
+  EXPECT_EQ(n.issued, n.prefetched + n.ready + n.refused);
   EXPECT_EQ(n.runs, runs.size());
 }
 
@@ -309,6 +316,41 @@ TEST(PrefetcherConcurrencyTest, UnusedPrefetchesAreCounted) {
   EXPECT_EQ(StatGet(Stat::prefetch_unused_bytes) - unused_before, kChunk);
   EXPECT_EQ(p.counters().unused, 1u);
   EXPECT_EQ(p.counters().used, 1u);
+}
+
+// A sink that finds the even chunks ready already (cached in T0): it handles every chunk and
+// reads only the odd ones.
+class HalfReadySink : public PrefetchSink {
+ public:
+  bool Prefetch(uint64_t, uint64_t) override { return true; }
+  size_t PrefetchRun(uint64_t, uint64_t first, size_t n, bool* fetched) override {
+    for (size_t i = 0; i < n; ++i) fetched[i] = (first + i) % 2 == 1;
+    return n;
+  }
+};
+
+// Chunks the sink found ready already are neither prefetched bytes nor, when dropped, unused ones:
+// the monitor's prefetch counters count what the prefetcher decoded (the GPU run's
+// prefetch_bytes once counted every planned chunk, ~all the weights per pass).
+TEST(PrefetcherConcurrencyTest, ChunksReadyAlreadyAreNotCountedAsPrefetched) {
+  HalfReadySink sink;
+  Prefetcher p(Config(8, 2), &sink);
+  for (uint64_t c = 0; c < 32; ++c) p.OnAccess(Chunk(c));  // profile pass
+  ASSERT_TRUE(p.WaitIdle(10000));
+  const uint64_t bytes_before = StatGet(Stat::prefetch_bytes);
+  const uint64_t unused_before = StatGet(Stat::prefetch_unused_bytes);
+  p.OnAccess(Chunk(0));
+  ASSERT_TRUE(p.WaitIdle(10000));  // window 1..8: 1, 3, 5, 7 read; 2, 4, 6, 8 ready already
+  EXPECT_EQ(StatGet(Stat::prefetch_bytes) - bytes_before, 4 * kChunk);
+  auto n = p.counters();
+  EXPECT_EQ(n.prefetched, 4u);
+  EXPECT_EQ(n.ready, 4u);
+  EXPECT_EQ(n.issued, n.prefetched + n.ready + n.refused);
+  p.OnDropped(1, 2);  // was never the prefetcher's
+  p.OnDropped(1, 3);  // prefetched, dropped before use
+  ASSERT_TRUE(p.WaitIdle(10000));
+  EXPECT_EQ(StatGet(Stat::prefetch_unused_bytes) - unused_before, kChunk);
+  EXPECT_EQ(p.counters().unused, 1u);
 }
 
 TEST(PrefetcherConcurrencyTest, WritesAreNotPrefetchedAndZeroAheadPrefetchesNothing) {
@@ -409,7 +451,7 @@ TEST(PrefetcherConcurrencyTest, StressManyStreamsSlotsAndReaders) {
       static_cast<unsigned long long>(n.stale), static_cast<unsigned long long>(n.used),
       static_cast<unsigned long long>(n.unused));
   EXPECT_GT(n.prefetched, 0u);
-  EXPECT_EQ(n.issued, n.prefetched + n.refused);
+  EXPECT_EQ(n.issued, n.prefetched + n.ready + n.refused);
   EXPECT_LE(n.used + n.unused, n.prefetched);
   for (const ChunkKey& k : sink.Calls()) {
     ASSERT_GE(k.region, 10u);

@@ -940,7 +940,8 @@ void Shim::DropT0(uint64_t region) {
   pool_->DropRegion(region);
 }
 
-size_t Shim::PrefetchRun(uint64_t region, uint64_t first, size_t n) {
+size_t Shim::PrefetchRun(uint64_t region, uint64_t first, size_t n, bool* fetched) {
+  std::fill(fetched, fetched + n, false);
   std::shared_lock<std::shared_mutex> l(regions_mu_);
   auto it = regions_.find(region);
   if (it == regions_.end()) return n;  // gone
@@ -967,7 +968,10 @@ size_t Shim::PrefetchRun(uint64_t region, uint64_t first, size_t n) {
     bool zero = false;
     uint64_t gen = gens[i];
     Status st = backend_->ReadChunk(addr + i * chunk_, pool_->SlotPtr(slots[i]), &zero, &gen);
-    if (st.ok() && !zero) items.push_back({slots[i], first + i, gen, resident[i]});
+    if (st.ok() && !zero) {
+      items.push_back({slots[i], first + i, gen, resident[i]});
+      fetched[i] = true;
+    }
   }
   pool_->PublishRun(region, items.data(), items.size());
   pool_->UnpinRun(pinned.data(), pinned.size());

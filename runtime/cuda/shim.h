@@ -92,8 +92,9 @@ class Shim {
   // unless it already is, or is about to be overwritten by a queued D2H, or is dirty (writable: see
   // Engine::ReadChunk), or the region is gone; with one pool lock round trip to take the slots and
   // one to publish them. Returns how many chunks from `first` on were handled; the rest found no
-  // free slot (PinnedPool::AcquireRunForPrefetch). Called from prefetch worker threads.
-  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n);
+  // free slot (PinnedPool::AcquireRunForPrefetch). fetched[i] (n entries) is set for each handled
+  // chunk: whether it was read into a slot. Called from prefetch worker threads.
+  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n, bool* fetched);
 
   // Wanted slots a write-back job writes back per worker (MaybeWriteBack).
   static constexpr size_t kWantedPerItem = 64;

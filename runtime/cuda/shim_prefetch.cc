@@ -43,10 +43,11 @@ class PolicyPrefetch final : public ShimPrefetch,
     shim_->pool()->NoteAccess(a.chunk_count);
   }
   bool Prefetch(uint64_t region, uint64_t chunk) override {
-    return shim_->PrefetchRun(region, chunk, 1) == 1;
+    bool fetched;
+    return shim_->PrefetchRun(region, chunk, 1, &fetched) == 1;
   }
-  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n) override {
-    return shim_->PrefetchRun(region, first, n);
+  size_t PrefetchRun(uint64_t region, uint64_t first, size_t n, bool* fetched) override {
+    return shim_->PrefetchRun(region, first, n, fetched);
   }
   uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
     const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});

@@ -262,6 +262,7 @@ void Prefetcher::TakeRun(std::vector<Job>* run) {
 
 void Prefetcher::WorkerLoop() {
   std::vector<Job> run;
+  std::vector<char> fetched;  // bools the sink sets (vector<bool> has no data())
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait_for(lock, std::chrono::milliseconds(kPollMs), [this] {
@@ -280,14 +281,20 @@ void Prefetcher::WorkerLoop() {
     counters_.issued += run.size();
     ++counters_.runs;
     lock.unlock();
+    fetched.assign(run.size(), 0);
     const size_t handled =
-        std::min(run.size(), sink_->PrefetchRun(run[0].key.region, run[0].key.chunk, run.size()));
+        std::min(run.size(), sink_->PrefetchRun(run[0].key.region, run[0].key.chunk, run.size(),
+                                                reinterpret_cast<bool*>(fetched.data())));
     lock.lock();
     for (size_t i = 0; i < handled; ++i) {
       const Job& job = run[i];
       auto it = inflight_.find(job.key);
       const bool demanded = it != inflight_.end() && it->second;
       if (it != inflight_.end()) inflight_.erase(it);
+      if (!fetched[i]) {  // in T0 already (or left alone): nothing was prefetched
+        ++counters_.ready;
+        continue;
+      }
       ++counters_.prefetched;
       StatAdd(Stat::prefetch_bytes, config_.chunk_size);
       if (demanded) {

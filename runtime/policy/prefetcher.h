@@ -17,9 +17,9 @@
 //     1 ms, unless the demand has passed it by then.
 //
 // Accounting (runtime/base/stats.h): prefetch_bytes grows by the chunk size for every chunk the
-// sink made ready; prefetch_unused_bytes for every prefetched chunk that no access used before
-// either the sink's owner dropped it (OnDropped) or the demand position passed its planned position
-// by more than the prefetch window.
+// sink read into T0 (not for one it found ready already, or left alone); prefetch_unused_bytes for
+// every prefetched chunk that no access used before either the sink's owner dropped it (OnDropped)
+// or the demand position passed its planned position by more than the prefetch window.
 //
 // Thread safety: every method may be called from any thread. The Prefetcher never holds a lock
 // while calling the sink, so the sink may call any Prefetcher method (and placement, which asks
@@ -51,12 +51,14 @@ class PrefetchSink {
   // Called from prefetch worker threads, never with the Prefetcher's lock held.
   virtual bool Prefetch(uint64_t region, uint64_t chunk) = 0;
   // The same for chunks first .. first+n-1, in order: returns how many from `first` on were
-  // handled; the rest are retried later. The prefetcher hands consecutive queued chunks of one
-  // region over as one run (up to Prefetcher::kMaxRun), so a sink can take its slots in one go.
-  // The default calls Prefetch chunk by chunk.
-  virtual size_t PrefetchRun(uint64_t region, uint64_t first, size_t n) {
+  // handled; the rest are retried later. For each handled chunk i, fetched[i] (n entries) says
+  // whether the sink read it into T0 (false: it was ready already, or is left alone). The
+  // prefetcher hands consecutive queued chunks of one region over as one run (up to
+  // Prefetcher::kMaxRun), so a sink can take its slots in one go. The default calls Prefetch chunk
+  // by chunk and counts every handled chunk as fetched.
+  virtual size_t PrefetchRun(uint64_t region, uint64_t first, size_t n, bool* fetched) {
     size_t i = 0;
-    while (i < n && Prefetch(region, first + i)) ++i;
+    while (i < n && Prefetch(region, first + i)) fetched[i++] = true;
     return i;
   }
 };
@@ -80,7 +82,8 @@ class Prefetcher : public NextUseOracle {
   struct Counters {
     uint64_t issued = 0;      // chunks handed to the sink
     uint64_t runs = 0;        // sink calls (PrefetchRun)
-    uint64_t prefetched = 0;  // chunks the sink handled
+    uint64_t prefetched = 0;  // chunks the sink handled by reading them into T0
+    uint64_t ready = 0;       // chunks the sink handled without reading them (ready already)
     uint64_t refused = 0;     // chunks the sink could not take (retried unless stale)
     uint64_t canceled = 0;    // queued chunks a demand access reached first
     uint64_t stale = 0;   // queued chunks dropped: demand passed them, or their plan was replaced
