@@ -1,6 +1,7 @@
 #include "runtime/policy/prefetcher.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "runtime/base/stats.h"
@@ -262,7 +263,7 @@ void Prefetcher::TakeRun(std::vector<Job>* run) {
 
 void Prefetcher::WorkerLoop() {
   std::vector<Job> run;
-  std::vector<char> fetched;  // bools the sink sets (vector<bool> has no data())
+  std::array<bool, kMaxRun> fetched;  // set by the sink per chunk of the run (TakeRun's cap)
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait_for(lock, std::chrono::milliseconds(kPollMs), [this] {
@@ -281,10 +282,10 @@ void Prefetcher::WorkerLoop() {
     counters_.issued += run.size();
     ++counters_.runs;
     lock.unlock();
-    fetched.assign(run.size(), 0);
-    const size_t handled =
-        std::min(run.size(), sink_->PrefetchRun(run[0].key.region, run[0].key.chunk, run.size(),
-                                                reinterpret_cast<bool*>(fetched.data())));
+    fetched.fill(false);
+    const size_t handled = std::min(
+        run.size(),
+        sink_->PrefetchRun(run[0].key.region, run[0].key.chunk, run.size(), fetched.data()));
     lock.lock();
     for (size_t i = 0; i < handled; ++i) {
       const Job& job = run[i];
