@@ -265,9 +265,7 @@ def main():
     }
     if len(counters) >= 4:
         # counters[i] is taken at the start of pass i (counters[-1]: after the last pass), and
-        # ends[i] is when pass i ended.
-        ends = pass_ends
-
+        # pass_ends[i] is when pass i ended.
         def profile(first, last):
             """Per forward pass over passes first..last-1: copy calls, milliseconds in them
             (planning, issuing, waiting on fills), fill, decode and encode milliseconds summed
@@ -275,10 +273,10 @@ def main():
             queued them, evictions and owned T0 slots written back, and the pass itself."""
             a, b, n = counters[first], counters[last], last - first
             d = {key: (b[key] - a[key]) / n for key in PROFILE}
-            began = t0 if first == 0 else ends[first - 1]
+            began = t0 if first == 0 else pass_ends[first - 1]
             return {
                 "passes": n,
-                "pass_ms": round((ends[last - 1] - began) / n * 1e3, 1),
+                "pass_ms": round((pass_ends[last - 1] - began) / n * 1e3, 1),
                 "h2d_copies": round(d["h2d_copies"], 1),
                 **{key[:-3] + "_ms": round(d[key] / 1e6, 2) for key in PROFILE if key.endswith("_ns")},
                 "t0_hit_fraction": round(d["h2d_t0_hit_bytes"] / d["h2d_bytes"], 3) if d["h2d_bytes"] else 0,
