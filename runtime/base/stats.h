@@ -77,7 +77,9 @@ enum class StatKind { kCounter, kGauge };
   X(h2d_t0_hit_bytes, kCounter, "bytes", "bytes of host-to-device copies found cached in T0 slots") \
   X(t0_spread_permille, kGauge, "", "thousandths of chunk groups the T0 spread keeps (0: not yet, or off)") \
   X(fault_blocks_dropped, kCounter, "", "CPU-fault blocks not learned: the predictor's learner was too far behind") \
-  X(h2d_deferred_pieces, kCounter, "", "H2D pieces queued behind a stream flag while still filling (ZRTIER_H2D_ASYNC)")
+  X(h2d_deferred_pieces, kCounter, "", "H2D pieces queued behind a stream flag while still filling (ZRTIER_H2D_ASYNC)") \
+  X(copies_ready_in_time, kCounter, "", "H2D copies whose chunks were all in T0 before the GPU's DMAs needed them") \
+  X(h2d_pieces_waited_on, kCounter, "", "deferred H2D pieces whose stream reached their DMAs before their fill was done")
 // clang-format on
 
 enum class Stat : int {
@@ -126,8 +128,9 @@ struct Histogram {
 inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
 // t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
-// fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces
-inline constexpr uint32_t kStatsVersion = 10;
+// fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces; 11: copies_ready_in_time and
+// h2d_pieces_waited_on
+inline constexpr uint32_t kStatsVersion = 11;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

@@ -63,6 +63,21 @@ void RecordStall(uint64_t ns) {
 
 }  // namespace
 
+// Whether one H2D copy had every chunk in T0 before the GPU's DMAs needed it (Stat::
+// copies_ready_in_time), shared by the copy call and the pieces it hands to the stream still
+// filling (Shim::DeferH2D); whoever drops the last reference counts the copy.
+struct Shim::CopyReadiness {
+  std::atomic<int> refs{1};  // the copy call's
+  std::atomic<bool> late{false};
+  // Drops one reference; `late`: the holder found the copy's data not ready in time.
+  void Release(bool was_late) {
+    if (was_late) late.store(true, std::memory_order_relaxed);
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (!late.load(std::memory_order_relaxed)) StatAdd(Stat::copies_ready_in_time, 1);
+    delete this;
+  }
+};
+
 // One piece of a host-to-device copy on its way: its slots are pinned and its misses are being
 // filled by the workers. Owned by the copy call, which issues it once filled -- or, deferred
 // (Shim::DeferH2D), by the fill batch, whose last step finishes and deletes it.
@@ -77,8 +92,9 @@ struct Shim::H2DPiece {
   // one that finds the other's state there finishes a deferred piece (FinishDeferred).
   enum State { kFilling, kFilled, kDeferred };
   std::atomic<int> state{kFilling};
-  uint64_t region = 0;  // set when deferred
-  int flag = -1;        // the StreamFlags token its DMAs wait on, once deferred
+  uint64_t region = 0;                 // set when deferred
+  int flag = -1;                       // the StreamFlags token its DMAs wait on, once deferred
+  CopyReadiness* readiness = nullptr;  // once deferred: a reference to its copy's
   bool ready() const { return !fill || fill->done(); }
 };
 
@@ -385,11 +401,12 @@ static cudaError_t IssueH2D(const CudaApi* api, PinnedPool* pool, size_t chunk, 
 }
 
 bool Shim::DeferH2D(std::unique_ptr<H2DPiece>& piece, char* dst0, const char* src0, uint64_t region,
-                    cudaStream_t stream, cudaError_t* err) {
+                    cudaStream_t stream, CopyReadiness* readiness, cudaError_t* err) {
   cudaError_t e = cudaSuccess;
   cudaEvent_t ev = pool_->events()->Get(&e);
   if (!ev) return false;
-  const int flag = flags_->Enqueue(stream);
+  // Marked: the piece's end learns whether the stream got to the DMAs before the fill was done.
+  const int flag = flags_->Enqueue(stream, /*mark=*/true);
   if (flag < 0) {
     pool_->events()->Put(ev);
     return false;
@@ -425,6 +442,8 @@ bool Shim::DeferH2D(std::unique_ptr<H2DPiece>& piece, char* dst0, const char* sr
   }
   pool_->AddInflight(ev, busy);
   StatAdd(Stat::h2d_deferred_pieces, 1);
+  readiness->refs.fetch_add(1, std::memory_order_relaxed);
+  p->readiness = readiness;
   {
     std::lock_guard<std::mutex> l(deferred_mu_);
     while (!deferred_.empty() && deferred_.front()->done()) deferred_.pop_front();
@@ -455,7 +474,9 @@ void Shim::FinishDeferred(H2DPiece* p) {
   pool_->PublishRun(p->region, items.data(), items.size());
   pool_->UnpinRun(slots.data(), slots.size());
   // The slots hold the bytes: the DMAs may run (the release store orders the fills' stores).
-  flags_->Signal(p->flag);
+  const StreamFlags::Reached reached = flags_->Signal(p->flag);
+  if (reached == StreamFlags::Reached::kWaiting) StatAdd(Stat::h2d_pieces_waited_on, 1);
+  p->readiness->Release(reached != StreamFlags::Reached::kNotYet);
   delete p;
 }
 
@@ -516,6 +537,10 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
   const size_t max_chunks = std::max(piece_misses, std::min(16 * piece_misses, slots / 4));
   size_t piece_chunks = std::max<size_t>(1, piece_misses / 4);
   bool all_ready = true;
+  // Created for the first piece handed to the stream still filling; `waited`: this call waited
+  // for a fill before it could queue the DMAs.
+  CopyReadiness* readiness = nullptr;
+  bool waited = false;
   uint64_t stall = 0;
   std::deque<std::unique_ptr<H2DPiece>> inflight;
   // Scratch for planning one piece.
@@ -629,8 +654,9 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     if (defer) {
       const uint64_t t0 = MonotonicNs();
       cudaError_t derr = cudaSuccess;
+      if (!readiness) readiness = new CopyReadiness;
       const bool handed =
-          DeferH2D(inflight.front(), static_cast<char*>(dst), src, r.id, stream, &derr);
+          DeferH2D(inflight.front(), static_cast<char*>(dst), src, r.id, stream, readiness, &derr);
       StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
       if (handed) {
         inflight.pop_front();
@@ -643,6 +669,7 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     uint64_t t_wait = MonotonicNs();
     workers_->Wait(*inflight.front()->fill);
     StatAdd(Stat::copy_wait_ns, MonotonicNs() - t_wait);
+    waited = true;
   }
   report();
   // Owned slots these hits asked to leave (PinnedPool::TakeWanted): queued behind this copy's
@@ -653,8 +680,17 @@ cudaError_t Shim::CopyFromRegion(void* dst, const RegionInfo& r, const char* src
     if (pc->fill) workers_->Wait(*pc->fill);
     for (const PieceChunk& c : pc->chunks) pool_->Unpin(c.slot);  // error path only
   }
-  if (err != cudaSuccess) return err;
+  if (err != cudaSuccess) {
+    if (readiness) readiness->Release(/*was_late=*/true);
+    return err;
+  }
   if (all_ready) StatAdd(Stat::copies_ready, 1);
+  // Ready in time: at the call, or every fill done before the DMAs waiting for it were reached
+  // (the pieces still filling tell once they are done).
+  if (readiness)
+    readiness->Release(waited);
+  else if (!waited)
+    StatAdd(Stat::copies_ready_in_time, 1);
   RecordStall(stall);
   return cudaSuccess;
 }

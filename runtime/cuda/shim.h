@@ -132,6 +132,7 @@ class Shim {
   struct PublishTask;
   struct FillTask;
   struct H2DPiece;
+  struct CopyReadiness;
   // Hands a landed D2H piece to the fill workers (from the event watcher, or inline).
   void StartPublish(PublishTask* task);
   static void CUDART_CB PublishEndFn(void* group);
@@ -156,7 +157,7 @@ class Shim {
   // event or stream flag is free: the caller waits for the fill instead. On true the piece is no
   // longer the caller's (released, or finished here after a CUDA error, returned in *err).
   bool DeferH2D(std::unique_ptr<H2DPiece>& piece, char* dst0, const char* src0, uint64_t region,
-                cudaStream_t stream, cudaError_t* err);
+                cudaStream_t stream, CopyReadiness* readiness, cudaError_t* err);
   // The end of a deferred piece once it is filled (on whichever thread ran the fill's last item).
   void FinishDeferred(H2DPiece* piece);
   // Helps fill the oldest deferred piece still filling; false if there is none.

@@ -7,6 +7,13 @@
 // a piece's DMAs, queued while its slots are still being filled, wait on a word that the fill's
 // last step sets (Shim::DeferH2D), so the copy call returns without waiting for its decodes.
 //
+// A flag may also tell whether the stream had reached its wait before the word was set: Enqueue
+// with `mark` queues, just ahead of the wait, a write of the awaited value into a second word of
+// the flag (the driver's cuStreamWriteValue32), which the stream performs once everything queued
+// before it is done; Signal reads that word before it releases the stream. For an H2D piece that
+// says whether the GPU got to the piece's DMAs before its fill was done
+// (Stat::copies_ready_in_time).
+//
 // Thread safety: every method may be called from any thread.
 #pragma once
 
@@ -31,13 +38,22 @@ class StreamFlags {
   bool available() const { return wait_ != nullptr; }
 
   // Takes a free word and enqueues on `stream` a wait for its next value: work queued on the
-  // stream after this call runs only once Signal(token). Returns the token, or -1 when no word is
-  // free or the driver refused the wait (said once on stderr): the caller uses a host function.
-  int Enqueue(cudaStream_t stream);
+  // stream after this call runs only once Signal(token). With `mark`, the stream also notes when
+  // it reaches the wait (see above; skipped, said once on stderr, where the driver has no stream
+  // writes). Returns the token, or -1 when no word is free or the driver refused the wait (said
+  // once on stderr): the caller uses a host function.
+  int Enqueue(cudaStream_t stream, bool mark = false);
+
+  // Whether the stream had reached the wait when Signal released it.
+  enum class Reached {
+    kUnknown,  // not marked (Enqueue without `mark`, or no stream writes)
+    kNotYet,   // the word was set before the stream got to the wait: it did not wait
+    kWaiting,  // the stream was at the wait (or reached it while Signal ran)
+  };
 
   // Releases the stream waiting on `token` (after every store the waiting work must see) and
   // frees the word. Once per successful Enqueue.
-  void Signal(int token);
+  Reached Signal(int token);
 
  private:
   using WaitFn = int (*)(void* stream, unsigned long long addr, unsigned int value,
@@ -46,11 +62,15 @@ class StreamFlags {
 
   const CudaApi* api_;
   WaitFn wait_ = nullptr;
+  WaitFn write_ = nullptr;      // cuStreamWriteValue32 (the same signature); null: no marks
   uint32_t* words_ = nullptr;   // host view
   unsigned long long dev_ = 0;  // device view of words_
   std::mutex mu_;               // guards free_ and next_
   std::vector<int> free_;
   std::vector<uint32_t> next_;  // per flag: the value its next wait waits for
+  // Per flag: whether its current wait was marked. Written by Enqueue before the token is handed
+  // out, read by Signal, which the token's owner calls after it (ordered by the owner's handoff).
+  std::vector<uint8_t> marked_;
 };
 
 }  // namespace zrtier

@@ -84,6 +84,7 @@ struct Global {
   std::atomic<uint64_t> host_fn_calls{0};
   std::atomic<uint64_t> host_fns_launched{0};
   std::atomic<uint64_t> stream_waits{0};
+  std::atomic<uint64_t> stream_waits_blocked{0};
   std::atomic<uint64_t> batch_calls{0};
   std::atomic<int> batch_error{0};  // fakecudaSetBatchError
   int device = 0;
@@ -338,6 +339,9 @@ FAKE_API uint64_t fakecudaHostFunctionsLaunched(void) {
 }
 FAKE_API uint64_t fakecudaStreamWaits(void) {
   return G()->stream_waits.load();
+}
+FAKE_API uint64_t fakecudaStreamWaitsBlocked(void) {
+  return G()->stream_waits_blocked.load();
 }
 FAKE_API uint64_t fakecudaBatchCalls(void) {
   return G()->batch_calls.load();
@@ -626,9 +630,30 @@ FAKE_API int cuStreamWaitValue32_v2(cudaStream_t s, unsigned long long addr, uns
   G()->stream_waits.fetch_add(1);
   std::lock_guard<std::mutex> l(G()->mu);
   EnqueueLocked(Resolve(s), [word, value] {
-    while (static_cast<int32_t>(std::atomic_ref<uint32_t>(*word).load(std::memory_order_acquire) -
-                                value) < 0)
-      std::this_thread::sleep_for(std::chrono::microseconds(5));
+    auto unset = [&] {
+      return static_cast<int32_t>(std::atomic_ref<uint32_t>(*word).load(std::memory_order_acquire) -
+                                  value) < 0;
+    };
+    if (!unset()) return;
+    G()->stream_waits_blocked.fetch_add(1);
+    while (unset()) std::this_thread::sleep_for(std::chrono::microseconds(5));
+    G()->stream_waits_blocked.fetch_sub(1);
+  });
+  return 0;
+}
+// The driver's stream write to a host word: the stream's worker stores `value` once everything
+// queued before it is done (flags 0: the v2 API refuses CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER).
+// FAKE_CUDA_NO_MEMOPS=1 makes it fail as the wait does.
+FAKE_API int cuStreamWriteValue32_v2(cudaStream_t s, unsigned long long addr, unsigned int value,
+                                     unsigned int flags) {
+  ENTER();
+  const char* off = getenv("FAKE_CUDA_NO_MEMOPS");
+  if (off && atoi(off)) return 801;
+  if (flags != 0 || addr == 0) return 1;  // CUDA_ERROR_INVALID_VALUE
+  auto* word = reinterpret_cast<uint32_t*>(addr);
+  std::lock_guard<std::mutex> l(G()->mu);
+  EnqueueLocked(Resolve(s), [word, value] {
+    std::atomic_ref<uint32_t>(*word).store(value, std::memory_order_release);
   });
   return 0;
 }

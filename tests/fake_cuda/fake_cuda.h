@@ -25,6 +25,9 @@ void fakecudaSetCapturing(cudaStream_t stream, int capturing);
 // (cuStreamWaitValue32_v2), since the process started.
 uint64_t fakecudaHostFunctionsLaunched(void);
 uint64_t fakecudaStreamWaits(void);
+// Stream waits on a host word whose stream is at the wait now, its word not set yet (a GPU
+// stalled on it).
+uint64_t fakecudaStreamWaitsBlocked(void);
 // cudaMemcpyBatchAsync calls that queued their copies, since the process started.
 uint64_t fakecudaBatchCalls(void);
 // Makes every later cudaMemcpyBatchAsync fail with `err` (cudaSuccess: works again), as a runtime

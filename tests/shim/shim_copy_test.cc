@@ -338,6 +338,75 @@ TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+// Stat::copies_ready_in_time: an asynchronous copy whose pieces went to the stream still filling
+// counts once its fills are done, as ready in time only if the stream had not got to their DMAs
+// by then (the flag's mark). With the stream busy behind a host function, the fills win: counted,
+// no piece waited on. With the stream free, it reaches the first deferred piece and stalls there
+// (the fake says so) until the reads go on: not counted, that piece counted as waited on. A copy
+// found whole in T0 counts as ready at the call and in time. Every copy gives the exact bytes.
+TEST_F(ShimCopyTest, ReadyInTimeCountsCopiesWhoseFillsBeatTheStream) {
+  Make(64);
+  ASSERT_TRUE(shim_->h2d_async());
+  const size_t n = 16 * kChunk;
+  char *r, *d;
+  auto data = WrittenRegion(n, 50, &r, &d);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  auto await = [](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return done();
+  };
+
+  // 1. The stream is busy: the fills are done before it gets to the pieces.
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  ASSERT_EQ(cudaLaunchHostFunc(
+                s, [](void* g) { static_cast<std::shared_future<void>*>(g)->wait(); }, &gate),
+            cudaSuccess);
+  uint64_t in_time = StatGet(Stat::copies_ready_in_time);
+  uint64_t waited = StatGet(Stat::h2d_pieces_waited_on);
+  uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
+  ClearDevice(d, n);  // (the legacy stream: s is non-blocking)
+  ASSERT_NO_FATAL_FAILURE(CopyWithReadsHeld(d, r, n, s));
+  EXPECT_GT(StatGet(Stat::h2d_deferred_pieces), deferred);
+  EXPECT_EQ(StatGet(Stat::copies_ready_in_time), in_time);  // its fills are held
+  heap_->Release();
+  shim_->DrainDeferred();  // every fill done, its piece's end run
+  EXPECT_EQ(StatGet(Stat::copies_ready_in_time), in_time + 1);
+  EXPECT_EQ(StatGet(Stat::h2d_pieces_waited_on), waited);
+  go.set_value();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+
+  // 2. New bytes; the stream is free and stalls at the first piece still filling.
+  data = Random(n, 51);
+  CpuWrite(r, data);
+  ClearDevice(d, n);
+  in_time = StatGet(Stat::copies_ready_in_time);
+  waited = StatGet(Stat::h2d_pieces_waited_on);
+  const uint64_t blocked = fakecudaStreamWaitsBlocked();
+  ASSERT_NO_FATAL_FAILURE(CopyWithReadsHeld(d, r, n, s));
+  ASSERT_TRUE(await([&] { return fakecudaStreamWaitsBlocked() > blocked; }));
+  heap_->Release();
+  shim_->DrainDeferred();
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::copies_ready_in_time), in_time);
+  EXPECT_GE(StatGet(Stat::h2d_pieces_waited_on), waited + 1);
+  EXPECT_EQ(ReadDevice(d, n), data);
+
+  // 3. All in T0 now: ready at the call, hence in time.
+  const uint64_t ready = StatGet(Stat::copies_ready);
+  ClearDevice(d, n);
+  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::copies_ready), ready + 1);
+  EXPECT_EQ(StatGet(Stat::copies_ready_in_time), in_time + 1);
+  EXPECT_EQ(ReadDevice(d, n), data);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 // The synchronize hooks' help (Shim::HelpFillsWhile): a thread that would wait for a stream
 // behind deferred pieces fills them itself. With both workers blocked in held reads, a third
 // blocked read can only be the helping thread's; once the reads go on it drains every deferred
