@@ -14,6 +14,8 @@ out=$("$ZRTIER" stats); expect_status 0 $? "stats"
 expect_contains "$out" "pid $pid" "stats text"
 expect_contains "$out" "faults_missing" "stats text"
 expect_contains "$out" "stats_publisher" "stats text (command line)"
+# The publisher's copies: half ready at the call, all of them before the GPU needed them.
+expect_contains "$out" "prefetch hits 50% (100% in time)" "stats text (prefetch hits)"
 json=$("$ZRTIER" stats "$pid" --json); expect_status 0 $? "stats --json"
 expect_contains "$json" "\"pid\": $pid" "stats --json"
 faults=$(grep -o '"faults_missing": [0-9]*' <<<"$json" | grep -o '[0-9]*$')

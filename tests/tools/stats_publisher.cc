@@ -1,6 +1,7 @@
 // Test helper: a process that publishes a statistics block (as the shim does), sets known values,
 // prints "ready <pid>" and then, until killed, keeps counting (so monitors see numbers change):
-// every 50 ms it adds 1 MiB of H2D bytes, 10 faults with ~20 us latency and one eviction.
+// every 50 ms it adds two H2D copies of 1 MiB in all (one ready at the call, both in time), 10
+// faults with ~20 us latency and one eviction.
 //   stats_publisher [seconds]   (default 60; exits 0 afterwards, unlinking its block)
 #include <unistd.h>
 
@@ -11,6 +12,19 @@
 #include "runtime/base/stats_shm.h"
 
 using namespace zrtier;
+
+namespace {
+
+// Two H2D copies of 512 KiB, both in time, one of them ready at the call as well (prefetch hits
+// 50 %, 100 % in time).
+void Copies() {
+  StatAdd(Stat::h2d_bytes, 1 << 20);
+  StatAdd(Stat::h2d_copies, 2);
+  StatAdd(Stat::copies_ready, 1);
+  StatAdd(Stat::copies_ready_in_time, 2);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   double seconds = argc > 1 ? atof(argv[1]) : 60;
@@ -27,13 +41,12 @@ int main(int argc, char** argv) {
   StatSet(Stat::store_bytes, 2ull << 30);
   StatsRegionAcquire(0x7f0000000000ull, 4ull << 30);
   StatAdd(Stat::faults_missing, 4242);
+  Copies();
   printf("ready %d\n", static_cast<int>(getpid()));
   fflush(stdout);
   for (double t = 0; t < seconds; t += 0.05) {
     usleep(50000);
-    StatAdd(Stat::h2d_bytes, 1 << 20);
-    StatAdd(Stat::h2d_copies, 1);
-    StatAdd(Stat::copies_ready, 1);
+    Copies();
     StatAdd(Stat::faults_missing, 10);
     for (int i = 0; i < 10; ++i) HistRecord(Hist::fault_latency, 20000);
     StatAdd(Stat::evictions, 1);

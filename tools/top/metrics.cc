@@ -26,6 +26,9 @@ Rates RatesBetween(const StatsSnapshot& prev, const StatsSnapshot& cur, double s
   double copies = Delta(prev, cur, Stat::h2d_copies);
   r.prefetch_hit_percent = copies > 0 ? Delta(prev, cur, Stat::copies_ready) / copies * 100 : -1;
   if (r.prefetch_hit_percent > 100) r.prefetch_hit_percent = 100;
+  r.ready_in_time_percent =
+      copies > 0 ? Delta(prev, cur, Stat::copies_ready_in_time) / copies * 100 : -1;
+  if (r.ready_in_time_percent > 100) r.ready_in_time_percent = 100;
   return r;
 }
 
@@ -57,11 +60,24 @@ double CompressionRatio(const StatsSnapshot& s) {
   return in > 0 && out > 0 ? in / out : 0;
 }
 
-double PrefetchHitPercent(const StatsSnapshot& s) {
+namespace {
+
+// `stat` per H2D copy over the process's life, in %; -1 if no copies.
+double PerCopyPercent(const StatsSnapshot& s, Stat stat) {
   double copies = static_cast<double>(s.Value(Stat::h2d_copies));
   if (copies <= 0) return -1;
-  double p = static_cast<double>(s.Value(Stat::copies_ready)) / copies * 100;
+  double p = static_cast<double>(s.Value(stat)) / copies * 100;
   return p > 100 ? 100 : p;
+}
+
+}  // namespace
+
+double PrefetchHitPercent(const StatsSnapshot& s) {
+  return PerCopyPercent(s, Stat::copies_ready);
+}
+
+double ReadyInTimePercent(const StatsSnapshot& s) {
+  return PerCopyPercent(s, Stat::copies_ready_in_time);
 }
 
 uint64_t TotalFaults(const StatsSnapshot& s) {

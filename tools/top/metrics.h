@@ -18,6 +18,8 @@ struct Rates {
   double spill_read_bytes_per_s = 0;
   double stall_percent = 0;          // copy-call waiting time per wall time, in %
   double prefetch_hit_percent = -1;  // copies fully ready / H2D copies in the interval; -1 = none
+  // Copies whose chunks were all in T0 before the GPU's DMAs needed them / H2D copies; -1 = none.
+  double ready_in_time_percent = -1;
 };
 
 // Rates from `prev` to `cur` (same process, `cur` taken later). All zero if no time passed.
@@ -30,6 +32,9 @@ Rates RatesSinceStart(const StatsSnapshot& cur);
 double CompressionRatio(const StatsSnapshot& s);
 // Lifetime share of H2D copies whose chunks were all ready (prefetch hits), in %; -1 if no copies.
 double PrefetchHitPercent(const StatsSnapshot& s);
+// Lifetime share of H2D copies whose chunks were all in T0 before the GPU's DMAs needed them
+// (ready at the call, or filled before the stream got to them), in %; -1 if no copies.
+double ReadyInTimePercent(const StatsSnapshot& s);
 // Total faults of every kind.
 uint64_t TotalFaults(const StatsSnapshot& s);
 // Quantile `q` of histogram `h` in ns (0 if empty).

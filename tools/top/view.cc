@@ -143,11 +143,16 @@ void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState
                         ratio > 0 ? Printf("%.2fx", ratio).c_str() : "-",
                         HumanRate(r.encode_bytes_per_s).c_str(),
                         HumanRate(r.decode_bytes_per_s).c_str()));
-  out->push_back(Printf(
-      "Copies       H2D %s   D2H %s   prefetch hits %s   stall %.1f%%",
-      HumanRate(r.h2d_bytes_per_s).c_str(), HumanRate(r.d2h_bytes_per_s).c_str(),
-      Percent(r.prefetch_hit_percent >= 0 ? r.prefetch_hit_percent : PrefetchHitPercent(s)).c_str(),
-      r.stall_percent));
+  // Prefetch hits: copies with every chunk in T0 at the call; "in time": also those whose fills
+  // were done before the GPU got to their DMAs (an interval without copies shows the lifetime).
+  const bool interval = r.prefetch_hit_percent >= 0;
+  std::string hits = Percent(interval ? r.prefetch_hit_percent : PrefetchHitPercent(s));
+  if (const double in_time = interval ? r.ready_in_time_percent : ReadyInTimePercent(s);
+      in_time >= 0)
+    hits += " (" + Percent(in_time) + " in time)";
+  out->push_back(Printf("Copies       H2D %s   D2H %s   prefetch hits %s   stall %.1f%%",
+                        HumanRate(r.h2d_bytes_per_s).c_str(), HumanRate(r.d2h_bytes_per_s).c_str(),
+                        hits.c_str(), r.stall_percent));
   out->push_back(Printf("Faults       %s   p50 %s   p99 %s%s   total %llu",
                         HumanCountRate(r.faults_per_s).c_str(), Latency(p.fault_p50_ns).c_str(),
                         Latency(p.fault_p99_ns).c_str(), p.interval_latency ? "" : " (lifetime)",

@@ -35,14 +35,17 @@ void PrintText(const StatsSnapshot& s) {
          beat < 0 ? 0.0 : beat, s.cmdline.c_str());
   Rates r = RatesSinceStart(s);
   double ratio = CompressionRatio(s);
-  double hit = PrefetchHitPercent(s);
+  double hit = PrefetchHitPercent(s), in_time = ReadyInTimePercent(s);
+  auto percent = [](double p) { return std::to_string(static_cast<int>(p + 0.5)) + "%"; };
+  // Prefetch hits at the call; "in time": before the GPU's DMAs needed the chunks.
+  const std::string hits =
+      hit < 0 ? std::string("-") : percent(hit) + " (" + percent(in_time) + " in time)";
   printf(
       "  summary: ratio %.2fx  faults %llu  evictions %llu  H2D avg %s  D2H avg %s  "
       "prefetch hits %s\n",
       ratio, static_cast<unsigned long long>(TotalFaults(s)),
       static_cast<unsigned long long>(s.Value(Stat::evictions)),
-      HumanRate(r.h2d_bytes_per_s).c_str(), HumanRate(r.d2h_bytes_per_s).c_str(),
-      hit < 0 ? "-" : (std::to_string(static_cast<int>(hit + 0.5)) + "%").c_str());
+      HumanRate(r.h2d_bytes_per_s).c_str(), HumanRate(r.d2h_bytes_per_s).c_str(), hits.c_str());
   for (int i = 0; i < kStatCount; ++i) {
     const StatInfo& info = StatInfoAt(i);
     printf("  %-22s %-24s %s\n", info.name, ValueText(info, s.values[i]).c_str(), info.help);
