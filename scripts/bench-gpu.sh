@@ -83,13 +83,16 @@ if stream:
         if r["case"] == "raw_pinned":
             raw = r["gbps"]
             continue
-        hr = r.get("prefetch_hit_ratio")
+        hr, it = r.get("prefetch_hit_ratio"), r.get("ready_in_time_ratio")
         # Paired rows (bench_copy.py): a raw pinned pass just ahead of each pass.
         ratio, base = r.get("paired_ratio", r["gbps"] / raw), r.get("raw_gbps", raw)
         print(f"{r['case']:<18} total {r['bytes'] >> 30}G layer {r['layer_bytes'] >> 20}M: "
               f"{r['gbps']:6.2f} GB/s = {ratio:.2f} x raw pinned ({base:.2f}); "
               f"first pass {r['first_pass_gbps']:.2f} GB/s; prefetch hit ratio "
-              f"{'n/a' if hr is None else f'{hr:.3f}'}; bytes from T0 "
+              f"{'n/a' if hr is None else f'{hr:.3f}'} at the call, "
+              f"{'n/a' if it is None else f'{it:.3f}'} in time ({r.get('pieces_waited_on')} "
+              f"pieces waited on; steady passes {r.get('steady_hit_ratio')} / "
+              f"{r.get('steady_in_time_ratio')}, {r.get('steady_pieces_waited_on')}); bytes from T0 "
               f"{r.get('h2d_t0_hit_bytes_fraction')}, decoded {r.get('bytes_decoded_fraction')}")
         if r.get("pass_gbps"):
             if r.get("raw_pass_gbps"):

@@ -27,7 +27,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 PROFILE = ("h2d_copies", "copy_ns", "copy_plan_ns", "copy_issue_ns", "copy_wait_ns", "fill_ns",
            "decode_ns", "h2d_bytes", "h2d_t0_hit_bytes", "h2d_dma_ops", "dma_calls", "h2d_deferred_pieces",
            "encode_ns", "bytes_encoded", "evictions", "t0_writebacks", "copies_ready", "prefetch_bytes",
-           "prefetch_unused_bytes")
+           "prefetch_unused_bytes", "copies_ready_in_time", "h2d_pieces_waited_on")
 # Gauges read at the start of generation (where the weights are when the first pass begins).
 START_GAUGES = ("t0_bytes", "t0_owned_bytes", "resident_bytes", "store_raw_bytes")
 # The first passes profiled one by one (learning, and the write-back of D2H-filled weights).
@@ -282,6 +282,10 @@ def main():
                 "t0_hit_fraction": round(d["h2d_t0_hit_bytes"] / d["h2d_bytes"], 3) if d["h2d_bytes"] else 0,
                 # Copies whose chunks were all in T0 when called (the prefetch hit ratio).
                 "ready_fraction": round(d["copies_ready"] / d["h2d_copies"], 3) if d["h2d_copies"] else 0,
+                # Copies whose chunks were all in T0 before the GPU's DMAs needed them (at the
+                # call, or filled before the stream got to them), and pieces the GPU waited for.
+                "in_time_fraction": round(d["copies_ready_in_time"] / d["h2d_copies"], 3) if d["h2d_copies"] else 0,
+                "pieces_waited_on": round(d["h2d_pieces_waited_on"], 1),
                 "prefetched_mib": round(d["prefetch_bytes"] / 2**20, 1),
                 "prefetch_unused_mib": round(d["prefetch_unused_bytes"] / 2**20, 1),
                 "h2d_dmas": round(d["h2d_dma_ops"]),

@@ -234,6 +234,7 @@ def stream_mode(total, layer, passes):
                 checks.append(gpu_src.clone())
         torch.cuda.synchronize()
         h2d0, ready0 = stat("h2d_copies"), stat("copies_ready")
+        in_time0, waited0 = stat("copies_ready_in_time"), stat("h2d_pieces_waited_on")
         times, writebacks, raw_times = [], [], []
         # The first passes teach the predictor and settle placement: the first read pass is the
         # predictor's profile, placement by predicted reuse keeps its subset from the second on,
@@ -244,7 +245,8 @@ def stream_mode(total, layer, passes):
         for p in range(passes):
             if p == learn:  # the steady passes: where the bytes came from, where time went
                 steady0 = {k: stat(k) for k in ("h2d_bytes", "h2d_t0_hit_bytes", "bytes_decoded",
-                                                "h2d_dma_ops")}
+                                                "h2d_dma_ops", "h2d_copies", "copies_ready",
+                                                "copies_ready_in_time", "h2d_pieces_waited_on")}
                 prof0 = profile_now()
             last = p == passes - 1 and ZR is not None and case != "raw_pinned"
             hits = []
@@ -267,6 +269,9 @@ def stream_mode(total, layer, passes):
                         raw_pass_gbps=[round(total / t / 1e9, 2) for t in raw_times])
         copies = stat("h2d_copies") - h2d0
         ready = stat("copies_ready") - ready0
+        in_time = stat("copies_ready_in_time") - in_time0
+        steady_copies = stat("h2d_copies") - steady0["h2d_copies"]
+        steady_share = lambda k: round((stat(k) - steady0[k]) / steady_copies, 3) if steady_copies else None
         # Fractions of the steady passes' bytes found in T0 and decoded from T2 (the rest: T1).
         moved = stat("h2d_bytes") - steady0["h2d_bytes"]
         frac = {f"{k}_fraction": round((stat(k) - steady0[k]) / moved, 3) if moved else None
@@ -281,6 +286,14 @@ def stream_mode(total, layer, passes):
              last_pass_t0_tenths="".join(str(min(9, round(10 * b / layer))) for b in hits),
              spread_permille=stat("t0_spread_permille"),  # the share of groups T0 keeps
              prefetch_hit_ratio=(ready / copies) if copies else None,
+             # Copies whose chunks were all in T0 before the GPU's DMAs needed them (at the call,
+             # or filled before the stream got to them), and deferred pieces the GPU waited for.
+             ready_in_time_ratio=(in_time / copies) if copies else None,
+             pieces_waited_on=stat("h2d_pieces_waited_on") - waited0,
+             # The same over the steady passes only.
+             steady_hit_ratio=steady_share("copies_ready"),
+             steady_in_time_ratio=steady_share("copies_ready_in_time"),
+             steady_pieces_waited_on=stat("h2d_pieces_waited_on") - steady0["h2d_pieces_waited_on"],
              # DMAs per layer copy in the steady passes (runs of consecutive T0 slots).
              dmas_per_copy=round((stat("h2d_dma_ops") - steady0["h2d_dma_ops"]) / (nl * (passes - learn)), 1),
              pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")), **frac, **pair,
