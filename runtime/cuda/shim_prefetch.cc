@@ -74,6 +74,9 @@ class PolicyPrefetch final : public ShimPrefetch,
 std::unique_ptr<ShimPrefetch> ShimPrefetch::Create(Shim* shim, const Options& opts,
                                                    uint64_t ahead_cap) {
   policy::PrefetcherConfig cfg = policy::PrefetcherConfig::FromOptions(opts);
+  // The shim's chunk, which is the backend's (ZRTIER_CHUNK for the engine; a test's backend may
+  // use another): the window and the byte counters are in chunks of that size.
+  cfg.chunk_size = shim->backend()->chunk_size();
   cfg.ahead_bytes = std::min<uint64_t>(cfg.ahead_bytes, ahead_cap);
   if (cfg.ahead_bytes < cfg.chunk_size) cfg.ahead_bytes = 0;  // learn only
   const bool placement = opts.String(Opt::kPolicy) != "lru";
