@@ -3,8 +3,9 @@
 // CPU), then passes of layer-sized H2D copies in order. Prints per pass the fake GB/s (the "DMA"
 // is a memmove on the stream's thread, so only the shares mean much on a small machine), the
 // shares of the bytes found in T0, decoded from T2 and read ahead by the prefetcher, the owned
-// slots, the write-backs, the spread's share, the copying thread's planning and issuing (ms) and
-// the chunks per DMA; then, for the last pass, each layer's share found in T0 in tenths (9 = 85 %
+// slots, the write-backs, the spread's share, the copying thread's planning and issuing (ms), the
+// chunks per DMA, and the shares of the copies whose chunks were all in T0 at the call (ready)
+// and before the fake GPU got to their DMAs (in time: copies_ready_in_time); then, for the last pass, each layer's share found in T0 in tenths (9 = 85 %
 // or more), as the GPU benchmark's last_pass_t0_tenths. Every layer's bytes are checked at the end.
 // Usage: FAKE_CUDA_COPY_US=0 shim_stream_bench [total MiB=2048] [layer MiB=32] [pool %=50]
 //        [passes=6] [workers=2] [fill=d2h|cpu] [resident MiB=0: T1 full, every miss decodes]
@@ -96,14 +97,17 @@ int main(int argc, char** argv) {
   const bool async = copies == "async";
   cudaStream_t stream = nullptr;
   if (async && cudaStreamCreate(&stream) != cudaSuccess) return 1;
-  printf("%5s %8s %8s %8s %10s %8s %11s %8s %8s %8s %10s\n", "pass", "GB/s", "t0", "decoded",
-         "prefetched", "owned", "writebacks", "spread", "plan ms", "issue ms", "chunks/DMA");
+  printf("%5s %8s %8s %8s %10s %8s %11s %8s %8s %8s %10s %7s %8s\n", "pass", "GB/s", "t0",
+         "decoded", "prefetched", "owned", "writebacks", "spread", "plan ms", "issue ms",
+         "chunks/DMA", "ready", "in time");
   std::vector<uint64_t> last_hits(layers);
   for (int p = 0; p < passes; ++p) {
     const uint64_t hit0 = StatGet(Stat::h2d_t0_hit_bytes), dec0 = StatGet(Stat::bytes_decoded);
     const uint64_t wb0 = StatGet(Stat::t0_writebacks), t0 = MonotonicNs();
     const uint64_t plan0 = StatGet(Stat::copy_plan_ns), issue0 = StatGet(Stat::copy_issue_ns);
     const uint64_t dma0 = StatGet(Stat::h2d_dma_ops), pf0 = StatGet(Stat::prefetch_bytes);
+    const uint64_t ready0 = StatGet(Stat::copies_ready);
+    const uint64_t in_time0 = StatGet(Stat::copies_ready_in_time);
     for (size_t l = 0; l < layers; ++l) {
       const uint64_t h = StatGet(Stat::h2d_t0_hit_bytes);
       if (shim.Memcpy(dev, regions[l], layer, cudaMemcpyHostToDevice, stream, !async) !=
@@ -115,17 +119,21 @@ int main(int argc, char** argv) {
       shim.HelpFillsWhile([&] { return api->cudaStreamQuery(stream) == cudaErrorNotReady; });
       if (api->cudaStreamSynchronize(stream) != cudaSuccess) return 1;
     }
+    shim.DrainDeferred();  // every deferred piece's end has counted its copy
     const double secs = static_cast<double>(MonotonicNs() - t0) / 1e9;
     const double all = static_cast<double>(layers * layer);
     const uint64_t dmas = StatGet(Stat::h2d_dma_ops) - dma0;
-    printf("%5d %8.2f %8.3f %8.3f %10.3f %8llu %11llu %8.3f %8.2f %8.2f %10.1f\n", p + 1,
-           all / secs / 1e9, (StatGet(Stat::h2d_t0_hit_bytes) - hit0) / all,
+    printf("%5d %8.2f %8.3f %8.3f %10.3f %8llu %11llu %8.3f %8.2f %8.2f %10.1f %7.3f %8.3f\n",
+           p + 1, all / secs / 1e9, (StatGet(Stat::h2d_t0_hit_bytes) - hit0) / all,
            (StatGet(Stat::bytes_decoded) - dec0) / all, (StatGet(Stat::prefetch_bytes) - pf0) / all,
            static_cast<unsigned long long>(shim.pool()->owned_slots()),
            static_cast<unsigned long long>(StatGet(Stat::t0_writebacks) - wb0),
            StatGet(Stat::t0_spread_permille) / 1000.0, (StatGet(Stat::copy_plan_ns) - plan0) / 1e6,
            (StatGet(Stat::copy_issue_ns) - issue0) / 1e6,
-           dmas ? all / static_cast<double>(chunk) / static_cast<double>(dmas) : 0.0);
+           dmas ? all / static_cast<double>(chunk) / static_cast<double>(dmas) : 0.0,
+           static_cast<double>(StatGet(Stat::copies_ready) - ready0) / static_cast<double>(layers),
+           static_cast<double>(StatGet(Stat::copies_ready_in_time) - in_time0) /
+               static_cast<double>(layers));
   }
   std::string tenths;
   for (uint64_t h : last_hits)
