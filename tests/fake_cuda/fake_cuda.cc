@@ -616,16 +616,22 @@ FAKE_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned
   EnqueueLocked(Resolve(s), [] {}, {{ev->stream, ev->seq}});
   return cudaSuccess;
 }
+// The CUresult a stream memory operation on `addr` with `flags` fails with, 0 if none:
+// FAKE_CUDA_NO_MEMOPS=1 makes every one fail as on a device without stream memory operations
+// (CUDA_ERROR_NOT_SUPPORTED), so the paths without them are tested too; only flags 0 are
+// implemented (CUDA_ERROR_INVALID_VALUE otherwise, as the v2 write answers
+// CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER).
+static int MemOpError(unsigned long long addr, unsigned int flags) {
+  const char* off = getenv("FAKE_CUDA_NO_MEMOPS");
+  if (off && atoi(off)) return 801;
+  return flags != 0 || addr == 0 ? 1 : 0;
+}
 // The driver's stream wait on a host word (zrtier's StreamFlags look it up by name): the stream's
-// worker polls the word until (int32_t)(*addr - value) >= 0 (flags 0, GEQ; nothing else is
-// implemented). FAKE_CUDA_NO_MEMOPS=1 makes it fail as on a device without stream memory
-// operations (CUDA_ERROR_NOT_SUPPORTED), so the host-function end is tested too.
+// worker polls the word until (int32_t)(*addr - value) >= 0 (GEQ).
 FAKE_API int cuStreamWaitValue32_v2(cudaStream_t s, unsigned long long addr, unsigned int value,
                                     unsigned int flags) {
   ENTER();
-  const char* off = getenv("FAKE_CUDA_NO_MEMOPS");
-  if (off && atoi(off)) return 801;
-  if (flags != 0 || addr == 0) return 1;  // CUDA_ERROR_INVALID_VALUE
+  if (int rc = MemOpError(addr, flags)) return rc;
   auto* word = reinterpret_cast<uint32_t*>(addr);
   G()->stream_waits.fetch_add(1);
   std::lock_guard<std::mutex> l(G()->mu);
@@ -642,14 +648,11 @@ FAKE_API int cuStreamWaitValue32_v2(cudaStream_t s, unsigned long long addr, uns
   return 0;
 }
 // The driver's stream write to a host word: the stream's worker stores `value` once everything
-// queued before it is done (flags 0: the v2 API refuses CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER).
-// FAKE_CUDA_NO_MEMOPS=1 makes it fail as the wait does.
+// queued before it is done.
 FAKE_API int cuStreamWriteValue32_v2(cudaStream_t s, unsigned long long addr, unsigned int value,
                                      unsigned int flags) {
   ENTER();
-  const char* off = getenv("FAKE_CUDA_NO_MEMOPS");
-  if (off && atoi(off)) return 801;
-  if (flags != 0 || addr == 0) return 1;  // CUDA_ERROR_INVALID_VALUE
+  if (int rc = MemOpError(addr, flags)) return rc;
   auto* word = reinterpret_cast<uint32_t*>(addr);
   std::lock_guard<std::mutex> l(G()->mu);
   EnqueueLocked(Resolve(s), [word, value] {
