@@ -85,6 +85,9 @@ int StreamFlags::Enqueue(cudaStream_t stream, bool mark) {
                     "function instead, H2D copies wait for their fills",
                     rc);
     std::lock_guard<std::mutex> l(mu_);
+    // A mark queued above still writes `value`: the word's next owner waits for a higher one, so
+    // that stray mark cannot read as its own.
+    next_[t] = value + 1;
     free_.push_back(t);
     return -1;
   }
