@@ -653,6 +653,9 @@ FAKE_API int cuStreamWriteValue32_v2(cudaStream_t s, unsigned long long addr, un
                                      unsigned int flags) {
   ENTER();
   if (int rc = MemOpError(addr, flags)) return rc;
+  // FAKE_CUDA_NO_STREAM_WRITES=1: refused (CUDA_ERROR_INVALID_VALUE) while waits work.
+  const char* off = getenv("FAKE_CUDA_NO_STREAM_WRITES");
+  if (off && atoi(off)) return 1;
   auto* word = reinterpret_cast<uint32_t*>(addr);
   std::lock_guard<std::mutex> l(G()->mu);
   EnqueueLocked(Resolve(s), [word, value] {
