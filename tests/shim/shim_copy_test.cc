@@ -412,7 +412,10 @@ TEST_F(ShimCopyTest, ReadyInTimeCountsCopiesWhoseFillsBeatTheStream) {
 // whether the GPU waited, so it does not count as ready in time (the count falls back to the
 // copies ready at the call).
 TEST_F(ShimCopyTest, WithoutStreamWritesOnlyCopiesReadyAtTheCallCountInTime) {
-  setenv("FAKE_CUDA_NO_STREAM_WRITES", "1", 1);
+  struct NoStreamWrites {  // unset however the test ends: the other tests need the marks
+    NoStreamWrites() { setenv("FAKE_CUDA_NO_STREAM_WRITES", "1", 1); }
+    ~NoStreamWrites() { unsetenv("FAKE_CUDA_NO_STREAM_WRITES"); }
+  } no_writes;
   Make(64);
   ASSERT_TRUE(shim_->h2d_async());
   const size_t n = 16 * kChunk;
@@ -436,7 +439,6 @@ TEST_F(ShimCopyTest, WithoutStreamWritesOnlyCopiesReadyAtTheCallCountInTime) {
   ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(StatGet(Stat::copies_ready_in_time), in_time + 1);
-  unsetenv("FAKE_CUDA_NO_STREAM_WRITES");
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
