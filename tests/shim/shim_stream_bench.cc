@@ -5,8 +5,9 @@
 // shares of the bytes found in T0, decoded from T2 and read ahead by the prefetcher, the owned
 // slots, the write-backs, the spread's share, the copying thread's planning and issuing (ms), the
 // chunks per DMA, and the shares of the copies whose chunks were all in T0 at the call (ready)
-// and before the fake GPU got to their DMAs (in time: copies_ready_in_time); then, for the last pass, each layer's share found in T0 in tenths (9 = 85 %
-// or more), as the GPU benchmark's last_pass_t0_tenths. Every layer's bytes are checked at the end.
+// and before the fake GPU got to their DMAs (in time: copies_ready_in_time); then, for the last
+// pass, each layer's share found in T0 in tenths (9 = 85 % or more), as the GPU benchmark's
+// last_pass_t0_tenths. Every layer's bytes are checked at the end.
 // Usage: FAKE_CUDA_COPY_US=0 shim_stream_bench [total MiB=2048] [layer MiB=32] [pool %=50]
 //        [passes=6] [workers=2] [fill=d2h|cpu] [resident MiB=0: T1 full, every miss decodes]
 //        [copies=sync|async]
