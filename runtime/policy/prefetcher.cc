@@ -263,7 +263,8 @@ void Prefetcher::TakeRun(std::vector<Job>* run) {
 
 void Prefetcher::WorkerLoop() {
   std::vector<Job> run;
-  std::array<bool, kMaxRun> fetched;  // set by the sink per chunk of the run (TakeRun's cap)
+  // Set by the sink for every chunk it handled (TakeRun's cap); only those entries are read.
+  std::array<bool, kMaxRun> fetched;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait_for(lock, std::chrono::milliseconds(kPollMs), [this] {
@@ -282,7 +283,6 @@ void Prefetcher::WorkerLoop() {
     counters_.issued += run.size();
     ++counters_.runs;
     lock.unlock();
-    fetched.fill(false);
     const size_t handled = std::min(
         run.size(),
         sink_->PrefetchRun(run[0].key.region, run[0].key.chunk, run.size(), fetched.data()));

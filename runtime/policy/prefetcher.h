@@ -51,8 +51,8 @@ class PrefetchSink {
   // Called from prefetch worker threads, never with the Prefetcher's lock held.
   virtual bool Prefetch(uint64_t region, uint64_t chunk) = 0;
   // The same for chunks first .. first+n-1, in order: returns how many from `first` on were
-  // handled; the rest are retried later. For each handled chunk i, fetched[i] (n entries) says
-  // whether the sink read it into T0 (false: it was ready already, or is left alone). The
+  // handled; the rest are retried later. The sink sets fetched[i] (n entries) for every handled
+  // chunk i: whether it read the chunk into T0 (false: it was ready already, or is left alone). The
   // prefetcher hands consecutive queued chunks of one region over as one run (up to
   // Prefetcher::kMaxRun), so a sink can take its slots in one go. The default calls Prefetch chunk
   // by chunk and counts every handled chunk as fetched.
