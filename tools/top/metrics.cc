@@ -3,6 +3,13 @@
 namespace zrtier::tools {
 namespace {
 
+// `part` of `copies` in %, at most 100; -1 if there were no copies.
+double PerCopyPercent(double part, double copies) {
+  if (copies <= 0) return -1;
+  const double p = part / copies * 100;
+  return p > 100 ? 100 : p;
+}
+
 double Delta(const StatsSnapshot& a, const StatsSnapshot& b, Stat s) {
   uint64_t x = a.Value(s), y = b.Value(s);
   return y >= x ? static_cast<double>(y - x) : 0.0;  // a restarted counter reads as no progress
@@ -24,11 +31,8 @@ Rates RatesBetween(const StatsSnapshot& prev, const StatsSnapshot& cur, double s
   r.spill_read_bytes_per_s = Delta(prev, cur, Stat::spill_read_bytes) / seconds;
   r.stall_percent = Delta(prev, cur, Stat::copy_stall_ns) / (seconds * 1e9) * 100.0;
   double copies = Delta(prev, cur, Stat::h2d_copies);
-  r.prefetch_hit_percent = copies > 0 ? Delta(prev, cur, Stat::copies_ready) / copies * 100 : -1;
-  if (r.prefetch_hit_percent > 100) r.prefetch_hit_percent = 100;
-  r.ready_in_time_percent =
-      copies > 0 ? Delta(prev, cur, Stat::copies_ready_in_time) / copies * 100 : -1;
-  if (r.ready_in_time_percent > 100) r.ready_in_time_percent = 100;
+  r.prefetch_hit_percent = PerCopyPercent(Delta(prev, cur, Stat::copies_ready), copies);
+  r.ready_in_time_percent = PerCopyPercent(Delta(prev, cur, Stat::copies_ready_in_time), copies);
   return r;
 }
 
@@ -60,24 +64,14 @@ double CompressionRatio(const StatsSnapshot& s) {
   return in > 0 && out > 0 ? in / out : 0;
 }
 
-namespace {
-
-// `stat` per H2D copy over the process's life, in %; -1 if no copies.
-double PerCopyPercent(const StatsSnapshot& s, Stat stat) {
-  double copies = static_cast<double>(s.Value(Stat::h2d_copies));
-  if (copies <= 0) return -1;
-  double p = static_cast<double>(s.Value(stat)) / copies * 100;
-  return p > 100 ? 100 : p;
-}
-
-}  // namespace
-
 double PrefetchHitPercent(const StatsSnapshot& s) {
-  return PerCopyPercent(s, Stat::copies_ready);
+  return PerCopyPercent(static_cast<double>(s.Value(Stat::copies_ready)),
+                        static_cast<double>(s.Value(Stat::h2d_copies)));
 }
 
 double ReadyInTimePercent(const StatsSnapshot& s) {
-  return PerCopyPercent(s, Stat::copies_ready_in_time);
+  return PerCopyPercent(static_cast<double>(s.Value(Stat::copies_ready_in_time)),
+                        static_cast<double>(s.Value(Stat::h2d_copies)));
 }
 
 uint64_t TotalFaults(const StatsSnapshot& s) {
