@@ -153,5 +153,72 @@ TEST(PlacementTest, PrefetchIntoTheSameCapacityRaisesHits) {
   EXPECT_EQ(ahead.prefetch_unused, 0u) << "a clean cyclic scan uses every prefetched chunk";
 }
 
+TEST(PlacementTest, IntendedTraceIsTheTraceWithItsNoiseAndSkipsMarked) {
+  for (const TraceShape shape : {TraceShape::kCyclic, TraceShape::kForwardBackward}) {
+    TraceSpec spec;
+    spec.shape = shape;
+    spec.layers = 32;
+    spec.passes = 9;
+    spec.noise = 0.05;
+    spec.skip = 0.02;
+    spec.change_every = 3;
+    spec.seed = 3;
+    const IntendedTrace t = MakeIntendedTrace(spec);
+    const std::vector<Access> plain = MakeTrace(spec);
+    ASSERT_EQ(t.accesses.size(), plain.size());
+    ASSERT_EQ(t.intended_index.size(), plain.size());
+    size_t noise = 0;
+    int64_t last = -1;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(t.accesses[i].first_chunk, plain[i].first_chunk) << i;
+      EXPECT_EQ(t.accesses[i].chunk_count, plain[i].chunk_count) << i;
+      const int64_t j = t.intended_index[i];
+      if (j < 0) {
+        ++noise;
+        EXPECT_EQ(plain[i].chunk_count, 1u) << "only noise accesses are outside the order";
+        continue;
+      }
+      ASSERT_LT(static_cast<size_t>(j), t.intended.size());
+      EXPECT_GT(j, last) << "the accesses keep the order's sequence";
+      last = j;
+      EXPECT_EQ(t.intended[j].first_chunk, plain[i].first_chunk) << i;
+      EXPECT_EQ(t.intended[j].chunk_count, plain[i].chunk_count) << i;
+    }
+    const size_t skipped = t.intended.size() - (plain.size() - noise);
+    printf("%zu accesses: %zu noise, %zu of %zu intended skipped\n", plain.size(), noise, skipped,
+           t.intended.size());
+    EXPECT_GT(noise, 0u);
+    EXPECT_GT(skipped, 0u);
+  }
+}
+
+TEST(PlacementTest, KnowingTheOrderComesCloseToBelady) {
+  TraceSpec spec;
+  spec.layers = 32;
+  spec.passes = 10;
+  spec.noise = 0.05;
+  spec.skip = 0.02;
+  spec.change_every = 4;
+  spec.seed = 2;
+  const IntendedTrace t = MakeIntendedTrace(spec);
+  SimConfig config;
+  config.capacity_chunks = WorkingSetChunks(spec) / 4;
+  const double known = SimulateOrderKnown(t, config).hit_ratio();
+  const double belady = SimulateCache(t.accesses, SimPolicy::kBelady, config).hit_ratio();
+  const double lru = SimulateCache(t.accesses, SimPolicy::kLru, config).hit_ratio();
+  printf("order known %.4f belady %.4f lru %.4f\n", known, belady, lru);
+  EXPECT_LE(known, belady + 1e-9) << "nothing beats the optimum";
+  EXPECT_GE(known, 0.9 * belady) << "only noise and skips are unforeseen";
+  EXPECT_GT(known, 2 * lru);
+
+  // Without noise, skips and changes the order known is the whole future: Belady's hit ratio.
+  TraceSpec clean;
+  clean.layers = 32;
+  clean.passes = 6;
+  const IntendedTrace c = MakeIntendedTrace(clean);
+  EXPECT_DOUBLE_EQ(SimulateOrderKnown(c, config).hit_ratio(),
+                   SimulateCache(c.accesses, SimPolicy::kBelady, config).hit_ratio());
+}
+
 }  // namespace
 }  // namespace zrtier::policy

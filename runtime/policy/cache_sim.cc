@@ -1,5 +1,6 @@
 #include "runtime/policy/cache_sim.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -162,6 +163,58 @@ SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, 
 }
 
 }  // namespace
+
+SimResult SimulateOrderKnown(const IntendedTrace& trace, const SimConfig& config) {
+  // Every chunk's uses as positions on the intended order's chunk clock, ascending.
+  std::unordered_map<ChunkKey, std::vector<uint64_t>, ChunkKeyHash> uses;
+  std::vector<uint64_t> start(trace.intended.size());
+  uint64_t clock = 0;
+  for (size_t j = 0; j < trace.intended.size(); ++j) {
+    const Access& a = trace.intended[j];
+    start[j] = clock;
+    for (uint32_t c = 0; c < a.chunk_count; ++c)
+      uses[{a.region, a.first_chunk + c}].push_back(clock + c);
+    clock += a.chunk_count;
+  }
+  auto next_use = [&](const ChunkKey& k, uint64_t now) {
+    auto it = uses.find(k);
+    if (it == uses.end()) return kNeverUsed;
+    auto n = std::upper_bound(it->second.begin(), it->second.end(), now);
+    return n == it->second.end() ? kNeverUsed : *n - now;
+  };
+
+  SimResult r;
+  ChunkSet cache;
+  uint64_t now = 0;  // the intended position last served (a noise access keeps it)
+  for (size_t i = 0; i < trace.accesses.size(); ++i) {
+    const Access& a = trace.accesses[i];
+    const int64_t j = trace.intended_index[i];
+    for (uint32_t c = 0; c < a.chunk_count; ++c) {
+      const ChunkKey k{a.region, a.first_chunk + c};
+      if (j >= 0) now = start[static_cast<size_t>(j)] + c;
+      ++r.chunk_accesses;
+      if (cache.Contains(k)) {
+        ++r.hits;
+        continue;
+      }
+      if (cache.size() >= config.capacity_chunks) {
+        // The farthest next use among the cached chunks, but not the rest of this access.
+        const ChunkKey* victim = nullptr;
+        uint64_t farthest = 0;
+        for (const ChunkKey& x : cache.keys()) {
+          if (x.region == a.region && x.chunk > k.chunk && x.chunk < a.first_chunk + a.chunk_count)
+            continue;
+          const uint64_t d = next_use(x, now);
+          if (!victim || d > farthest) victim = &x, farthest = d;
+        }
+        const ChunkKey gone = victim ? *victim : cache.keys()[0];
+        cache.Erase(gone);
+      }
+      cache.Insert(k);
+    }
+  }
+  return r;
+}
 
 SimResult SimulateCache(std::span<const Access> trace, SimPolicy policy, const SimConfig& config) {
   switch (policy) {

@@ -18,12 +18,18 @@
 //     instantaneous here: the hit ratio is an upper bound on what a decoder fast enough for the
 //     copy rate achieves.
 //   - the learning period counts: nothing is excluded.
+// SimulateOrderKnown is a reference, not a policy: Belady's rule on the order in effect without its
+// noise and skips (IntendedTrace::intended), i.e. a predictor that knew each new order from its
+// first access and had nothing to learn, but foresaw no noise access and no skip. The distance
+// between it and Belady is what noise and skips cost any predictor; between zrtier and it, what
+// learning costs (mostly the first pass after an order change).
 #pragma once
 
 #include <cstdint>
 #include <span>
 
 #include "runtime/policy/access.h"
+#include "runtime/policy/synthetic_trace.h"
 
 namespace zrtier::policy {
 
@@ -44,5 +50,6 @@ struct SimResult {
 };
 
 SimResult SimulateCache(std::span<const Access> trace, SimPolicy policy, const SimConfig& config);
+SimResult SimulateOrderKnown(const IntendedTrace& trace, const SimConfig& config);
 
 }  // namespace zrtier::policy

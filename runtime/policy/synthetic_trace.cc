@@ -21,6 +21,10 @@ void EmitLayer(const TraceSpec& spec, uint32_t layer, bool split, std::vector<Ac
 }  // namespace
 
 std::vector<Access> MakeTrace(const TraceSpec& spec) {
+  return MakeIntendedTrace(spec).accesses;
+}
+
+IntendedTrace MakeIntendedTrace(const TraceSpec& spec) {
   std::mt19937_64 rng(spec.seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const uint64_t working_set = WorkingSetChunks(spec);
@@ -37,14 +41,20 @@ std::vector<Access> MakeTrace(const TraceSpec& spec) {
     split = !split;
   };
 
-  std::vector<Access> out;
+  IntendedTrace out;
   auto emit = [&](uint32_t layer) {
     for (uint8_t t = 0; t < times[layer]; ++t) {
+      const size_t first = out.intended.size();
+      EmitLayer(spec, layer, split, &out.intended);
       if (spec.skip > 0 && unit(rng) < spec.skip) continue;
-      EmitLayer(spec, layer, split, &out);
+      for (size_t i = first; i < out.intended.size(); ++i) {
+        out.accesses.push_back(out.intended[i]);
+        out.intended_index.push_back(static_cast<int64_t>(i));
+      }
       if (spec.noise > 0 && unit(rng) < spec.noise) {
         const uint64_t chunk = rng() % working_set;
-        out.push_back(Access{spec.region, chunk, 1, Direction::kH2D, spec.stream});
+        out.accesses.push_back(Access{spec.region, chunk, 1, Direction::kH2D, spec.stream});
+        out.intended_index.push_back(-1);
       }
     }
   };

@@ -34,6 +34,17 @@ struct TraceSpec {
 
 std::vector<Access> MakeTrace(const TraceSpec& spec);
 
+// The same trace with the order it was made from: `intended` is every pass's order in effect
+// without noise and skips (what a predictor that knew each order from its first access would
+// expect), and `intended_index[i]` is the index in `intended` of `accesses[i]` (-1 for a noise
+// access). `accesses` is exactly MakeTrace(spec).
+struct IntendedTrace {
+  std::vector<Access> accesses;
+  std::vector<Access> intended;
+  std::vector<int64_t> intended_index;
+};
+IntendedTrace MakeIntendedTrace(const TraceSpec& spec);
+
 // Chunks in the working set (layers * chunks_per_layer).
 inline uint64_t WorkingSetChunks(const TraceSpec& spec) {
   return uint64_t{spec.layers} * spec.chunks_per_layer;
