@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "runtime/base/stats_shm.h"
+#include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
@@ -17,7 +18,7 @@ namespace {
 TEST(StatsShmRace, ReaderNeverSeesATornRegionRow) {
   char tmpl[] = "/tmp/zrtier_stats_race.XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
-  setenv("ZRTIER_TEST_STATS_DIR", tmpl, 1);
+  testing::ScopedEnv stats_dir("ZRTIER_TEST_STATS_DIR", tmpl);
   Status s = PublishStats();
   ASSERT_TRUE(s.ok()) << s.ToString();
   int row = StatsRegionAcquire(0x10000, 1 << 20);
@@ -85,7 +86,6 @@ TEST(StatsShmRace, ReaderNeverSeesATornRegionRow) {
   UnpublishStats();
   EXPECT_TRUE(ListStatsPids(tmpl).empty());
   rmdir(tmpl);
-  unsetenv("ZRTIER_TEST_STATS_DIR");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "runtime/cuda/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/shim/heap_backend.h"
+#include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
@@ -412,10 +413,7 @@ TEST_F(ShimCopyTest, ReadyInTimeCountsCopiesWhoseFillsBeatTheStream) {
 // whether the GPU waited, so it does not count as ready in time (the count falls back to the
 // copies ready at the call).
 TEST_F(ShimCopyTest, WithoutStreamWritesOnlyCopiesReadyAtTheCallCountInTime) {
-  struct NoStreamWrites {  // unset however the test ends: the other tests need the marks
-    NoStreamWrites() { setenv("FAKE_CUDA_NO_STREAM_WRITES", "1", 1); }
-    ~NoStreamWrites() { unsetenv("FAKE_CUDA_NO_STREAM_WRITES"); }
-  } no_writes;
+  testing::ScopedEnv no_writes("FAKE_CUDA_NO_STREAM_WRITES", "1");  // the other tests need marks
   Make(64);
   ASSERT_TRUE(shim_->h2d_async());
   const size_t n = 16 * kChunk;
@@ -479,7 +477,7 @@ TEST_F(ShimCopyTest, CopiesThatCannotDeferWaitForTheirFills) {
     SCOPED_TRACE(variant == 0 ? "sync" : variant == 1 ? "no stream waits" : "ZRTIER_H2D_ASYNC=0");
     shim_.reset();
     Make(64, /*async_h2d=*/variant != 2);
-    if (variant == 1) setenv("FAKE_CUDA_NO_MEMOPS", "1", 1);
+    testing::ScopedEnv no_memops("FAKE_CUDA_NO_MEMOPS", variant == 1 ? "1" : nullptr);
     const size_t n = 16 * kChunk;
     char* r = Region(n);
     char* d = Device(n);
@@ -502,7 +500,6 @@ TEST_F(ShimCopyTest, CopiesThatCannotDeferWaitForTheirFills) {
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     EXPECT_EQ(ReadDevice(d, n), data);
     EXPECT_EQ(StatGet(Stat::h2d_deferred_pieces), deferred);
-    unsetenv("FAKE_CUDA_NO_MEMOPS");
     ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
   }
 }

@@ -17,6 +17,7 @@
 #include "runtime/engine.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/testutil/faulty_os.h"
+#include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
@@ -283,7 +284,7 @@ TEST_F(ShimEngineTest, D2HSlotsAreOwnedWhileTheyFitInHalfThePool) {
 // time.
 TEST_F(ShimEngineTest, RepeatedD2HIntoOneBufferIssuesOneDmaPerPiece) {
   Build(512, nullptr);  // pieces of 16, 32, 64, 40, 20 and 20 chunks for 192 chunks
-  setenv("FAKE_CUDA_RECORD_DELAY_US", "3000", 1);
+  testing::ScopedEnv slow_records("FAKE_CUDA_RECORD_DELAY_US", "3000");
   const size_t chunks = 192, n = chunks * chunk_;
   char* r = Region(n);
   char* d = Device(n);
@@ -306,7 +307,6 @@ TEST_F(ShimEngineTest, RepeatedD2HIntoOneBufferIssuesOneDmaPerPiece) {
     ASSERT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
     EXPECT_EQ(FromDevice(back, n), data);
   }
-  unsetenv("FAKE_CUDA_RECORD_DELAY_US");
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
@@ -353,12 +353,10 @@ TEST_F(ShimEngineTest, D2HCopiesEndOnAStreamFlagOrElseAHostFunction) {
   char* b = Device(n);
   cudaStream_t s;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  testing::ScopedEnv no_memops("FAKE_CUDA_NO_MEMOPS", nullptr);
   for (int memops : {1, 0}) {
     SCOPED_TRACE(memops ? "stream waits" : "host functions");
-    if (memops)
-      unsetenv("FAKE_CUDA_NO_MEMOPS");
-    else
-      setenv("FAKE_CUDA_NO_MEMOPS", "1", 1);
+    no_memops.Set(memops ? nullptr : "1");
     for (int round = 0; round < 3; ++round) {
       std::vector<char> data(n);
       FillSample(SampleKind::kBf16Gaussian, 40 + round + 10 * memops, data.data(), n);
@@ -379,7 +377,6 @@ TEST_F(ShimEngineTest, D2HCopiesEndOnAStreamFlagOrElseAHostFunction) {
       EXPECT_EQ(memcmp(got.data() + 7, data.data() + 7, n - 7), 0);
     }
   }
-  unsetenv("FAKE_CUDA_NO_MEMOPS");
   EXPECT_EQ(fakecudaCallsFromHostFunctions(), 0u);
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
