@@ -153,16 +153,23 @@ TEST(PlacementTest, PrefetchIntoTheSameCapacityRaisesHits) {
   EXPECT_EQ(ahead.prefetch_unused, 0u) << "a clean cyclic scan uses every prefetched chunk";
 }
 
+// 32 layers with the benchmark's noise (5 %) and skips (2 %), the order changing every
+// `change_every` passes.
+TraceSpec Changing(TraceShape shape, uint32_t passes, uint32_t change_every, uint64_t seed) {
+  TraceSpec spec;
+  spec.shape = shape;
+  spec.layers = 32;
+  spec.passes = passes;
+  spec.noise = 0.05;
+  spec.skip = 0.02;
+  spec.change_every = change_every;
+  spec.seed = seed;
+  return spec;
+}
+
 TEST(PlacementTest, IntendedTraceIsTheTraceWithItsNoiseAndSkipsMarked) {
   for (const TraceShape shape : {TraceShape::kCyclic, TraceShape::kForwardBackward}) {
-    TraceSpec spec;
-    spec.shape = shape;
-    spec.layers = 32;
-    spec.passes = 9;
-    spec.noise = 0.05;
-    spec.skip = 0.02;
-    spec.change_every = 3;
-    spec.seed = 3;
+    const TraceSpec spec = Changing(shape, 9, 3, 3);
     const IntendedTrace t = MakeIntendedTrace(spec);
     const std::vector<Access> plain = MakeTrace(spec);
     ASSERT_EQ(t.accesses.size(), plain.size());
@@ -193,13 +200,7 @@ TEST(PlacementTest, IntendedTraceIsTheTraceWithItsNoiseAndSkipsMarked) {
 }
 
 TEST(PlacementTest, KnowingTheOrderComesCloseToBelady) {
-  TraceSpec spec;
-  spec.layers = 32;
-  spec.passes = 10;
-  spec.noise = 0.05;
-  spec.skip = 0.02;
-  spec.change_every = 4;
-  spec.seed = 2;
+  const TraceSpec spec = Changing(TraceShape::kCyclic, 10, 4, 2);
   const IntendedTrace t = MakeIntendedTrace(spec);
   SimConfig config;
   config.capacity_chunks = WorkingSetChunks(spec) / 4;
