@@ -1,6 +1,6 @@
 #include "runtime/policy/cache_sim.h"
 
-#include <algorithm>
+#include <cstdint>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -62,14 +62,17 @@ SimResult SimulateLru(std::span<const Access> trace, const SimConfig& config) {
   return r;
 }
 
-SimResult SimulateBelady(std::span<const Access> trace, const SimConfig& config) {
+// Belady's rule over the chunks of `trace`: before chunk access `i` is served, `advance(i)` moves
+// `oracle` to it; a miss evicts the cached chunk the oracle says is used farthest ahead.
+template <typename Advance>
+SimResult SimulateFarthest(std::span<const Access> trace, const SimConfig& config,
+                           const BeladyOracle& oracle, Advance advance) {
   SimResult r;
-  std::vector<ChunkKey> chunks = ExpandChunks(trace);
-  BeladyOracle oracle(chunks);
+  const std::vector<ChunkKey> chunks = ExpandChunks(trace);
   ChunkSet cache;
   std::vector<uint64_t> dist;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    oracle.Advance(i);
+    advance(i);
     ++r.chunk_accesses;
     if (cache.Contains(chunks[i])) {
       ++r.hits;
@@ -87,6 +90,11 @@ SimResult SimulateBelady(std::span<const Access> trace, const SimConfig& config)
     cache.Insert(chunks[i]);
   }
   return r;
+}
+
+SimResult SimulateBelady(std::span<const Access> trace, const SimConfig& config) {
+  BeladyOracle oracle(ExpandChunks(trace));
+  return SimulateFarthest(trace, config, oracle, [&](size_t i) { oracle.Advance(i); });
 }
 
 SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, bool prefetch) {
@@ -165,55 +173,22 @@ SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, 
 }  // namespace
 
 SimResult SimulateOrderKnown(const IntendedTrace& trace, const SimConfig& config) {
-  // Every chunk's uses as positions on the intended order's chunk clock, ascending.
-  std::unordered_map<ChunkKey, std::vector<uint64_t>, ChunkKeyHash> uses;
-  std::vector<uint64_t> start(trace.intended.size());
-  uint64_t clock = 0;
-  for (size_t j = 0; j < trace.intended.size(); ++j) {
-    const Access& a = trace.intended[j];
-    start[j] = clock;
-    for (uint32_t c = 0; c < a.chunk_count; ++c)
-      uses[{a.region, a.first_chunk + c}].push_back(clock + c);
-    clock += a.chunk_count;
-  }
-  auto next_use = [&](const ChunkKey& k, uint64_t now) {
-    auto it = uses.find(k);
-    if (it == uses.end()) return kNeverUsed;
-    auto n = std::upper_bound(it->second.begin(), it->second.end(), now);
-    return n == it->second.end() ? kNeverUsed : *n - now;
-  };
-
-  SimResult r;
-  ChunkSet cache;
-  uint64_t now = 0;  // the intended position last served (a noise access keeps it)
-  for (size_t i = 0; i < trace.accesses.size(); ++i) {
-    const Access& a = trace.accesses[i];
-    const int64_t j = trace.intended_index[i];
-    for (uint32_t c = 0; c < a.chunk_count; ++c) {
-      const ChunkKey k{a.region, a.first_chunk + c};
-      if (j >= 0) now = start[static_cast<size_t>(j)] + c;
-      ++r.chunk_accesses;
-      if (cache.Contains(k)) {
-        ++r.hits;
-        continue;
-      }
-      if (cache.size() >= config.capacity_chunks) {
-        // The farthest next use among the cached chunks, but not the rest of this access.
-        const ChunkKey* victim = nullptr;
-        uint64_t farthest = 0;
-        for (const ChunkKey& x : cache.keys()) {
-          if (x.region == a.region && x.chunk > k.chunk && x.chunk < a.first_chunk + a.chunk_count)
-            continue;
-          const uint64_t d = next_use(x, now);
-          if (!victim || d > farthest) victim = &x, farthest = d;
-        }
-        const ChunkKey gone = victim ? *victim : cache.keys()[0];
-        cache.Erase(gone);
-      }
-      cache.Insert(k);
-    }
-  }
-  return r;
+  // The oracle knows the intended order's chunks; each real chunk access moves it to that chunk's
+  // intended position (past the skipped ones); a noise access leaves it where it is.
+  BeladyOracle oracle(ExpandChunks(trace.intended));
+  std::vector<size_t> position;  // per real chunk access: intended chunk index, or SIZE_MAX
+  std::vector<size_t> start(trace.intended.size());
+  for (size_t j = 0, pos = 0; j < trace.intended.size(); pos += trace.intended[j++].chunk_count)
+    start[j] = pos;
+  for (size_t i = 0; i < trace.accesses.size(); ++i)
+    for (uint32_t c = 0; c < trace.accesses[i].chunk_count; ++c)
+      position.push_back(trace.intended_index[i] < 0
+                             ? SIZE_MAX
+                             : start[static_cast<size_t>(trace.intended_index[i])] + c);
+  size_t next = 0;  // the next intended position to advance to
+  return SimulateFarthest(trace.accesses, config, oracle, [&](size_t i) {
+    while (position[i] != SIZE_MAX && next <= position[i]) oracle.Advance(next++);
+  });
 }
 
 SimResult SimulateCache(std::span<const Access> trace, SimPolicy policy, const SimConfig& config) {
