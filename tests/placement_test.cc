@@ -191,6 +191,13 @@ TEST(PlacementTest, IntendedTraceIsTheTraceWithItsNoiseAndSkipsMarked) {
       EXPECT_EQ(t.intended[j].first_chunk, plain[i].first_chunk) << i;
       EXPECT_EQ(t.intended[j].chunk_count, plain[i].chunk_count) << i;
     }
+    ASSERT_EQ(t.pass_start.size(), spec.passes);
+    EXPECT_EQ(t.pass_start[0], 0u);
+    for (size_t p = 1; p < t.pass_start.size(); ++p) {
+      EXPECT_GT(t.pass_start[p], t.pass_start[p - 1]);
+      // Every pass starts with layer 0 (forward), unless a skip or the order dropped it.
+      EXPECT_LT(t.accesses[t.pass_start[p]].first_chunk, 4u * spec.chunks_per_layer) << p;
+    }
     const size_t skipped = t.intended.size() - (plain.size() - noise);
     printf("%zu accesses: %zu noise, %zu of %zu intended skipped\n", plain.size(), noise, skipped,
            t.intended.size());

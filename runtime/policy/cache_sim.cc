@@ -51,10 +51,8 @@ SimResult SimulateLru(std::span<const Access> trace, const SimConfig& config) {
   SimResult r;
   LruOrder lru;
   for (const ChunkKey& k : ExpandChunks(trace)) {
-    ++r.chunk_accesses;
-    if (lru.Contains(k)) {
-      ++r.hits;
-    } else if (lru.size() >= config.capacity_chunks) {
+    r.Count(lru.Contains(k));
+    if (!r.hit.back() && lru.size() >= config.capacity_chunks) {
       lru.Erase(lru.Oldest());
     }
     lru.Touch(k);
@@ -73,11 +71,8 @@ SimResult SimulateFarthest(std::span<const Access> trace, const SimConfig& confi
   std::vector<uint64_t> dist;
   for (size_t i = 0; i < chunks.size(); ++i) {
     advance(i);
-    ++r.chunk_accesses;
-    if (cache.Contains(chunks[i])) {
-      ++r.hits;
-      continue;
-    }
+    r.Count(cache.Contains(chunks[i]));
+    if (r.hit.back()) continue;
     if (cache.size() >= config.capacity_chunks) {
       const auto& keys = cache.keys();
       dist.resize(keys.size());
@@ -124,10 +119,9 @@ SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, 
     predictor.Observe(a);
     for (uint32_t c = 0; c < a.chunk_count; ++c) {
       const ChunkKey k{a.region, a.first_chunk + c};
-      ++r.chunk_accesses;
       placement.Touch(k);
-      if (cache.Contains(k)) {
-        ++r.hits;
+      r.Count(cache.Contains(k));
+      if (r.hit.back()) {
         prefetched.erase(k);
         continue;
       }

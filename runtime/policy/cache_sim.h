@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "runtime/policy/access.h"
 #include "runtime/policy/synthetic_trace.h"
@@ -46,7 +47,13 @@ struct SimResult {
   uint64_t hits = 0;
   uint64_t prefetches = 0;       // chunks brought in ahead of use
   uint64_t prefetch_unused = 0;  // of those, evicted before any access used them
+  std::vector<bool> hit;         // per chunk access, in trace order: whether it hit
   double hit_ratio() const { return chunk_accesses ? double(hits) / double(chunk_accesses) : 0; }
+  void Count(bool was_hit) {
+    ++chunk_accesses;
+    hits += was_hit;
+    hit.push_back(was_hit);
+  }
 };
 
 SimResult SimulateCache(std::span<const Access> trace, SimPolicy policy, const SimConfig& config);

@@ -60,6 +60,7 @@ IntendedTrace MakeIntendedTrace(const TraceSpec& spec) {
   };
   for (uint32_t pass = 0; pass < spec.passes; ++pass) {
     if (spec.change_every && pass > 0 && pass % spec.change_every == 0) new_variant();
+    out.pass_start.push_back(out.accesses.size());
     for (uint32_t l = 0; l < spec.layers; ++l) emit(l);
     if (spec.shape == TraceShape::kForwardBackward)
       for (uint32_t l = spec.layers; l-- > 0;) emit(l);

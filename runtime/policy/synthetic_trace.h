@@ -42,6 +42,7 @@ struct IntendedTrace {
   std::vector<Access> accesses;
   std::vector<Access> intended;
   std::vector<int64_t> intended_index;
+  std::vector<size_t> pass_start;  // per pass: the index in `accesses` of its first access
 };
 IntendedTrace MakeIntendedTrace(const TraceSpec& spec);
 

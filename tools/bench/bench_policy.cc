@@ -47,6 +47,8 @@ struct PolicyArgs {
   uint32_t piece = 64;
   uint32_t inflight = 0;
   bool no_spread = false;
+  std::string by_pass;     // a case name: its hits pass by pass
+  double fraction = 0.25;  // --by-pass: the cache fraction
 };
 
 struct Case {
@@ -56,35 +58,46 @@ struct Case {
   uint32_t change_every;
 };
 
+constexpr Case kCases[] = {
+    {"cyclic", TraceShape::kCyclic, 0, 0, 0},
+    {"cyclic_noisy", TraceShape::kCyclic, 0.05, 0.02, 0},
+    {"cyclic_changing", TraceShape::kCyclic, 0.05, 0.02, 4},
+    {"fwdbwd", TraceShape::kForwardBackward, 0, 0, 0},
+    {"fwdbwd_noisy", TraceShape::kForwardBackward, 0.05, 0.02, 0},
+    {"fwdbwd_changing", TraceShape::kForwardBackward, 0.05, 0.02, 4},
+};
+
+TraceSpec SpecOf(const Case& c, const PolicyArgs& args) {
+  TraceSpec spec;
+  spec.shape = c.shape;
+  spec.layers = args.layers;
+  spec.chunks_per_layer = args.chunks_per_layer;
+  spec.passes = args.passes;
+  spec.noise = c.noise;
+  spec.skip = c.skip;
+  spec.change_every = c.change_every;
+  spec.seed = args.seed;
+  return spec;
+}
+
+SimConfig ConfigOf(const TraceSpec& spec, double fraction, const PolicyArgs& args) {
+  SimConfig config;
+  config.capacity_chunks =
+      std::max<uint64_t>(1, static_cast<uint64_t>(fraction * policy::WorkingSetChunks(spec)));
+  config.prefetch_ahead_chunks = args.ahead_chunks;
+  return config;
+}
+
 void RunPolicy(const PolicyArgs& args) {
-  const Case cases[] = {
-      {"cyclic", TraceShape::kCyclic, 0, 0, 0},
-      {"cyclic_noisy", TraceShape::kCyclic, 0.05, 0.02, 0},
-      {"cyclic_changing", TraceShape::kCyclic, 0.05, 0.02, 4},
-      {"fwdbwd", TraceShape::kForwardBackward, 0, 0, 0},
-      {"fwdbwd_noisy", TraceShape::kForwardBackward, 0.05, 0.02, 0},
-      {"fwdbwd_changing", TraceShape::kForwardBackward, 0.05, 0.02, 4},
-  };
   const double fractions[] = {0.25, 0.5, 0.75};
   Report report({"case", "cache_fraction", "zrtier", "lru", "belady", "zrtier_vs_belady",
                  "order_known_vs_belady", "zrtier_prefetch", "prefetch_unused", "chunk_accesses"});
-  for (const Case& c : cases) {
-    TraceSpec spec;
-    spec.shape = c.shape;
-    spec.layers = args.layers;
-    spec.chunks_per_layer = args.chunks_per_layer;
-    spec.passes = args.passes;
-    spec.noise = c.noise;
-    spec.skip = c.skip;
-    spec.change_every = c.change_every;
-    spec.seed = args.seed;
+  for (const Case& c : kCases) {
+    const TraceSpec spec = SpecOf(c, args);
     const policy::IntendedTrace intended = policy::MakeIntendedTrace(spec);
     const std::vector<policy::Access>& trace = intended.accesses;
     for (double f : fractions) {
-      SimConfig config;
-      config.capacity_chunks =
-          std::max<uint64_t>(1, static_cast<uint64_t>(f * policy::WorkingSetChunks(spec)));
-      config.prefetch_ahead_chunks = args.ahead_chunks;
+      const SimConfig config = ConfigOf(spec, f, args);
       const auto zr = policy::SimulateCache(trace, SimPolicy::kReuse, config);
       const auto lru = policy::SimulateCache(trace, SimPolicy::kLru, config);
       const auto bel = policy::SimulateCache(trace, SimPolicy::kBelady, config);
@@ -110,6 +123,46 @@ void RunPolicy(const PolicyArgs& args) {
         "order_known = Belady's rule on the order in effect without noise and skips (a predictor "
         "that knew every order from its first access; see runtime/policy/cache_sim.h)\n");
   }
+  report.Print(args.json);
+}
+
+// --by-pass CASE: where the hits are won and lost, pass by pass (hits per policy).
+void RunByPass(const PolicyArgs& args) {
+  const Case* c = nullptr;
+  for (const Case& k : kCases)
+    if (args.by_pass == k.name) c = &k;
+  if (!c) {
+    std::string names;
+    for (const Case& k : kCases) names += std::string(names.empty() ? "" : ", ") + k.name;
+    fprintf(stderr, "zrtier bench policy: --by-pass: no case '%s' (cases: %s)\n",
+            args.by_pass.c_str(), names.c_str());
+    exit(2);
+  }
+  const TraceSpec spec = SpecOf(*c, args);
+  const policy::IntendedTrace t = policy::MakeIntendedTrace(spec);
+  const SimConfig config = ConfigOf(spec, args.fraction, args);
+  const auto zr = policy::SimulateCache(t.accesses, SimPolicy::kReuse, config);
+  const auto known = policy::SimulateOrderKnown(t, config);
+  const auto bel = policy::SimulateCache(t.accesses, SimPolicy::kBelady, config);
+  const auto lru = policy::SimulateCache(t.accesses, SimPolicy::kLru, config);
+  Report report(
+      {"pass", "chunk_accesses", "zrtier", "order_known", "belady", "lru", "zrtier_minus_belady"});
+  size_t chunk = 0, access = 0;
+  for (size_t p = 0; p < t.pass_start.size(); ++p) {
+    const size_t end_access = p + 1 < t.pass_start.size() ? t.pass_start[p + 1] : t.accesses.size();
+    const size_t from = chunk;
+    for (; access < end_access; ++access) chunk += t.accesses[access].chunk_count;
+    auto hits = [&](const policy::SimResult& r) {
+      return static_cast<int64_t>(std::count(r.hit.begin() + from, r.hit.begin() + chunk, true));
+    };
+    report.AddRow({std::to_string(p), std::to_string(chunk - from), std::to_string(hits(zr)),
+                   std::to_string(hits(known)), std::to_string(hits(bel)),
+                   std::to_string(hits(lru)), std::to_string(hits(zr) - hits(bel))});
+  }
+  if (!args.json)
+    printf("policy by pass: %s at %.2f of the working set (%llu chunks), seed %llu; chunk hits\n",
+           c->name, args.fraction, static_cast<unsigned long long>(config.capacity_chunks),
+           static_cast<unsigned long long>(args.seed));
   report.Print(args.json);
 }
 
@@ -375,11 +428,19 @@ void AddPolicy(CLI::App* bench) {
   cmd->add_option("--inflight", args->inflight,
                   "--pool: pieces still on the wire (their slots held) behind the one planned")
       ->capture_default_str();
+  cmd->add_option("--by-pass", args->by_pass,
+                  "a case's chunk hits pass by pass (zrtier, order known, Belady, LRU)");
+  cmd->add_option("--fraction", args->fraction,
+                  "--by-pass: cache size, fraction of the working set")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cmd->add_flag("--no-spread", args->no_spread,
                 "--pool: keep whichever subset of a cycle the pool held (ZRTIER_SPREAD=0)");
   cmd->callback([args] {
     if (args->pool)
       RunPoolBench(*args);
+    else if (!args->by_pass.empty())
+      RunByPass(*args);
     else
       RunPolicy(*args);
   });
