@@ -74,6 +74,17 @@ class ShimCopyTest : public ::testing::Test {
     CpuWrite(*r, data);
     return data;
   }
+  // The start of an asynchronous-copy test: the shim over a pool of 64 chunks with asynchronous
+  // copies on, a written region of kAsyncChunks chunks (WrittenRegion) and a non-blocking stream.
+  // Callers check ASSERT_FALSE(HasFailure()) after it.
+  static constexpr size_t kAsyncChunks = 16;
+  std::vector<char> AsyncCopyStart(uint64_t seed, char** r, char** d, cudaStream_t* s) {
+    Make(64);
+    EXPECT_TRUE(shim_->h2d_async());
+    auto data = WrittenRegion(kAsyncChunks * kChunk, seed, r, d);
+    EXPECT_EQ(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), cudaSuccess);
+    return data;
+  }
   static std::vector<char> Random(size_t n, uint64_t seed) {
     std::vector<char> v(n);
     std::mt19937_64 rng(seed);
@@ -346,13 +357,11 @@ TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
 // (the fake says so) until the reads go on: not counted, that piece counted as waited on. A copy
 // found whole in T0 counts as ready at the call and in time. Every copy gives the exact bytes.
 TEST_F(ShimCopyTest, ReadyInTimeCountsCopiesWhoseFillsBeatTheStream) {
-  Make(64);
-  ASSERT_TRUE(shim_->h2d_async());
-  const size_t n = 16 * kChunk;
+  const size_t n = kAsyncChunks * kChunk;
   char *r, *d;
-  auto data = WrittenRegion(n, 50, &r, &d);
   cudaStream_t s;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  auto data = AsyncCopyStart(50, &r, &d, &s);
+  ASSERT_FALSE(HasFailure());
   auto await = [](auto done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (!done() && std::chrono::steady_clock::now() < deadline)
@@ -414,13 +423,11 @@ TEST_F(ShimCopyTest, ReadyInTimeCountsCopiesWhoseFillsBeatTheStream) {
 // copies ready at the call).
 TEST_F(ShimCopyTest, WithoutStreamWritesOnlyCopiesReadyAtTheCallCountInTime) {
   testing::ScopedEnv no_writes("FAKE_CUDA_NO_STREAM_WRITES", "1");  // the other tests need marks
-  Make(64);
-  ASSERT_TRUE(shim_->h2d_async());
-  const size_t n = 16 * kChunk;
+  const size_t n = kAsyncChunks * kChunk;
   char *r, *d;
-  auto data = WrittenRegion(n, 60, &r, &d);
   cudaStream_t s;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  auto data = AsyncCopyStart(60, &r, &d, &s);
+  ASSERT_FALSE(HasFailure());
   const uint64_t in_time = StatGet(Stat::copies_ready_in_time);
   const uint64_t waited = StatGet(Stat::h2d_pieces_waited_on);
   const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
