@@ -128,16 +128,8 @@ void RunPolicy(const PolicyArgs& args) {
 
 // --by-pass CASE: where the hits are won and lost, pass by pass (hits per policy).
 void RunByPass(const PolicyArgs& args) {
-  const Case* c = nullptr;
-  for (const Case& k : kCases)
-    if (args.by_pass == k.name) c = &k;
-  if (!c) {
-    std::string names;
-    for (const Case& k : kCases) names += std::string(names.empty() ? "" : ", ") + k.name;
-    fprintf(stderr, "zrtier bench policy: --by-pass: no case '%s' (cases: %s)\n",
-            args.by_pass.c_str(), names.c_str());
-    exit(2);
-  }
+  const Case* c = kCases;  // the option accepts only the cases' names
+  while (args.by_pass != c->name) ++c;
   const TraceSpec spec = SpecOf(*c, args);
   const policy::IntendedTrace t = policy::MakeIntendedTrace(spec);
   const SimConfig config = ConfigOf(spec, args.fraction, args);
@@ -419,8 +411,8 @@ void AddPolicy(CLI::App* bench) {
   cmd->add_option("--ahead", args->ahead_chunks, "prefetch window in chunks (zrtier_prefetch)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "noise seed")->capture_default_str();
-  cmd->add_flag("--pool", args->pool,
-                "drive the real T0 PinnedPool (reuse vs lru vs Belady, ns per chunk)");
+  CLI::Option* pool = cmd->add_flag(
+      "--pool", args->pool, "drive the real T0 PinnedPool (reuse vs lru vs Belady, ns per chunk)");
   cmd->add_option("--slots", args->slots, "--pool: slots of the large pool timed per chunk")
       ->capture_default_str();
   cmd->add_option("--piece", args->piece, "--pool: chunks pinned per piece (the shim's 4 MiB)")
@@ -428,8 +420,12 @@ void AddPolicy(CLI::App* bench) {
   cmd->add_option("--inflight", args->inflight,
                   "--pool: pieces still on the wire (their slots held) behind the one planned")
       ->capture_default_str();
+  std::vector<std::string> names;
+  for (const Case& c : kCases) names.push_back(c.name);
   cmd->add_option("--by-pass", args->by_pass,
-                  "a case's chunk hits pass by pass (zrtier, order known, Belady, LRU)");
+                  "a case's chunk hits pass by pass (zrtier, order known, Belady, LRU)")
+      ->check(CLI::IsMember(names))
+      ->excludes(pool);
   cmd->add_option("--fraction", args->fraction,
                   "--by-pass: cache size, fraction of the working set")
       ->check(CLI::Range(0.0, 1.0))
