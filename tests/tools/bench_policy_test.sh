@@ -1,6 +1,6 @@
 # Covers `zrtier bench policy`: one JSON row per case and cache fraction with the issue's keys, and
 # --by-pass: one row per pass whose hits add up to the same hit ratios as the main table (for
-# zrtier, Belady and LRU); a case that does not exist is exit status 2.
+# zrtier, Belady and LRU); a case that does not exist, or --by-pass with --pool, is exit status 2.
 source "$(dirname "$0")/lib.sh"
 
 table=$("$ZRTIER" bench policy --passes 6 --json) || fail "bench policy failed"
@@ -29,6 +29,8 @@ if sum(p["order_known"] for p in passes) > sum(p["belady"] for p in passes):
 PY
 
 "$ZRTIER" bench policy --by-pass nonsense 2>/dev/null; expect_status 2 $? "bench policy --by-pass nonsense"
+"$ZRTIER" bench policy --by-pass cyclic --pool 2>/dev/null
+expect_status 2 $? "bench policy --by-pass with --pool"
 "$ZRTIER" bench policy --by-pass cyclic --fraction 2 2>/dev/null
 expect_status 2 $? "bench policy --fraction 2"
 echo "PASS"
