@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <unordered_map>
 #include <vector>
@@ -226,6 +227,29 @@ TEST(PlacementTest, KnowingTheOrderComesCloseToBelady) {
   const IntendedTrace c = MakeIntendedTrace(clean);
   EXPECT_DOUBLE_EQ(SimulateOrderKnown(c, config).hit_ratio(),
                    SimulateCache(c.accesses, SimPolicy::kBelady, config).hit_ratio());
+}
+
+TEST(PlacementTest, BeladyAfterLearningStartsFromZrtiersLearningPass) {
+  const TraceSpec spec = Changing(TraceShape::kCyclic, 10, 4, 2);
+  const IntendedTrace t = MakeIntendedTrace(spec);
+  SimConfig config;
+  config.capacity_chunks = WorkingSetChunks(spec) / 4;
+  const SimResult zr = SimulateCache(t.accesses, SimPolicy::kReuse, config);
+  const SimResult after = SimulateBeladyAfterLearning(t, config);
+  const SimResult belady = SimulateCache(t.accesses, SimPolicy::kBelady, config);
+  printf("zrtier %.4f after learning %.4f belady %.4f\n", zr.hit_ratio(), after.hit_ratio(),
+         belady.hit_ratio());
+  ASSERT_EQ(after.hit.size(), zr.hit.size());
+  size_t first_pass = 0;
+  for (size_t i = 0; i < t.pass_start[1]; ++i) first_pass += t.accesses[i].chunk_count;
+  EXPECT_TRUE(std::equal(zr.hit.begin(), zr.hit.begin() + first_pass, after.hit.begin()))
+      << "the first pass is zrtier's own";
+  EXPECT_LE(after.hit_ratio(), belady.hit_ratio() + 1e-9) << "nothing beats the optimum";
+  // From the cache zrtier's learning pass left, the exact future does better than learning it.
+  EXPECT_GT(after.hit_ratio(), zr.hit_ratio());
+  // The learning pass keeps the end of the cyclic order (nothing is known; the heat rule keeps
+  // the latest chunks), Belady its start: after an order change that start is worth more.
+  EXPECT_LT(after.hit_ratio(), belady.hit_ratio());
 }
 
 }  // namespace

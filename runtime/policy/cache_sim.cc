@@ -1,6 +1,7 @@
 #include "runtime/policy/cache_sim.h"
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -92,10 +93,38 @@ SimResult SimulateBelady(std::span<const Access> trace, const SimConfig& config)
   return SimulateFarthest(trace, config, oracle, [&](size_t i) { oracle.Advance(i); });
 }
 
-SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, bool prefetch) {
+// The placement's oracle: the learned predictor, or -- from chunk access `switch_at` on, when
+// `future` is set -- Belady's exact knowledge of the rest of the trace.
+class SwitchingOracle : public NextUseOracle {
+ public:
+  SwitchingOracle(const AccessPredictor* learned, BeladyOracle* future, size_t switch_at)
+      : learned_(learned), future_(future), switch_at_(switch_at) {}
+  // Chunk access `i` is being served. REQUIRES: i = 0, 1, 2, ... in order.
+  void Advance(size_t i) {
+    if (future_) future_->Advance(i);
+    exact_ = future_ && i >= switch_at_;
+  }
+  uint64_t NextUseDistance(const ChunkKey& key) const override {
+    return exact_ ? future_->NextUseDistance(key) : learned_->NextUseDistance(key);
+  }
+
+ private:
+  const AccessPredictor* learned_;
+  BeladyOracle* future_;
+  size_t switch_at_;
+  bool exact_ = false;
+};
+
+// zrtier's placement; with `future_from_chunk` < SIZE_MAX, Belady's rule from that chunk access on
+// (SimulateBeladyAfterLearning).
+SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, bool prefetch,
+                        size_t future_from_chunk = SIZE_MAX) {
   SimResult r;
   AccessPredictor predictor;
-  ReusePlacement placement(&predictor);
+  std::unique_ptr<BeladyOracle> future;
+  if (future_from_chunk != SIZE_MAX) future = std::make_unique<BeladyOracle>(ExpandChunks(trace));
+  SwitchingOracle oracle(&predictor, future.get(), future_from_chunk);
+  ReusePlacement placement(&oracle);
   ChunkSet cache;
   std::unordered_set<ChunkKey, ChunkKeyHash> prefetched;  // in cache, not yet used
   std::vector<ChunkKey> candidates;
@@ -119,6 +148,7 @@ SimResult SimulateReuse(std::span<const Access> trace, const SimConfig& config, 
     predictor.Observe(a);
     for (uint32_t c = 0; c < a.chunk_count; ++c) {
       const ChunkKey k{a.region, a.first_chunk + c};
+      oracle.Advance(r.chunk_accesses);
       placement.Touch(k);
       r.Count(cache.Contains(k));
       if (r.hit.back()) {
@@ -183,6 +213,13 @@ SimResult SimulateOrderKnown(const IntendedTrace& trace, const SimConfig& config
   return SimulateFarthest(trace.accesses, config, oracle, [&](size_t i) {
     while (position[i] != SIZE_MAX && next <= position[i]) oracle.Advance(next++);
   });
+}
+
+SimResult SimulateBeladyAfterLearning(const IntendedTrace& trace, const SimConfig& config) {
+  if (trace.pass_start.size() < 2) return SimulateReuse(trace.accesses, config, false);
+  size_t chunk = 0;
+  for (size_t i = 0; i < trace.pass_start[1]; ++i) chunk += trace.accesses[i].chunk_count;
+  return SimulateReuse(trace.accesses, config, false, chunk);
 }
 
 SimResult SimulateCache(std::span<const Access> trace, SimPolicy policy, const SimConfig& config) {

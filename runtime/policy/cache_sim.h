@@ -23,6 +23,11 @@
 // first access and had nothing to learn, but foresaw no noise access and no skip. The distance
 // between it and Belady is what noise and skips cost any predictor; between zrtier and it, what
 // learning costs (mostly the first pass after an order change).
+// SimulateBeladyAfterLearning is another reference: kReuse through the first pass (the learning
+// pass, in which nothing is known and the cache keeps what the placement's heat rule keeps), then
+// Belady's rule from the same cache on. It is the best any policy can do once zrtier's learning
+// pass has chosen what the cache holds: the distance between it and Belady is what that choice
+// costs (a cyclic order whose end is kept instead of its start, see docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstdint>
@@ -58,5 +63,6 @@ struct SimResult {
 
 SimResult SimulateCache(std::span<const Access> trace, SimPolicy policy, const SimConfig& config);
 SimResult SimulateOrderKnown(const IntendedTrace& trace, const SimConfig& config);
+SimResult SimulateBeladyAfterLearning(const IntendedTrace& trace, const SimConfig& config);
 
 }  // namespace zrtier::policy

@@ -6,7 +6,8 @@ source "$(dirname "$0")/lib.sh"
 table=$("$ZRTIER" bench policy --passes 6 --json) || fail "bench policy failed"
 expect_status 18 "$(grep -c '^{' <<<"$table")" "bench policy --json rows"
 for key in '"case": "cyclic_changing"' '"case": "fwdbwd_noisy"' '"cache_fraction": 0.25' \
-  '"zrtier":' '"lru":' '"belady":' '"order_known_vs_belady":'; do
+  '"zrtier":' '"lru":' '"belady":' '"order_known_vs_belady":' \
+  '"after_learning_vs_belady":'; do
   expect_contains "$table" "$key" "bench policy --json"
 done
 
@@ -15,7 +16,10 @@ passes=$("$ZRTIER" bench policy --passes 6 --by-pass fwdbwd_changing --fraction 
 expect_status 6 "$(grep -c '^{' <<<"$passes")" "bench policy --by-pass rows"
 python3 - "$table" "$passes" <<'PY' || fail "--by-pass does not add up to the table"
 import json, sys
-row = next(r for r in map(json.loads, sys.argv[1].splitlines())
+rows = list(map(json.loads, sys.argv[1].splitlines()))
+if any(r["after_learning_vs_belady"] > 1 for r in rows):
+    sys.exit("the after-learning reference beat Belady's optimum")
+row = next(r for r in rows
            if r["case"] == "fwdbwd_changing" and r["cache_fraction"] == 0.5)
 passes = [json.loads(l) for l in sys.argv[2].splitlines()]
 total = sum(p["chunk_accesses"] for p in passes)
