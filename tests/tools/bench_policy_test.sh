@@ -28,8 +28,11 @@ for key in ("zrtier", "belady", "lru"):
     if abs(ratio - row[key]) > 0.00006:  # the table prints 4 decimals
         sys.exit(f"{key}: {ratio:.5f} by pass, {row[key]} in the table")
     print(f"{key}: {ratio:.4f} by pass = {row[key]} in the table")
-if sum(p["order_known"] for p in passes) > sum(p["belady"] for p in passes):
-    sys.exit("the order-known reference beat Belady's optimum")
+for ref in ("order_known", "after_learning"):
+    if sum(p[ref] for p in passes) > sum(p["belady"] for p in passes):
+        sys.exit(f"the {ref} reference beat Belady's optimum")
+if passes[0]["after_learning"] != passes[0]["zrtier"]:
+    sys.exit("the after-learning reference's first pass is not zrtier's")
 PY
 
 "$ZRTIER" bench policy --by-pass nonsense 2>/dev/null; expect_status 2 $? "bench policy --by-pass nonsense"

@@ -141,10 +141,11 @@ void RunByPass(const PolicyArgs& args) {
   const SimConfig config = ConfigOf(spec, args.fraction, args);
   const auto zr = policy::SimulateCache(t.accesses, SimPolicy::kReuse, config);
   const auto known = policy::SimulateOrderKnown(t, config);
+  const auto after = policy::SimulateBeladyAfterLearning(t, config);
   const auto bel = policy::SimulateCache(t.accesses, SimPolicy::kBelady, config);
   const auto lru = policy::SimulateCache(t.accesses, SimPolicy::kLru, config);
-  Report report(
-      {"pass", "chunk_accesses", "zrtier", "order_known", "belady", "lru", "zrtier_minus_belady"});
+  Report report({"pass", "chunk_accesses", "zrtier", "order_known", "after_learning", "belady",
+                 "lru", "zrtier_minus_belady"});
   size_t chunk = 0, access = 0;
   for (size_t p = 0; p < t.pass_start.size(); ++p) {
     const size_t end_access = p + 1 < t.pass_start.size() ? t.pass_start[p + 1] : t.accesses.size();
@@ -154,8 +155,9 @@ void RunByPass(const PolicyArgs& args) {
       return static_cast<int64_t>(std::count(r.hit.begin() + from, r.hit.begin() + chunk, true));
     };
     report.AddRow({std::to_string(p), std::to_string(chunk - from), std::to_string(hits(zr)),
-                   std::to_string(hits(known)), std::to_string(hits(bel)),
-                   std::to_string(hits(lru)), std::to_string(hits(zr) - hits(bel))});
+                   std::to_string(hits(known)), std::to_string(hits(after)),
+                   std::to_string(hits(bel)), std::to_string(hits(lru)),
+                   std::to_string(hits(zr) - hits(bel))});
   }
   if (!args.json)
     printf("policy by pass: %s at %.2f of the working set (%llu chunks), seed %llu; chunk hits\n",
