@@ -88,6 +88,19 @@ SimConfig ConfigOf(const TraceSpec& spec, double fraction, const PolicyArgs& arg
   return config;
 }
 
+// The demand-fetching simulations both reports show, for one trace and capacity.
+struct Runs {
+  policy::SimResult zrtier, lru, belady, order_known, after_learning;
+};
+
+Runs Simulate(const policy::IntendedTrace& t, const SimConfig& config) {
+  return Runs{policy::SimulateCache(t.accesses, SimPolicy::kReuse, config),
+              policy::SimulateCache(t.accesses, SimPolicy::kLru, config),
+              policy::SimulateCache(t.accesses, SimPolicy::kBelady, config),
+              policy::SimulateOrderKnown(t, config),
+              policy::SimulateBeladyAfterLearning(t, config)};
+}
+
 void RunPolicy(const PolicyArgs& args) {
   const double fractions[] = {0.25, 0.5, 0.75};
   Report report({"case", "cache_fraction", "zrtier", "lru", "belady", "zrtier_vs_belady",
@@ -96,24 +109,20 @@ void RunPolicy(const PolicyArgs& args) {
   for (const Case& c : kCases) {
     const TraceSpec spec = SpecOf(c, args);
     const policy::IntendedTrace intended = policy::MakeIntendedTrace(spec);
-    const std::vector<policy::Access>& trace = intended.accesses;
     for (double f : fractions) {
       const SimConfig config = ConfigOf(spec, f, args);
-      const auto zr = policy::SimulateCache(trace, SimPolicy::kReuse, config);
-      const auto lru = policy::SimulateCache(trace, SimPolicy::kLru, config);
-      const auto bel = policy::SimulateCache(trace, SimPolicy::kBelady, config);
-      const auto zp = policy::SimulateCache(trace, SimPolicy::kReusePrefetch, config);
-      const auto known = policy::SimulateOrderKnown(intended, config);
-      const auto after = policy::SimulateBeladyAfterLearning(intended, config);
-      auto vs_belady = [&](const policy::SimResult& r) {
-        return Fixed(bel.hit_ratio() > 0 ? r.hit_ratio() / bel.hit_ratio() : 0, 3);
+      const Runs r = Simulate(intended, config);
+      const auto zp = policy::SimulateCache(intended.accesses, SimPolicy::kReusePrefetch, config);
+      const double belady = r.belady.hit_ratio();
+      auto vs_belady = [&](const policy::SimResult& x) {
+        return Fixed(belady > 0 ? x.hit_ratio() / belady : 0, 3);
       };
       report.AddRow(
-          {c.name, Fixed(f, 2), Fixed(zr.hit_ratio(), 4), Fixed(lru.hit_ratio(), 4),
-           Fixed(bel.hit_ratio(), 4), vs_belady(zr), vs_belady(known), vs_belady(after),
-           Fixed(zp.hit_ratio(), 4),
+          {c.name, Fixed(f, 2), Fixed(r.zrtier.hit_ratio(), 4), Fixed(r.lru.hit_ratio(), 4),
+           Fixed(belady, 4), vs_belady(r.zrtier), vs_belady(r.order_known),
+           vs_belady(r.after_learning), Fixed(zp.hit_ratio(), 4),
            Fixed(zp.prefetches ? double(zp.prefetch_unused) / double(zp.prefetches) : 0, 4),
-           std::to_string(zr.chunk_accesses)});
+           std::to_string(r.zrtier.chunk_accesses)});
     }
   }
   if (!args.json) {
@@ -139,11 +148,7 @@ void RunByPass(const PolicyArgs& args) {
   const TraceSpec spec = SpecOf(*c, args);
   const policy::IntendedTrace t = policy::MakeIntendedTrace(spec);
   const SimConfig config = ConfigOf(spec, args.fraction, args);
-  const auto zr = policy::SimulateCache(t.accesses, SimPolicy::kReuse, config);
-  const auto known = policy::SimulateOrderKnown(t, config);
-  const auto after = policy::SimulateBeladyAfterLearning(t, config);
-  const auto bel = policy::SimulateCache(t.accesses, SimPolicy::kBelady, config);
-  const auto lru = policy::SimulateCache(t.accesses, SimPolicy::kLru, config);
+  const Runs r = Simulate(t, config);
   Report report({"pass", "chunk_accesses", "zrtier", "order_known", "after_learning", "belady",
                  "lru", "zrtier_minus_belady"});
   size_t chunk = 0, access = 0;
@@ -151,13 +156,13 @@ void RunByPass(const PolicyArgs& args) {
     const size_t end_access = p + 1 < t.pass_start.size() ? t.pass_start[p + 1] : t.accesses.size();
     const size_t from = chunk;
     for (; access < end_access; ++access) chunk += t.accesses[access].chunk_count;
-    auto hits = [&](const policy::SimResult& r) {
-      return static_cast<int64_t>(std::count(r.hit.begin() + from, r.hit.begin() + chunk, true));
+    auto hits = [&](const policy::SimResult& x) {
+      return static_cast<int64_t>(std::count(x.hit.begin() + from, x.hit.begin() + chunk, true));
     };
-    report.AddRow({std::to_string(p), std::to_string(chunk - from), std::to_string(hits(zr)),
-                   std::to_string(hits(known)), std::to_string(hits(after)),
-                   std::to_string(hits(bel)), std::to_string(hits(lru)),
-                   std::to_string(hits(zr) - hits(bel))});
+    report.AddRow({std::to_string(p), std::to_string(chunk - from), std::to_string(hits(r.zrtier)),
+                   std::to_string(hits(r.order_known)), std::to_string(hits(r.after_learning)),
+                   std::to_string(hits(r.belady)), std::to_string(hits(r.lru)),
+                   std::to_string(hits(r.zrtier) - hits(r.belady))});
   }
   if (!args.json)
     printf("policy by pass: %s at %.2f of the working set (%llu chunks), seed %llu; chunk hits\n",
