@@ -61,6 +61,36 @@ TEST(AccessPredictorTest, FirstPassIsTheProfileThenCyclicOrderIsPredicted) {
   EXPECT_EQ(FeedAndScore(p, pass), 1.0);
 }
 
+TEST(AccessPredictorTest, LearnsUntilTheOrderComesBackOrNeverRepeats) {
+  AccessPredictor cyclic;
+  EXPECT_TRUE(cyclic.Learning()) << "nothing seen yet";
+  FeedAndScore(cyclic, Cyclic(64));
+  EXPECT_TRUE(cyclic.Learning()) << "the first scan: no context has come back";
+  FeedAndScore(cyclic, {0, 1, 2});
+  EXPECT_FALSE(cyclic.Learning()) << "the order came back: the period is known";
+
+  AccessPredictor fwdbwd;
+  FeedAndScore(fwdbwd, ForwardBackward(64));
+  EXPECT_TRUE(fwdbwd.Learning()) << "the way back reads each chunk again, in new contexts";
+  FeedAndScore(fwdbwd, {0, 1, 2});
+  EXPECT_FALSE(fwdbwd.Learning());
+
+  // Single chunks in an order that never repeats a context: no period is ever known, so the
+  // accesses per distinct chunk end the learning.
+  AccessPredictor random;
+  const uint64_t chunks = 64;
+  uint64_t accesses = 0;
+  for (uint64_t round = 0; round < AccessPredictor::kLearningReads + 1; ++round)
+    for (uint64_t c = 0; c < chunks; ++c, ++accesses) {
+      EXPECT_EQ(random.Learning(), accesses <= AccessPredictor::kLearningReads * chunks);
+      // The step between consecutive chunks is 2 * round + 1: odd (each round reads all 64) and
+      // different every round, so no pair of consecutive chunks -- no context -- comes back.
+      const uint64_t chunk = (c * (2 * round + 1) + 7 * round) % chunks;
+      random.Observe(Access{kRegion, chunk, 1, Direction::kH2D, kStream});
+    }
+  EXPECT_FALSE(random.Learning());
+}
+
 TEST(AccessPredictorTest, ForwardBackwardOrderIsPredicted) {
   AccessPredictor p;
   const auto iteration = ForwardBackward(32);

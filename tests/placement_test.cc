@@ -57,6 +57,28 @@ TEST(PlacementTest, HotColdFallbackWithoutPredictions) {
   EXPECT_EQ(placement.ChooseVictim(c), 0u) << "a forgotten chunk has no heat";
 }
 
+TEST(PlacementTest, WhileTheOracleLearnsWhatCameFirstStays) {
+  class LearningOracle : public MapOracle {
+   public:
+    bool Learning() const override { return learning; }
+    bool learning = true;
+  } oracle;
+  ReusePlacement placement(&oracle);
+  const ChunkKey first{1, 0}, hot{1, 1}, newest{1, 2};
+  placement.Touch(first);
+  for (int i = 0; i < 5; ++i) placement.Touch(hot);
+  placement.Touch(newest);
+  oracle.d[first] = 500;
+  oracle.d[newest] = 5;
+  const std::vector<ChunkKey> c = {first, hot, newest};
+  EXPECT_EQ(placement.ChooseVictim(c), 2u) << "the most recently touched leaves first, "
+                                              "whatever the distances and counts say";
+  oracle.learning = false;
+  EXPECT_EQ(placement.ChooseVictim(c), 1u) << "learned: the unpredicted chunk leaves first";
+  oracle.d[hot] = 50;
+  EXPECT_EQ(placement.ChooseVictim(c), 0u) << "then the farthest predicted use";
+}
+
 TEST(PlacementTest, LruOrderEvictsLeastRecent) {
   LruOrder lru;
   lru.Touch({1, 0});
@@ -247,9 +269,9 @@ TEST(PlacementTest, BeladyAfterLearningStartsFromZrtiersLearningPass) {
   EXPECT_LE(after.hit_ratio(), belady.hit_ratio() + 1e-9) << "nothing beats the optimum";
   // From the cache zrtier's learning pass left, the exact future does better than learning it.
   EXPECT_GT(after.hit_ratio(), zr.hit_ratio());
-  // The learning pass keeps the end of the cyclic order (nothing is known; the heat rule keeps
-  // the latest chunks), Belady its start: after an order change that start is worth more.
-  EXPECT_LT(after.hit_ratio(), belady.hit_ratio());
+  // The learning pass keeps the start of the cyclic order, as Belady does: from that cache the
+  // exact future does as well as Belady (the end -- what LRU keeps -- cost 2-3 % here).
+  EXPECT_GE(after.hit_ratio(), 0.995 * belady.hit_ratio());
 }
 
 }  // namespace

@@ -57,6 +57,9 @@ class NextUseOracle {
   virtual void NextUseDistances(std::span<const ChunkKey> keys, std::span<uint64_t> out) const {
     for (size_t i = 0; i < keys.size(); ++i) out[i] = NextUseDistance(keys[i]);
   }
+  // True while the oracle has seen no order come back yet (the first scan): its distances say
+  // nothing about the future, and neither do access counts (see ReusePlacement).
+  virtual bool Learning() const { return false; }
 };
 
 }  // namespace zrtier::policy

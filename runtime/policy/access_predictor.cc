@@ -84,6 +84,7 @@ uint32_t AccessPredictor::Intern(const Access& a) {
     nodes_.clear();
     node_ids_.clear();
     chunk_nodes_.clear();
+    distinct_chunks_ = 0;
     order1_.clear();
     order2_.clear();
     order_long_.clear();
@@ -321,6 +322,7 @@ void AccessPredictor::Observe(const Access& a) {
     for (uint64_t i = (a.first_chunk + c) % kChunkPage; i < kChunkPage && c < a.chunk_count;
          ++i, ++c) {
       auto& seen = page[i].seen;
+      distinct_chunks_ += seen.back() == 0;
       std::move(seen.begin() + 1, seen.end(), seen.begin());
       seen.back() = clock_ + c + 1;
     }
@@ -438,6 +440,10 @@ AccessPredictor::ChunkNodes& AccessPredictor::ChunkNodesFor(const ChunkKey& key)
   if (page >= pages.size()) pages.resize(page + 1);
   if (!pages[page]) pages[page] = std::make_unique<ChunkPage>();
   return (*pages[page])[key.chunk % kChunkPage];
+}
+
+bool AccessPredictor::Learning() const {
+  return period_chunks_ == 0 && clock_ <= kLearningReads * distinct_chunks_;
 }
 
 uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {

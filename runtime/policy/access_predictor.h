@@ -59,6 +59,10 @@
 // predicted back right after it, that distance divided by the share (the pool keeps them through
 // one more access at the cost of that access's chunks); the next access ends it either way.
 //
+// Learning. Until some context has come back (no period is known) the predictor is learning: its
+// distances mean nothing yet. An order that never repeats (random accesses) ends the learning
+// too, once the accesses reach kLearningReads times the distinct chunks read.
+//
 // Thread safety: none. The owner serializes all calls (Prefetcher holds its mutex around them).
 #pragma once
 
@@ -102,6 +106,9 @@ class AccessPredictor : public NextUseOracle {
   // A repeat of the latest access with at least this share of its context's successors keeps
   // its chunks through the next access.
   static constexpr float kRepeatShare = 0.2f;
+  // Chunk accesses per distinct chunk after which the predictor stops learning even when no
+  // context came back (a first scan reads each chunk once, a scan and its way back twice).
+  static constexpr uint64_t kLearningReads = 4;
 
   explicit AccessPredictor(PredictorConfig config = {});
 
@@ -126,6 +133,9 @@ class AccessPredictor : public NextUseOracle {
   // smallest); when no plan contains it, according to its history repeated one period later;
   // kNeverUsed when neither knows (never accessed, or not within the last period).
   uint64_t NextUseDistance(const ChunkKey& key) const override;
+  // No context has come back yet and the accesses are fewer than kLearningReads per distinct
+  // chunk (see Learning above).
+  bool Learning() const override;
 
   size_t node_count() const { return nodes_.size(); }
   size_t context_count() const { return order2_.size(); }
@@ -254,8 +264,9 @@ class AccessPredictor : public NextUseOracle {
   std::unordered_map<uint64_t, SuccList> order_long_;  // key: LongKey
   std::vector<StreamState> streams_;
   uint64_t tick_ = 0;
-  uint64_t clock_ = 0;          // chunk accesses observed, all streams
-  uint64_t period_chunks_ = 0;  // chunks between two occurrences of a context (clock_ units)
+  uint64_t clock_ = 0;            // chunk accesses observed, all streams
+  uint64_t period_chunks_ = 0;    // chunks between two occurrences of a context (clock_ units)
+  uint64_t distinct_chunks_ = 0;  // chunks read at least once (since the last reset)
   uint64_t resets_ = 0;
   // The hedge for unplanned re-reads: until clock_ reaches hedge_until_, chunks read within the
   // last repeat_chunks_ are predicted to be read again repeat_chunks_ after their read.

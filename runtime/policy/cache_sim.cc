@@ -107,6 +107,7 @@ class SwitchingOracle : public NextUseOracle {
   uint64_t NextUseDistance(const ChunkKey& key) const override {
     return exact_ ? future_->NextUseDistance(key) : learned_->NextUseDistance(key);
   }
+  bool Learning() const override { return !exact_ && learned_->Learning(); }
 
  private:
   const AccessPredictor* learned_;

@@ -31,13 +31,18 @@ size_t ReusePlacement::tracked() const {
 
 size_t ReusePlacement::ChooseVictim(std::span<const ChunkKey> candidates) const {
   std::lock_guard<std::mutex> lock(mu_);
-  distances_.assign(candidates.size(), kNeverUsed);
-  if (oracle_) oracle_->NextUseDistances(candidates, distances_);
-
   auto heat = [&](size_t i) {
     auto it = heat_.find(candidates[i]);
     return it == heat_.end() ? Heat{} : it->second;
   };
+  if (oracle_ && oracle_->Learning()) {  // the first scan: what came first stays
+    size_t newest = 0;
+    for (size_t i = 1; i < candidates.size(); ++i)
+      if (heat(i).last > heat(newest).last) newest = i;
+    return newest;
+  }
+  distances_.assign(candidates.size(), kNeverUsed);
+  if (oracle_) oracle_->NextUseDistances(candidates, distances_);
   // `a` should leave before `b`.
   auto before = [&](size_t a, size_t b) {
     const uint64_t da = distances_[a], db = distances_[b];

@@ -346,6 +346,11 @@ void Prefetcher::NextUseDistances(std::span<const ChunkKey> keys, std::span<uint
   for (size_t i = 0; i < keys.size(); ++i) out[i] = predictor_.NextUseDistance(keys[i]);
 }
 
+bool Prefetcher::Learning() const {
+  std::lock_guard<std::mutex> lock(predictor_mu_);
+  return predictor_.Learning();
+}
+
 void Prefetcher::OnDropped(uint64_t region, uint64_t chunk) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = ready_.find(ChunkKey{region, chunk});

@@ -123,6 +123,7 @@ class Prefetcher : public NextUseOracle {
   // Chunk accesses until `key` is next used by the learned plans, or kNeverUsed (placement).
   uint64_t NextUseDistance(const ChunkKey& key) const override;
   void NextUseDistances(std::span<const ChunkKey> keys, std::span<uint64_t> out) const override;
+  bool Learning() const override;
 
   // The sink's owner dropped the T0 copy of a chunk. If it was prefetched and never used, it is
   // counted in prefetch_unused_bytes.
