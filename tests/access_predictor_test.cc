@@ -274,10 +274,36 @@ TEST(AccessPredictorTest, ChunkHistoryAnswersWhatNoPlanNames) {
   EXPECT_NE(d7, kNeverUsed);
   // One period (8 layers) after its read began: less itself, the 6 layers and 2 chunks since.
   EXPECT_EQ(d1, uint64_t{layers} * kChunksPerLayer - (layers - 1) * kChunksPerLayer - 2);
-  // Layer 0's next read is overdue (not read within the last period: skipped?); layer 50 was
-  // never read.
-  EXPECT_EQ(p.NextUseDistance({kRegion, 0}), kNeverUsed);
+  // Layer 0's next read is 2 chunks overdue: the pass may run a little longer than the period,
+  // so it is due now. Layer 50 was never read.
+  EXPECT_EQ(p.NextUseDistance({kRegion, 0}), 0u);
   EXPECT_EQ(p.NextUseDistance({kRegion, 50 * kChunksPerLayer}), kNeverUsed);
+  // Overdue by more than 1/kOverdueShare of the period: left out of the order.
+  const uint64_t period = uint64_t{layers} * kChunksPerLayer;
+  for (uint64_t c = 2; c < period / AccessPredictor::kOverdueShare + 1; ++c)
+    p.Observe(Access{kRegion, elsewhere + c, 1, Direction::kH2D, kStream});
+  EXPECT_EQ(p.NextUseDistance({kRegion, 0}), kNeverUsed);
+}
+
+// The period the chunk history is repeated by is the median of the contexts' recurrences: layers
+// read twice in a row (their context back after two accesses) do not shrink it, so the history
+// still predicts the layers read before them.
+TEST(AccessPredictorTest, ALayerReadTwiceDoesNotShrinkThePeriod) {
+  AccessPredictor p;
+  const uint32_t layers = 8;
+  for (int i = 0; i < 3; ++i) FeedAndScore(p, Cyclic(layers));
+  FeedAndScore(p, {0, 1, 2, 3, 2, 3});  // the context (2, 3) is back after 2 accesses
+  const uint64_t elsewhere = 100 * kChunksPerLayer;
+  p.Observe(Access{kRegion, elsewhere, 1, Direction::kH2D, kStream});
+  p.Observe(Access{kRegion, elsewhere + 1, 1, Direction::kH2D, kStream});  // plan rebuilt: empty
+  std::vector<PlannedAccess> plan;
+  const uint64_t pos = p.Position(kStream);
+  p.Plan(kStream, pos, pos + 1000, 0.0f, &plan);
+  ASSERT_TRUE(plan.empty());
+  // Layer 1 is due one period (8 layers) after its read began: less itself, the 4 layer reads and
+  // the 2 chunks since. (A period of the short recurrence, 2 layers, would make it long overdue.)
+  EXPECT_EQ(p.NextUseDistance({kRegion, 1 * kChunksPerLayer}),
+            uint64_t{layers} * kChunksPerLayer - 5 * kChunksPerLayer - 2);
 }
 
 // A layer read twice in a row that the plan does not name (an order change) makes the predictor

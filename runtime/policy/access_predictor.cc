@@ -269,6 +269,7 @@ void AccessPredictor::Observe(const Access& a) {
     order1_[prev1].Observe(id, a.chunk_count);
     // Accesses since the context last occurred, by the longest order that saw it before.
     uint64_t since = 0;
+    const uint64_t samples = recurrence_count_;
     auto seen = [&](SuccList& ctx) {
       if (ctx.last_seen) {
         since = s.accesses - ctx.last_seen;
@@ -281,10 +282,10 @@ void AccessPredictor::Observe(const Access& a) {
           for (uint8_t k = 0; k < ctx.n; ++k) ctx.s[k].weight = std::min(ctx.s[k].weight, 0.5f);
         ctx.interval = since;
         if (stale) since = 0;  // not the period of any order
-        // The period in chunks for NextUseDistance's fallback, from contexts that came back after
-        // about one period.
+        // A sample of the period in chunks (for NextUseDistance's fallback and the hedge): a
+        // context that came back within about one period.
         if (since && (!s.period || since <= s.period + s.period / 2))
-          period_chunks_ = clock_ - ctx.last_clock;
+          recurrences_[recurrence_count_++ % kPeriodSamples] = clock_ - ctx.last_clock;
       }
       ctx.last_seen = s.accesses;
       ctx.last_clock = clock_;
@@ -303,6 +304,7 @@ void AccessPredictor::Observe(const Access& a) {
       SuccList& ctx = order_long_[key];
       seen(ctx);
     }
+    if (recurrence_count_ != samples) UpdatePeriod();
     Predict(s.recent, &after, &conf);
     // The context now predicts another successor: the plan was walked with the old one.
     if (known && (before.node != after.node || before.chunk_count != after.chunk_count))
@@ -442,6 +444,14 @@ AccessPredictor::ChunkNodes& AccessPredictor::ChunkNodesFor(const ChunkKey& key)
   return (*pages[page])[key.chunk % kChunkPage];
 }
 
+void AccessPredictor::UpdatePeriod() {
+  const size_t n = std::min<uint64_t>(recurrence_count_, kPeriodSamples);
+  std::array<uint64_t, kPeriodSamples> v;
+  std::copy_n(recurrences_.begin(), n, v.begin());
+  std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
+  period_chunks_ = v[n / 2];
+}
+
 bool AccessPredictor::Learning() const {
   return period_chunks_ == 0 && clock_ <= kLearningReads * distinct_chunks_;
 }
@@ -497,10 +507,12 @@ uint64_t AccessPredictor::NextUseDistance(const ChunkKey& key) const {
   if (best == kNeverUsed && period_chunks_) {
     // No plan names the chunk (the plan was just rebuilt, or walks other nodes after an order
     // change): the chunk's own history, repeated one period later. Its first access within the
-    // last period comes back first.
+    // last period, or overdue by at most 1/kOverdueShare of one (the pass may run longer than
+    // the median), comes back first; an overdue one is due now.
+    const uint64_t overdue = period_chunks_ / kOverdueShare;
     for (uint64_t q : cn.seen) {
-      if (q == 0 || q - 1 + period_chunks_ < clock_) continue;
-      best = q - 1 + period_chunks_ - clock_;
+      if (q == 0 || q - 1 + period_chunks_ + overdue < clock_) continue;
+      best = q - 1 + period_chunks_ > clock_ ? q - 1 + period_chunks_ - clock_ : 0;
       break;
     }
   }

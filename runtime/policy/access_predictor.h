@@ -45,6 +45,10 @@
 // own history: its last kChunkHistory accesses on the predictor's chunk clock, repeated one
 // period (in chunks) later. Layers keep their order through most changes (a new prompt length, a
 // layer read in halves), so a chunk read early in the last period is needed early in the next.
+// The period is the median of the last kPeriodSamples recurrences of contexts (chunks between two
+// occurrences): a layer read twice in a row (a recurrence of a few chunks) or a context back after
+// several passes does not move it. A chunk up to 1/kOverdueShare of a period overdue is due now
+// (the pass runs a little longer than the median); one more overdue is taken as left out.
 //
 // Hedge. A layer read twice in a row by an order not learned yet (after an order change) is a
 // re-read the plan does not name: the just-read chunks look a period away and leave first. When an
@@ -109,6 +113,10 @@ class AccessPredictor : public NextUseOracle {
   // Chunk accesses per distinct chunk after which the predictor stops learning even when no
   // context came back (a first scan reads each chunk once, a scan and its way back twice).
   static constexpr uint64_t kLearningReads = 4;
+  // Recurrences the period is the median of; a history prediction is due now until it is overdue
+  // by more than 1/kOverdueShare of the period.
+  static constexpr size_t kPeriodSamples = 63;
+  static constexpr uint64_t kOverdueShare = 16;
 
   explicit AccessPredictor(PredictorConfig config = {});
 
@@ -238,6 +246,8 @@ class AccessPredictor : public NextUseOracle {
   // Walks the plan on by up to config_.walk_per_access entries (to one period, the caps).
   void Extend(StreamState& s);
   PlannedAccess ToPlanned(const StreamState& s, const Entry& e) const;
+  // period_chunks_ becomes the median of the latest kPeriodSamples recurrences.
+  void UpdatePeriod();
 
   PredictorConfig config_;
   std::vector<Node> nodes_;
@@ -267,6 +277,9 @@ class AccessPredictor : public NextUseOracle {
   uint64_t clock_ = 0;            // chunk accesses observed, all streams
   uint64_t period_chunks_ = 0;    // chunks between two occurrences of a context (clock_ units)
   uint64_t distinct_chunks_ = 0;  // chunks read at least once (since the last reset)
+  // The latest recurrences of contexts in chunks, a ring (period_chunks_ is their median).
+  std::array<uint64_t, kPeriodSamples> recurrences_{};
+  uint64_t recurrence_count_ = 0;  // samples taken
   uint64_t resets_ = 0;
   // The hedge for unplanned re-reads: until clock_ reaches hedge_until_, chunks read within the
   // last repeat_chunks_ are predicted to be read again repeat_chunks_ after their read.
