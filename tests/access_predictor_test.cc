@@ -254,6 +254,20 @@ TEST(AccessPredictorTest, OrdersThatComeBackChangedArePredictedAgain) {
   for (size_t pass : {5, 6, 7, 9, 10, 11}) EXPECT_GE(accuracy[pass], 0.85) << "pass " << pass;
 }
 
+// Chunks no test order reads.
+constexpr uint64_t kElsewhere = 100 * kChunksPerLayer;
+
+// Two unexpected accesses in a row (chunks kElsewhere and kElsewhere + 1) rebuild the plan from a
+// context never seen. True when the plan is then empty.
+bool ReadElsewhereTwice(AccessPredictor& p) {
+  p.Observe(Access{kRegion, kElsewhere, 1, Direction::kH2D, kStream});
+  p.Observe(Access{kRegion, kElsewhere + 1, 1, Direction::kH2D, kStream});
+  std::vector<PlannedAccess> plan;
+  const uint64_t pos = p.Position(kStream);
+  p.Plan(kStream, pos, pos + 1000, 0.0f, &plan);
+  return plan.empty();
+}
+
 // Nothing planned names a chunk (the plan was rebuilt from a context never seen): its distance
 // comes from its own history, repeated one period later -- a chunk read early in the last period
 // is needed before one read late; a chunk never read stays unpredicted.
@@ -261,13 +275,7 @@ TEST(AccessPredictorTest, ChunkHistoryAnswersWhatNoPlanNames) {
   AccessPredictor p;
   const uint32_t layers = 8;
   for (int i = 0; i < 3; ++i) FeedAndScore(p, Cyclic(layers));
-  const uint64_t elsewhere = 100 * kChunksPerLayer;
-  p.Observe(Access{kRegion, elsewhere, 1, Direction::kH2D, kStream});
-  p.Observe(Access{kRegion, elsewhere + 1, 1, Direction::kH2D, kStream});  // plan rebuilt: empty
-  std::vector<PlannedAccess> plan;
-  const uint64_t pos = p.Position(kStream);
-  p.Plan(kStream, pos, pos + 1000, 0.0f, &plan);
-  EXPECT_TRUE(plan.empty());
+  EXPECT_TRUE(ReadElsewhereTwice(p)) << "the plan was rebuilt from a context never seen";
   const uint64_t d1 = p.NextUseDistance({kRegion, 1 * kChunksPerLayer});
   const uint64_t d7 = p.NextUseDistance({kRegion, 7 * kChunksPerLayer});
   EXPECT_LT(d1, d7);
@@ -281,7 +289,7 @@ TEST(AccessPredictorTest, ChunkHistoryAnswersWhatNoPlanNames) {
   // Overdue by more than 1/kOverdueShare of the period: left out of the order.
   const uint64_t period = uint64_t{layers} * kChunksPerLayer;
   for (uint64_t c = 2; c < period / AccessPredictor::kOverdueShare + 1; ++c)
-    p.Observe(Access{kRegion, elsewhere + c, 1, Direction::kH2D, kStream});
+    p.Observe(Access{kRegion, kElsewhere + c, 1, Direction::kH2D, kStream});
   EXPECT_EQ(p.NextUseDistance({kRegion, 0}), kNeverUsed);
 }
 
@@ -293,13 +301,7 @@ TEST(AccessPredictorTest, ALayerReadTwiceDoesNotShrinkThePeriod) {
   const uint32_t layers = 8;
   for (int i = 0; i < 3; ++i) FeedAndScore(p, Cyclic(layers));
   FeedAndScore(p, {0, 1, 2, 3, 2, 3});  // the context (2, 3) is back after 2 accesses
-  const uint64_t elsewhere = 100 * kChunksPerLayer;
-  p.Observe(Access{kRegion, elsewhere, 1, Direction::kH2D, kStream});
-  p.Observe(Access{kRegion, elsewhere + 1, 1, Direction::kH2D, kStream});  // plan rebuilt: empty
-  std::vector<PlannedAccess> plan;
-  const uint64_t pos = p.Position(kStream);
-  p.Plan(kStream, pos, pos + 1000, 0.0f, &plan);
-  ASSERT_TRUE(plan.empty());
+  ASSERT_TRUE(ReadElsewhereTwice(p)) << "the plan was rebuilt from a context never seen";
   // Layer 1 is due one period (8 layers) after its read began: less itself, the 4 layer reads and
   // the 2 chunks since. (A period of the short recurrence, 2 layers, would make it long overdue.)
   EXPECT_EQ(p.NextUseDistance({kRegion, 1 * kChunksPerLayer}),
