@@ -11,8 +11,8 @@
 //      (LRU keeps the end: as many hits in the next pass, but a cache that keeps chunks still to
 //      be read in the current pass pays with a hit of this pass for whatever else the pass must
 //      hold -- a layer read twice, a noise access. From the end, even Belady's exact future lost
-//      2-3 % of its hits on a cyclic order that changes; from the start, nothing: see
-//      docs/PERFORMANCE.md, "The learning pass").
+//      2-3 % of its hits on a cyclic order that changes; from the start, 0.4 % at most: see
+//      docs/PERFORMANCE.md, "Placement and prefetch policy", sessions 30 and 31).
 //   1. Chunks the oracle predicts no use for (not in any plan: noise, data of a finished phase)
 //      leave first -- among them the coldest: the lowest access count (aged by halving), then the
 //      least recently touched. With no oracle every chunk is in this class, so the policy is
