@@ -2,8 +2,8 @@
 // a plain candidate list, as the policy simulation (cache_sim.h, `zrtier bench policy`) measures
 // it. The runtime ranks by steps 1 and 2 over its own structures -- the T0 pool's victim index
 // (runtime/cuda/slot_victim.h), the T1 evictor's sampled ReusePolicy
-// (runtime/region/victim_policy.h) -- whose learning pass is still LRU. Belady approximated with
-// the learned sequence:
+// (runtime/region/victim_policy.h) -- whose learning pass still goes by recency (LRU, CLOCK).
+// Belady approximated with the learned sequence:
 //   0. While the oracle is learning (no order has come back yet: the first scan), what came first
 //      stays: the most recently touched candidate leaves. Neither distances nor counts mean
 //      anything yet. On a scan larger than the cache this keeps the scan's start, which a cyclic
