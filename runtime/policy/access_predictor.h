@@ -48,7 +48,7 @@
 // The period is the median of the last kPeriodSamples recurrences of contexts (chunks between two
 // occurrences): a layer read twice in a row (a recurrence of a few chunks) or a context back after
 // several passes does not move it. A chunk up to 1/kOverdueShare of a period overdue is due now
-// (the pass runs a little longer than the median); one more overdue is taken as left out.
+// (the pass runs a little longer than the median); one overdue by more is taken as left out.
 //
 // Hedge. A layer read twice in a row by an order not learned yet (after an order change) is a
 // re-read the plan does not name: the just-read chunks look a period away and leave first. When an
