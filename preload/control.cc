@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "runtime/base/stats.h"
-#include "runtime/cuda/runtime.h"
+#include "runtime/shim/process.h"
 
 #define ZRTIER_CONTROL extern "C" __attribute__((visibility("default")))
 

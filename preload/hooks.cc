@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/cuda/runtime.h"
+#include "runtime/shim/process.h"
 
 #define ZRTIER_HOOK extern "C" __attribute__((visibility("default")))
 

@@ -12,10 +12,10 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/cuda/shim.h"
-#include "runtime/engine.h"
+#include "runtime/shim/shim.h"
+#include "runtime/engine/engine.h"
 #include "tests/fake_cuda/fake_cuda.h"
-#include "tests/shim/heap_backend.h"
+#include "tests/testutil/heap_backend.h"
 #include "tests/testutil/skip.h"
 
 namespace zrtier {
@@ -136,7 +136,6 @@ TEST(ShimConcurrency, HeapBackendThreadsAndStreamsShareAScarcePool) {
   ThreadsAndStreams(std::make_unique<testing::HeapBackend>(64 << 10), false);
 }
 
-#ifdef ZRTIER_HAVE_ENGINE
 // The same over the real engine (userfaultfd regions) with a small resident budget, so copies
 // race the evictor and read chunks back from the compressed store, D2H slots are adopted and
 // written back, and CPU loads fault chunks in from owned slots.
@@ -148,9 +147,8 @@ TEST(ShimConcurrency, EngineThreadsAndStreamsShareAScarcePool) {
   std::unique_ptr<Engine> engine;
   Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
   ASSERT_TRUE(st.ok()) << st.ToString();
-  ThreadsAndStreams(MakeEngineBackend(std::move(engine)), true);
+  ThreadsAndStreams(std::move(engine), true);
 }
-#endif
 
 }  // namespace
 }  // namespace zrtier

@@ -14,9 +14,9 @@
 #include "runtime/base/stats.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/dma_batch.h"
-#include "runtime/cuda/shim.h"
+#include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
-#include "tests/shim/heap_backend.h"
+#include "tests/testutil/heap_backend.h"
 #include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
 

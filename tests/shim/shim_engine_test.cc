@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "runtime/codec/sample_data.h"
+#include "tools/bench/sample_data.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/cuda/shim.h"
-#include "runtime/engine.h"
+#include "runtime/shim/shim.h"
+#include "runtime/engine/engine.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/scoped_env.h"
@@ -67,7 +67,7 @@ class ShimEngineTest : public ::testing::Test {
     ShimConfig cfg;
     cfg.workers = 2;
     cfg.prefetch_options = prefetch;
-    shim_ = std::make_unique<Shim>(RealCudaApi(), MakeEngineBackend(std::move(engine)),
+    shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine),
                                    std::move(pool), cfg);
   }
   void TearDown() override {
@@ -540,9 +540,6 @@ void ShimEngineTest::CycleOwnedLayers(uint64_t resident_limit, OwnedCycle* out, 
 // the store -- and become plain cached copies that placement may evict: the owned prefix
 // dissolves, every byte stays exact.
 TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
-#if !__has_include("runtime/policy/prefetcher.h")
-  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
-#else
   BuildForOwnedCycle("2");
   OwnedCycle r;
   CycleOwnedLayers(4 * chunk_, &r);  // T1 full: misses decode, write-backs encode
@@ -555,7 +552,6 @@ TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
   // GPU's stream thread lags, more of the copies' pieces are in flight and their slots evict
   // kept chunks), with the code of before and after session 13 alike.
   EXPECT_GE(r.hit_ratio, 0.2);
-#endif
 }
 
 // Once the cycle is learned, the copy of the layer left owned by the fill (half the pool) asks
@@ -563,23 +559,16 @@ TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
 // written back by the fill workers while they are idle (Shim::IdleWriteBack), without waiting
 // for more copies: here no copy follows, and every wanted slot still leaves.
 TEST_F(ShimEngineTest, IdleWorkersWriteBackWhatTheJobLeft) {
-#if !__has_include("runtime/policy/prefetcher.h")
-  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
-#else
   BuildForOwnedCycle("1");
   OwnedCycle r;
   CycleOwnedLayers(4 * chunk_, &r, /*layers=*/4, /*stop_at_writeback=*/true);
   if (HasFatalFailure()) return;
   EXPECT_GT(r.written_back, 2 * Shim::kWantedPerItem) << "no more than the copy's job wrote";
-#endif
 }
 
 // With room in T1 the owned slots stay: a resident chunk is filled by a memcpy, so spreading its
 // reads buys nothing that the owned copy's hits do not, and writing it back would grow T1.
 TEST_F(ShimEngineTest, OwnedSlotsStayWhileT1HasRoom) {
-#if !__has_include("runtime/policy/prefetcher.h")
-  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
-#else
   BuildForOwnedCycle("2");
   OwnedCycle r;
   CycleOwnedLayers(0, &r);  // no resident limit
@@ -588,7 +577,6 @@ TEST_F(ShimEngineTest, OwnedSlotsStayWhileT1HasRoom) {
   EXPECT_EQ(r.written_back, 0u);
   EXPECT_EQ(r.owned_after, r.owned_after_fill);
   EXPECT_GE(r.hit_ratio, 0.3);
-#endif
 }
 
 // The shim hands its predictor to the engine: the CPU's faults are learned (Engine::
@@ -596,9 +584,6 @@ TEST_F(ShimEngineTest, OwnedSlotsStayWhileT1HasRoom) {
 // loads cycling over twice the resident limit fault on every chunk with ZRTIER_POLICY=lru (CLOCK)
 // and on far fewer with reuse. Checks every byte.
 TEST_F(ShimEngineTest, CpuCyclesAreLearnedForT1) {
-#if !__has_include("runtime/policy/prefetcher.h")
-  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
-#else
   const size_t kChunks = 64;
   const int kCycles = 8, kMeasured = 4;
   auto faults = [&](const char* policy_name) -> uint64_t {
@@ -630,7 +615,6 @@ TEST_F(ShimEngineTest, CpuCyclesAreLearnedForT1) {
          static_cast<unsigned long long>(reuse));
   EXPECT_GE(lru, kMeasured * kChunks * 9 / 10);
   EXPECT_LE(reuse, lru * 9 / 10);  // 187-213 of 256 in 9 runs on the 2-core dev box
-#endif
 }
 
 }  // namespace

@@ -14,9 +14,9 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/cuda/shim.h"
+#include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
-#include "tests/shim/heap_backend.h"
+#include "tests/testutil/heap_backend.h"
 
 namespace zrtier {
 namespace {
@@ -24,9 +24,6 @@ namespace {
 constexpr size_t kChunk = 64 << 10;
 
 TEST(ShimPrefetch, CyclicLayersBecomeReadyInT0) {
-#if !__has_include("runtime/policy/prefetcher.h")
-  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
-#else
   ASSERT_TRUE(CudaApiStatus().ok());
   const CudaApi* api = RealCudaApi();
   auto backend = std::make_unique<testing::HeapBackend>(kChunk);
@@ -87,7 +84,6 @@ TEST(ShimPrefetch, CyclicLayersBecomeReadyInT0) {
   EXPECT_LE(prefetched, (heap->reads() - reads0) * kChunk);
   for (char* l : layers) EXPECT_EQ(shim.FreeHost(l), cudaSuccess);
   EXPECT_EQ(cudaFree(dev), cudaSuccess);
-#endif
 }
 
 // Copies `layers` (each `layer_bytes`) in order `passes` times through `shim`, checking every byte;
@@ -121,9 +117,6 @@ std::vector<uint64_t> CyclicPasses(Shim* shim, testing::HeapBackend* heap,
 // Learn-only placement: ZRTIER_PREFETCH_AHEAD=0; ZRTIER_POLICY=reuse keeps about a pool's worth of
 // chunks across passes of a cyclic scan twice the pool, where lru keeps none.
 TEST(ShimPlacement, LearnedReuseKeepsAStableSubsetOfACyclicScan) {
-#if !__has_include("runtime/policy/prefetcher.h")
-  GTEST_SKIP() << "the policy layer (runtime/policy/prefetcher.h) is not part of this build";
-#else
   ASSERT_TRUE(CudaApiStatus().ok());
   const CudaApi* api = RealCudaApi();
   const int kSlots = 64, kLayers = 16, kPasses = 6;
@@ -165,7 +158,6 @@ TEST(ShimPlacement, LearnedReuseKeepsAStableSubsetOfACyclicScan) {
   // Belady keeps kSlots - 1 chunks; pieces in flight (a quarter of the pool at most) cost some.
   EXPECT_LE(reads["reuse"].back(), chunks - kSlots / 2);
   EXPECT_LE(reads["reuse"][kPasses - 2], chunks - kSlots / 2);
-#endif
 }
 
 // ZRTIER_POLICY accepts reuse|lru; a bad value is reported (one warning naming the variable) and

@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "runtime/codec/sample_data.h"
+#include "tools/bench/sample_data.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/cuda/shim.h"
-#include "runtime/engine.h"
+#include "runtime/shim/shim.h"
+#include "runtime/engine/engine.h"
 
 using namespace zrtier;
 
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   ShimConfig cfg;
   cfg.workers = workers - 1;
   cfg.prefetch_options = &policy;
-  Shim shim(api, MakeEngineBackend(std::move(engine)), std::move(pool), cfg);
+  Shim shim(api, std::move(engine), std::move(pool), cfg);
 
   void* dev = nullptr;
   cudaMalloc(&dev, layer);

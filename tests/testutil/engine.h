@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zrtier::testing {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/engine.h"
+#include "runtime/engine/engine.h"
 
 namespace zrtier::testing {
 

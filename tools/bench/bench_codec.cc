@@ -13,7 +13,7 @@
 
 #include "runtime/base/options.h"
 #include "runtime/codec/codec.h"
-#include "runtime/codec/sample_data.h"
+#include "tools/bench/sample_data.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/safetensors.h"
 

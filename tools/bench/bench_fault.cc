@@ -17,8 +17,8 @@
 #include "runtime/base/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/codec/codec.h"
-#include "runtime/codec/sample_data.h"
-#include "runtime/engine.h"
+#include "tools/bench/sample_data.h"
+#include "runtime/engine/engine.h"
 #include "tools/bench/bench.h"
 
 namespace zrtier::tools {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "runtime/base/options.h"
-#include "runtime/codec/sample_data.h"
-#include "runtime/engine.h"
+#include "tools/bench/sample_data.h"
+#include "runtime/engine/engine.h"
 #include "tools/bench/bench.h"
 
 namespace zrtier::tools {

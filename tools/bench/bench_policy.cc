@@ -20,11 +20,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/cuda/learned_oracle.h"
-#include "runtime/cuda/pinned_pool.h"
-#include "runtime/policy/cache_sim.h"
+#include "tools/bench/learned_oracle.h"
+#include "runtime/t0/pinned_pool.h"
+#include "tools/bench/cache_sim.h"
 #include "runtime/policy/prefetcher.h"
-#include "runtime/policy/synthetic_trace.h"
+#include "tools/bench/synthetic_trace.h"
 #include "tools/bench/bench.h"
 
 namespace zrtier::tools {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "runtime/codec/codec.h"
-#include "runtime/codec/sample_data.h"
+#include "tools/bench/sample_data.h"
 #include "runtime/store/file_store.h"
 #include "runtime/store/ram_store.h"
 #include "runtime/store/tiered_store.h"

@@ -20,8 +20,8 @@
 #include "runtime/base/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/stats_shm.h"
-#include "runtime/codec/sample_data.h"
-#include "runtime/engine.h"
+#include "tools/bench/sample_data.h"
+#include "runtime/engine/engine.h"
 #include "tools/top/format.h"
 #include "tools/zrtier/commands.h"
 

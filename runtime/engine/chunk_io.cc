@@ -1,0 +1,61 @@
+#include "runtime/engine/chunk_io.h"
+
+#include <string>
+
+#include "runtime/base/stats.h"
+
+namespace zrtier {
+namespace {
+// Encoded chunk bytes (the evictor's and Attach's codec output).
+thread_local Scratch tl_enc;
+}  // namespace
+
+ChunkIo::ChunkIo(std::unique_ptr<ChunkStore> store, const CodecConfig& cc, size_t chunk)
+    : store_(std::move(store)), codec_(cc), chunk_(chunk) {
+  zero_ = static_cast<char*>(aligned_alloc(kPage, chunk_));
+  memset(zero_, 0, chunk_);
+}
+
+ChunkIo::~ChunkIo() {
+  free(zero_);
+}
+
+Status ChunkIo::Encode(const void* raw, char** enc, size_t* enc_len) {
+  const size_t cap = Codec::MaxEncodedSize(chunk_);
+  *enc = tl_enc.Get(cap);
+  *enc_len = 0;
+  const uint64_t t0 = MonotonicNs();
+  Status st = codec_.Encode(raw, chunk_, *enc, cap, enc_len);
+  StatAdd(Stat::encode_ns, MonotonicNs() - t0);
+  StatAdd(Stat::bytes_encoded, chunk_);
+  StatAdd(Stat::bytes_encoded_out, *enc_len);
+  return st;
+}
+
+Status ChunkIo::Decode(Chunk& c, char* dst, const char* what, bool streaming) {
+  uint64_t t0 = MonotonicNs();
+  StoreHandle h = c.handle.load();
+  Status st = store_->Get(h, [&](const void* data, size_t len) {
+    return codec_.Decode(data, len, dst, chunk_, streaming);
+  });
+  if (!st.ok()) return Status::Error(st.code(), std::string(what) + ": " + st.message());
+  StatAdd(Stat::decode_ns, MonotonicNs() - t0);
+  StatAdd(Stat::bytes_decoded, chunk_);
+  return Status::Ok();
+}
+
+void ChunkIo::SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len) {
+  c.handle.store(h);
+  c.enc_len.store(static_cast<uint32_t>(enc_len));
+  r->stored_bytes.fetch_add(enc_len);
+}
+
+void ChunkIo::FreeHandle(Region* r, Chunk& c) {
+  StoreHandle h = c.handle.exchange(0);
+  if (!h) return;
+  r->stored_bytes.fetch_sub(c.enc_len.load());
+  c.enc_len.store(0);
+  store_->Free(h);
+}
+
+}  // namespace zrtier

@@ -1,0 +1,99 @@
+// ChunkIo: a chunk's way into and out of the tiers below T1 -- encode with the codec, Put into the
+// store stack, decode a store entry, and the bookkeeping of a chunk's store copy (its handle and
+// the region's stored bytes). Also the engine's per-thread scratch buffers and the copy out of
+// region pages that other threads may be writing.
+//
+// Thread safety: every method may be called from any thread; SetHandle/FreeHandle REQUIRE the
+// caller to hold the chunk claimed (kBusy), or to be freeing its region.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "runtime/base/status.h"
+#include "runtime/base/stream_copy.h"
+#include "runtime/codec/codec.h"
+#include "runtime/engine/chunk_table.h"
+#include "runtime/engine/region_map.h"
+#include "runtime/store/store.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define ZRTIER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ZRTIER_TSAN 1
+#endif
+#endif
+#ifdef ZRTIER_TSAN
+extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
+extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
+#endif
+
+namespace zrtier {
+
+// A page-aligned scratch buffer that grows on demand (UFFDIO_COPY sources, codec output).
+struct Scratch {
+  char* p = nullptr;
+  size_t cap = 0;
+  ~Scratch() { free(p); }
+  char* Get(size_t n) {
+    if (cap < n) {
+      free(p);
+      cap = (n + kPage - 1) & ~(kPage - 1);
+      p = static_cast<char*>(aligned_alloc(kPage, cap));
+    }
+    return p;
+  }
+};
+// Raw chunk bytes (decode targets, merges, eviction copies).
+inline thread_local Scratch tl_raw;
+
+// Copies region pages that other threads may be writing through the write-protect protocol: the
+// chunk is write-protected (kernel-ordered, invisible to TSan), so tell TSan these reads are fine.
+// `streaming`: dst is a copy for the GPU (a T0 slot), written with CopyStreaming.
+inline void CopyFromRegion(void* dst, const void* src, size_t n, bool streaming = false) {
+#ifdef ZRTIER_TSAN
+  AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
+#endif
+  if (streaming)
+    CopyStreaming(dst, src, n);
+  else
+    memcpy(dst, src, n);
+#ifdef ZRTIER_TSAN
+  AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
+#endif
+}
+
+class ChunkIo {
+ public:
+  // `store` is owned; `chunk` the chunk size.
+  ChunkIo(std::unique_ptr<ChunkStore> store, const CodecConfig& cc, size_t chunk);
+  ~ChunkIo();
+
+  const Codec& codec() const { return codec_; }
+  ChunkStore* store() const { return store_.get(); }
+  // chunk bytes of zeros (never written), for installs.
+  const char* zeros() const { return zero_; }
+
+  // Encodes one chunk of `raw` bytes into this thread's scratch (*enc, *enc_len; 0: all zero),
+  // counting the codec statistics.
+  Status Encode(const void* raw, char** enc, size_t* enc_len);
+  // Decodes the store entry of chunk `c` into `dst` (a whole chunk); `what` prefixes an error.
+  Status Decode(Chunk& c, char* dst, const char* what, bool streaming = false);
+  // Makes `h` (an entry of `enc_len` encoded bytes) the chunk's store copy; FreeHandle drops it
+  // (no-op without one). REQUIRES: the caller holds the chunk in kBusy (and, for SetHandle, it
+  // has no handle).
+  void SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len);
+  void FreeHandle(Region* r, Chunk& c);
+
+ private:
+  std::unique_ptr<ChunkStore> store_;
+  Codec codec_;
+  size_t chunk_;
+  char* zero_;
+};
+
+}  // namespace zrtier

@@ -1,0 +1,123 @@
+// ChunkTable: per-chunk state of one region (DESIGN.md section 3). Every chunk is a small struct of
+// atomics; there is no lock on the fault path.
+//
+// The state word packs the chunk state (low 4 bits) and a pin count (the rest, kPin per pin):
+//   kEmpty   never written (or evicted as all-zero): no pages, no store entry; reads as zero.
+//   kStored  not installed; `handle` holds the newest copy (current generation).
+//   kClean   installed write-protected; `handle` is a store copy of the current generation or 0.
+//   kDirty   installed writable; the region pages are the only copy; `handle` is 0.
+//   kBusy    a transition (load, eviction, publish, stored read, WP resolution) owns the chunk;
+//            faults on it are parked and retried when the owner ends the transition.
+//   kFreed   the region is being freed.
+//   kExternal not installed, no store entry; the newest copy (current generation) is held outside
+//            the engine (Engine::Adopt: a T0 slot) and read through ExternalCopies.
+// Invariants:
+//   - Only the thread that moved a chunk into kBusy changes `handle`, `enc_len` and the pages; it
+//     leaves kBusy with EndBusy(), which keeps the pin count.
+//   - Pins are taken only in kClean/kDirty (Read copying resident pages) and released in any state;
+//     an eviction starts only from kClean/kDirty with no pins, so pinned pages are never dropped.
+//   - `gen` only grows (a write to a clean chunk, a publish); a store copy is valid iff it is the
+//     chunk's `handle` (every generation bump frees and clears the handle).
+#pragma once
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace zrtier {
+
+inline constexpr size_t kPage = 4096;
+
+enum ChunkState : uint32_t {
+  kEmpty = 0,
+  kStored = 1,
+  kClean = 2,
+  kDirty = 3,
+  kBusy = 4,
+  kFreed = 5,
+  kExternal = 6
+};
+inline constexpr uint32_t kStateMask = 0xF;
+inline constexpr uint32_t kPin = 0x10;
+inline constexpr uint16_t kMaxRewrites = 2;
+
+inline ChunkState StateOf(uint32_t word) {
+  return static_cast<ChunkState>(word & kStateMask);
+}
+inline bool IsResident(uint32_t word) {
+  ChunkState s = StateOf(word);
+  return s == kClean || s == kDirty;
+}
+
+struct Chunk {
+  std::atomic<uint32_t> word{kEmpty};
+  std::atomic<uint32_t> referenced{0};  // CLOCK reference bit: set on install and on write faults
+  std::atomic<uint32_t> enc_len{0};     // encoded size of `handle`'s entry (stats only)
+  // Cached-copy bookkeeping (Engine::ReadChunk, the pager's write-protect faults): `cleaned` is set
+  // when ReadChunk write-protected the dirty chunk so that a copy of it could be cached;
+  // `rewrites` counts the CPU stores that undid that. A chunk rewritten kMaxRewrites times is a
+  // staging buffer: ReadChunk leaves it writable and its copies uncached from then on.
+  std::atomic<uint16_t> cleaned{0};
+  std::atomic<uint16_t> rewrites{0};
+  std::atomic<uint64_t> gen{0};
+  std::atomic<uint64_t> handle{0};
+
+  // Moves a chunk from exactly `expected` (a stable state with whatever pins it has) into kBusy.
+  bool TryBusy(uint32_t expected) {
+    return word.compare_exchange_strong(expected, (expected & ~kStateMask) | kBusy,
+                                        std::memory_order_acq_rel);
+  }
+  // Ends a transition: kBusy -> `to`, keeping pins taken meanwhile.
+  void EndBusy(ChunkState to) {
+    word.fetch_add(static_cast<uint32_t>(to) - static_cast<uint32_t>(kBusy),
+                   std::memory_order_acq_rel);
+  }
+  // Takes a pin if the chunk is resident; false otherwise.
+  bool TryPin() {
+    uint32_t w = word.load(std::memory_order_acquire);
+    while (IsResident(w))
+      if (word.compare_exchange_weak(w, w + kPin, std::memory_order_acq_rel)) return true;
+    return false;
+  }
+  void Unpin() { word.fetch_sub(kPin, std::memory_order_acq_rel); }
+};
+
+// The chunks of one region, [base, base + n * chunk_size).
+struct ChunkTable {
+  ChunkTable(char* base_in, size_t chunk_size_in, size_t n_in)
+      : base(base_in), chunk_size(chunk_size_in), n(n_in), chunks(new Chunk[n_in]) {}
+  char* base;
+  size_t chunk_size;
+  size_t n;
+  std::unique_ptr<Chunk[]> chunks;
+  void* owner = nullptr;  // the engine's region record
+
+  size_t IndexOf(const void* p) const { return (static_cast<const char*>(p) - base) / chunk_size; }
+  char* AddressOf(size_t i) const { return base + i * chunk_size; }
+};
+
+// A snapshot of the live regions' chunk tables, for the evictor's victim choice (the owner keeps
+// the tables alive while the snapshot is in use).
+struct ChunkSpace {
+  std::vector<ChunkTable*> tables;
+  std::vector<uint64_t> ids;     // ids[i]: the region id of tables[i] (the oracle's ChunkKey)
+  std::vector<uint64_t> prefix;  // prefix[i] = chunks in tables[0..i] (inclusive); back() = total
+  uint64_t total() const { return prefix.empty() ? 0 : prefix.back(); }
+};
+
+// Waits a little for a chunk in transition (never used by the pager thread).
+inline void Backoff(int* spins) {
+  if (++*spins < 64) {
+    sched_yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace zrtier

@@ -1,0 +1,214 @@
+#include "runtime/engine/engine.h"
+
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+
+#include "runtime/engine/arena.h"
+#include "runtime/engine/chunk_io.h"
+#include "runtime/engine/evictor.h"
+#include "runtime/engine/external.h"
+#include "runtime/engine/pager.h"
+#include "runtime/engine/parked_faults.h"
+#include "runtime/engine/region_io.h"
+#include "runtime/engine/region_map.h"
+#include "runtime/engine/resident_budget.h"
+#include "runtime/engine/uffd.h"
+#include "runtime/engine/watchdog.h"
+
+namespace zrtier {
+
+Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
+               std::unique_ptr<ChunkStore> store, const CodecConfig& cc, size_t chunk, int efd)
+    : os_(os), chunk_(chunk), arena_(std::move(arena)) {
+  const int workers = ResolveWorkers(opts.Int(Opt::kWorkers));
+  uffd_ = std::make_unique<Uffd>(os, arena_->uffd(), arena_->poison_supported());
+  parked_ = std::make_unique<ParkedFaults>(os, efd);
+  regions_ = std::make_unique<RegionMap>(arena_.get(), chunk);
+  io_ = std::make_unique<ChunkIo>(std::move(store), cc, chunk);
+  budget_ = std::make_unique<ResidentBudget>(regions_.get(), chunk, opts.Size(Opt::kResidentLimit));
+  external_ = std::make_unique<ExternalChunks>(os, regions_.get(), uffd_.get(), io_.get(),
+                                               budget_.get(), parked_.get());
+  region_io_ = std::make_unique<RegionIo>(regions_.get(), uffd_.get(), io_.get(), external_.get(),
+                                          budget_.get(), parked_.get());
+  pager_ = std::make_unique<Pager>(os, regions_.get(), uffd_.get(), io_.get(), external_.get(),
+                                   budget_.get(), parked_.get(), workers);
+  evictor_ = std::make_unique<Evictor>(os, regions_.get(), uffd_.get(), io_.get(), budget_.get(),
+                                       parked_.get(), workers);
+  watchdog_ = std::make_unique<Watchdog>(regions_.get(), io_->store(), pager_.get());
+  evictor_->Start();
+  pager_->Start();
+  watchdog_->Start();
+}
+
+Engine::~Engine() {
+  budget_->Stop();  // throttled writers and sleeping evictors wake up
+  pager_->Stop();
+  evictor_->Stop();
+  watchdog_->Stop();
+  for (auto& r : regions_->RemoveAll()) Release(r.get());
+}
+
+Status Engine::Create(const Options& opts, Os* os, std::unique_ptr<ChunkStore> store,
+                      std::unique_ptr<Engine>* out) {
+  if (!os) os = Os::Default();
+  uint64_t chunk = opts.Size(Opt::kChunk);
+  if (chunk < kPage || (chunk & (chunk - 1)) || chunk > (1u << 30))
+    return Status::Error(
+        EINVAL, "ZRTIER_CHUNK=" + FormatSize(chunk) + ": must be a power of two between 4K and 1G");
+  CodecConfig cc;
+  ZRTIER_RETURN_IF_ERROR(ParseCodecKind(opts.String(Opt::kCodec).c_str(), &cc.kind));
+  cc.level = static_cast<int>(opts.Int(Opt::kZstdLevel));
+  cc.verify = opts.Bool(Opt::kVerify);
+  std::unique_ptr<Arena> arena;
+  ZRTIER_RETURN_IF_ERROR(Arena::Create(os, opts.Size(Opt::kArena), chunk, &arena));
+  if (!store) ZRTIER_RETURN_IF_ERROR(CreateStore(opts, os, &store));
+  long efd = os->Eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0) return Status::Error(static_cast<int>(-efd), "eventfd: " + ErrnoText(efd));
+  out->reset(new Engine(opts, os, std::move(arena), std::move(store), cc, chunk,
+                        static_cast<int>(efd)));
+  return Status::Ok();
+}
+
+Status Engine::Allocate(size_t size, RegionInfo* out) {
+  if (size == 0) return Status::Error(EINVAL, "zrtier: zero-size region");
+  size_t len = (size + chunk_ - 1) & ~(chunk_ - 1);
+  if (len < size) return Status::Error(ENOMEM, "zrtier: region size overflows");
+  std::shared_ptr<Region> r;
+  // Stale poison markers (Pager::Stray) are cleared under the map's lock: the pager poisons only
+  // while it holds the lock shared and sees no live region there, so none can land after this.
+  ZRTIER_RETURN_IF_ERROR(regions_->Add(len,
+                                       [this](char* base, size_t n) {
+                                         if (uffd_->poisoned()) os_->Madvise(base, n, MADV_DONTNEED);
+                                       },
+                                       &r));
+  *out = RegionInfo{r->base, r->size, r->id};
+  return Status::Ok();
+}
+
+Status Engine::Free(void* base) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(regions_->Remove(base, &r));
+  Release(r.get());
+  return Status::Ok();
+}
+
+void Engine::Release(Region* r) {
+  r->dead.store(true);
+  uint64_t resident = 0, stored = 0, external = 0;
+  for (size_t i = 0; i < r->table.n; ++i) {
+    Chunk& c = r->table.chunks[i];
+    int spins = 0;
+    for (;;) {
+      uint32_t w = c.word.load();
+      ChunkState s = StateOf(w);
+      if (s == kBusy) {
+        Backoff(&spins);
+        continue;
+      }
+      if (!c.word.compare_exchange_weak(w, (w & ~kStateMask) | kFreed)) continue;
+      if (IsResident(w)) resident += chunk_;
+      if (s == kStored) stored += chunk_;
+      if (s == kExternal) external += chunk_;
+      break;
+    }
+    StoreHandle h = c.handle.exchange(0);
+    if (h) io_->store()->Free(h);
+  }
+  os_->Madvise(r->base, r->size, MADV_DONTNEED);
+  regions_->AddResident(r, -static_cast<int64_t>(resident));
+  regions_->AddStoredRaw(r, -static_cast<int64_t>(stored));
+  regions_->AddExternal(-static_cast<int64_t>(external));
+  regions_->ReturnRange(r);
+  parked_->Signal();
+}
+
+bool Engine::Lookup(const void* p, RegionInfo* out) const {
+  std::shared_ptr<Region> r = regions_->Find(p);
+  if (!r) return false;
+  if (out) *out = RegionInfo{r->base, r->size, r->id};
+  return true;
+}
+
+Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
+  return region_io_->Read(src, len, dst, zero);
+}
+
+Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+  return region_io_->ReadChunk(chunk_start, dst, zero, gen);
+}
+
+Status Engine::Write(void* dst, const void* src, size_t len) {
+  return region_io_->Write(dst, src, len);
+}
+
+void Engine::PrepareRead(const void* p, size_t len) {
+  region_io_->Reprotect(p, len, true);
+}
+
+void Engine::PrepareWrite(void* p, size_t len) {
+  region_io_->Reprotect(p, len, false);
+}
+
+uint64_t Engine::Generation(const void* p) const {
+  return region_io_->Generation(p);
+}
+
+void Engine::Generations(const void* p, size_t n, uint64_t* out, bool* resident) const {
+  region_io_->Generations(p, n, out, resident);
+}
+
+void Engine::SetExternalCopies(ExternalCopies* x) {
+  external_->SetHolder(x);
+}
+
+Status Engine::Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) {
+  return external_->Adopt(p, n, gens, registered);
+}
+
+Status Engine::Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
+  return external_->Attach(chunk_start, gen, bytes, installed);
+}
+
+uint64_t Engine::ResidentRoom() const {
+  return budget_->Room();
+}
+
+void Engine::SetPlacementOracle(const policy::NextUseOracle* oracle) {
+  evictor_->SetOracle(oracle);
+}
+
+void Engine::SetFaultObserver(FaultObserver observer) {
+  pager_->SetFaultObserver(std::move(observer));
+}
+
+Status Engine::EvictRange(const void* p, size_t len) {
+  return evictor_->EvictRange(p, len);
+}
+
+void Engine::SetResidentLimit(uint64_t bytes) {
+  budget_->SetLimit(bytes);
+}
+
+Status Engine::EvictTo(uint64_t target) {
+  return evictor_->EvictTo(target);
+}
+
+EngineUsage Engine::Usage() const {
+  EngineUsage u;
+  u.regions = regions_->regions();
+  u.region_bytes = regions_->region_bytes();
+  u.resident_bytes = regions_->resident();
+  u.resident_limit = budget_->limit();
+  u.stored_raw_bytes = regions_->stored_raw();
+  u.external_bytes = regions_->external();
+  uint64_t used = u.resident_bytes + u.stored_raw_bytes + u.external_bytes;
+  u.empty_bytes = u.region_bytes > used ? u.region_bytes - used : 0;
+  u.store = io_->store()->Usage();
+  return u;
+}
+
+const Codec& Engine::codec() const {
+  return io_->codec();
+}
+
+}  // namespace zrtier

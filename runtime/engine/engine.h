@@ -1,0 +1,131 @@
+// Engine: the region engine. It owns one userfaultfd-registered arena from which regions (managed
+// "pinned" allocations) are carved, and the mechanisms that keep every chunk's bytes in one of the
+// tiers: the pager (faults install whole chunks), the evictor (keeps resident bytes under
+// ZRTIER_RESIDENT_LIMIT), chunk I/O through the codec and the store stack, region I/O without
+// faults for the copy path, adopted (T0-held) chunks and the watchdog. It implements RegionBackend,
+// the interface the copy path uses (contracts in region_backend.h).
+//
+// Guarantees:
+//   - Nothing lost: at every instant each written chunk has at least one valid copy (T1 pages, a
+//     store entry of its current generation, or -- for an adopted chunk -- the external copy its
+//     holder keeps); a write racing an eviction is never lost.
+//   - A region reads as zeros until written; CPU loads and stores anywhere in a region just work
+//     (missing faults install whole chunks; the first store to a clean chunk is seen through a
+//     write-protect fault and makes older copies garbage).
+//   - The engine never calls CUDA. Read/Write never fault the calling thread on region memory, so
+//     they are safe inside CUDA host functions.
+//   - fork: the arena is MADV_DONTFORK; a child that touches a region gets SIGSEGV instead of
+//     reading zeros (real cudaHostAlloc memory would be inherited: documented difference).
+//
+// Thread safety: every public method may be called from any thread concurrently, except that a
+// region must not be used (by CPU access, Read or Write) while or after it is freed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/base/options.h"
+#include "runtime/base/status.h"
+#include "runtime/codec/codec.h"
+#include "runtime/engine/region_backend.h"
+#include "runtime/os/os.h"
+#include "runtime/store/store.h"
+
+namespace zrtier {
+
+class Arena;
+class ChunkIo;
+class Evictor;
+class ExternalChunks;
+class Pager;
+class ParkedFaults;
+class RegionIo;
+class RegionMap;
+class ResidentBudget;
+class Uffd;
+class Watchdog;
+struct Region;
+
+struct EngineUsage {
+  uint64_t regions = 0;
+  uint64_t region_bytes = 0;
+  uint64_t resident_bytes = 0;    // T1: chunks installed in region pages
+  uint64_t resident_limit = 0;    // 0 = none
+  uint64_t stored_raw_bytes = 0;  // original bytes of chunks whose newest copy is in the store
+  uint64_t external_bytes = 0;    // bytes of chunks whose newest copy is an external one (Adopt)
+  uint64_t empty_bytes = 0;       // bytes of chunks never written (or evicted as all-zero)
+  StoreUsage store;               // the store stack's own accounting
+};
+
+class Engine final : public RegionBackend {
+ public:
+  // Creates the engine from `opts` (ZRTIER_CHUNK, ZRTIER_ARENA, ZRTIER_RESIDENT_LIMIT, the codec
+  // and store options). `store` may be null: then CreateStore(opts) builds the stack.
+  // Fails, never aborts, with a Status naming the cause and what to do, e.g.
+  //   ENOSYS/EPERM "userfaultfd unavailable: ... (sysctl vm.unprivileged_userfaultfd=1 or run as
+  //   root)", ENOTSUP "kernel lacks UFFD_FEATURE_... (needs Linux >= 5.7)", ENOMEM
+  //   "ZRTIER_ARENA=1T: mmap ...".
+  static Status Create(const Options& opts, Os* os, std::unique_ptr<ChunkStore> store,
+                       std::unique_ptr<Engine>* out);
+  // Stops the handler and evictor threads, frees every region and store entry, unmaps the arena.
+  // REQUIRES: no thread is using a region.
+  ~Engine() override;
+
+  // RegionBackend (contracts in region_backend.h).
+  size_t chunk_size() const override { return chunk_; }
+  Status Allocate(size_t size, RegionInfo* out) override;
+  Status Free(void* base) override;
+  bool Lookup(const void* p, RegionInfo* out) const override;
+  Status Read(const void* src, size_t len, void* dst, bool* zero) override;
+  Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) override;
+  Status Write(void* dst, const void* src, size_t len) override;
+  void PrepareRead(const void* p, size_t len) override;
+  void PrepareWrite(void* p, size_t len) override;
+  uint64_t Generation(const void* p) const override;
+  void Generations(const void* p, size_t n, uint64_t* out,
+                   bool* resident = nullptr) const override;
+  void SetExternalCopies(ExternalCopies* x) override;
+  Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) override;
+  Status Attach(void* chunk_start, uint64_t gen, const void* bytes,
+                bool* installed = nullptr) override;
+  uint64_t ResidentRoom() const override;
+  // With an oracle the evictor takes, of a sample of resident chunks spread over all regions, the
+  // one predicted to be needed farthest ahead (unpredicted chunks first, CLOCK's reference bit
+  // among them), and then the rest of its aligned group predicted about as far ahead; null: CLOCK.
+  void SetPlacementOracle(const policy::NextUseOracle* oracle) override;
+  void SetFaultObserver(FaultObserver observer) override;
+  Status EvictRange(const void* p, size_t len) override;
+
+  // Resident budget (0 = none). Lowering it makes the evictor catch up in the background.
+  void SetResidentLimit(uint64_t bytes);
+  // Synchronously evicts chunks of every region until resident bytes <= `target` (0 = all).
+  Status EvictTo(uint64_t target_resident_bytes);
+  EngineUsage Usage() const;
+  const Codec& codec() const;
+
+ private:
+  Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
+         std::unique_ptr<ChunkStore> store, const CodecConfig& cc, size_t chunk, int efd);
+  // Claims every chunk of a removed region (waiting out transitions), drops its pages, frees its
+  // store entries and returns its range to the arena.
+  void Release(Region* r);
+
+  Os* os_;
+  size_t chunk_;
+  // Construction order is dependency order; the threads are stopped in ~Engine before any of
+  // these is destroyed.
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Uffd> uffd_;
+  std::unique_ptr<ParkedFaults> parked_;
+  std::unique_ptr<RegionMap> regions_;
+  std::unique_ptr<ChunkIo> io_;
+  std::unique_ptr<ResidentBudget> budget_;
+  std::unique_ptr<ExternalChunks> external_;
+  std::unique_ptr<RegionIo> region_io_;
+  std::unique_ptr<Pager> pager_;
+  std::unique_ptr<Evictor> evictor_;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+}  // namespace zrtier

@@ -1,0 +1,72 @@
+// Evictor: ZRTIER_WORKERS threads that keep resident bytes within the resident budget by taking
+// the T1 victim choice's victims (t1_victim.h: the farthest predicted next use of a sample, or
+// CLOCK) through write-protect -> copy out and encode -> store Put -> MADV_DONTNEED -> kStored (a
+// clean chunk with a current store copy skips the encode; an all-zero one ends kEmpty). EvictTo and
+// EvictRange do the same on demand.
+//
+// A write racing an eviction is never lost: a dirty chunk is write-protected before it is copied,
+// so a writer waits in its write-protect fault until the chunk is stored (then it refaults and
+// restores it) or given back (kClean, content intact).
+//
+// Thread safety: Start/Stop from the owner; the rest from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "runtime/base/status.h"
+#include "runtime/engine/chunk_io.h"
+#include "runtime/engine/parked_faults.h"
+#include "runtime/engine/region_map.h"
+#include "runtime/engine/resident_budget.h"
+#include "runtime/engine/t1_victim.h"
+#include "runtime/engine/uffd.h"
+#include "runtime/os/os.h"
+
+namespace zrtier {
+
+class Evictor {
+ public:
+  // Collaborators are not owned and must outlive this object. `threads`: evictor threads.
+  Evictor(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ResidentBudget* budget,
+          ParkedFaults* parked, int threads);
+  // REQUIRES: Stop() was called.
+  ~Evictor();
+
+  void Start();
+  void Stop();
+
+  // Placement in T1 (RegionBackend::SetPlacementOracle).
+  void SetOracle(const policy::NextUseOracle* oracle) { policy_.SetOracle(oracle); }
+  // Synchronously evicts chunks of every region until resident bytes <= `target` (0 = all);
+  // EBUSY if chunks stayed busy or pinned for 10 s.
+  Status EvictTo(uint64_t target);
+  // Synchronously evicts the chunks overlapping [p, p+len) (inside one region).
+  Status EvictRange(const void* p, size_t len);
+
+ private:
+  // Evicts chunk `i` of `r` seen in state word `w` (resident, no pins). EAGAIN: lost a race.
+  Status EvictChunk(Region* r, size_t i, uint32_t w);
+  // Encodes the claimed chunk at `p` (write-protected) into the store; *to: the state it ends in.
+  Status StoreChunk(Region* r, Chunk& c, char* p, ChunkState* to);
+  // Evicts the policy's victims until resident <= target. OK when reached, EAGAIN when no victim
+  // was found, or the first store/ioctl error.
+  Status EvictSome(uint64_t target);
+  void Loop();
+
+  Os* os_;
+  RegionMap* regions_;
+  Uffd* uffd_;
+  ChunkIo* io_;
+  ResidentBudget* budget_;
+  ParkedFaults* parked_;
+  size_t chunk_;
+  int thread_count_;
+  ReusePolicy policy_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace zrtier

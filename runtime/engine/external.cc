@@ -1,0 +1,188 @@
+#include "runtime/engine/external.h"
+
+#include <sys/mman.h>
+
+#include <vector>
+
+#include "runtime/base/log.h"
+#include "runtime/base/stats.h"
+
+namespace zrtier {
+
+ExternalChunks::ExternalChunks(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io,
+                               ResidentBudget* budget, ParkedFaults* parked)
+    : os_(os),
+      regions_(regions),
+      uffd_(uffd),
+      io_(io),
+      budget_(budget),
+      parked_(parked),
+      chunk_(regions->chunk()) {}
+
+bool ExternalChunks::WithHeld(Region* r, size_t i, uint64_t gen,
+                              const std::function<void(const char*)>& use) {
+  ExternalCopies* x = holder_.load(std::memory_order_acquire);
+  return x && x->WithBytes(r->id, i, gen, use);
+}
+
+void ExternalChunks::Released(Region* r, size_t i, uint64_t gen) {
+  ExternalCopies* x = holder_.load(std::memory_order_acquire);
+  if (x) x->Released(r->id, i, gen);
+}
+
+bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_t* was) {
+  // 1. Claim every chunk. A resident one is claimed without pins (its pages are about to go, and
+  //    a pinned Read is copying from them).
+  for (size_t k = 0; k < n; ++k) {
+    Chunk& c = r->table.chunks[first + k];
+    int spins = 0;
+    for (;;) {
+      uint32_t w = c.word.load();
+      ChunkState s = StateOf(w);
+      if (s == kFreed) {
+        for (size_t j = 0; j < k; ++j) r->table.chunks[first + j].EndBusy(StateOf(was[j]));
+        parked_->Signal();
+        return false;
+      }
+      if (s == kBusy || (IsResident(w) && (w & ~kStateMask))) {
+        Backoff(&spins);
+        continue;
+      }
+      if (c.TryBusy(w)) {
+        was[k] = w;
+        break;
+      }
+    }
+  }
+  // 2. Drop the pages of the resident ones, one madvise per run. A run whose pages cannot be
+  //    dropped keeps its state and gets no generation (the caller writes those chunks instead).
+  for (size_t k = 0; k < n;) {
+    if (!IsResident(was[k])) {
+      ++k;
+      continue;
+    }
+    size_t end = k;
+    while (end < n && IsResident(was[end])) ++end;
+    long rc = os_->Madvise(r->table.AddressOf(first + k), (end - k) * chunk_, MADV_DONTNEED);
+    if (rc < 0) {
+      ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                      "adopting chunks: madvise(MADV_DONTNEED) failed (%s); they are copied",
+                      ErrnoText(rc).c_str());
+      for (size_t j = k; j < end; ++j) {
+        r->table.chunks[first + j].EndBusy(StateOf(was[j]));
+        was[j] = kFreed;  // marks "not adopted" below
+      }
+    } else {
+      regions_->AddResident(r, -static_cast<int64_t>((end - k) * chunk_));
+    }
+    k = end;
+  }
+  return true;
+}
+
+Status ExternalChunks::Adopt(void* p, size_t n, uint64_t* gens,
+                             const std::function<void()>& registered) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(p, n * chunk_, &r));
+  if (n == 0) return Status::Ok();
+  const size_t first = r->table.IndexOf(p);
+  if (r->table.AddressOf(first) != p) return Status::Error(EINVAL, "Adopt: not a chunk start");
+  if (!holder_.load(std::memory_order_acquire))
+    return Status::Error(ENOTSUP, "Adopt: no holder of external copies");
+  thread_local std::vector<uint32_t> was;
+  was.assign(n, 0);
+  if (!ClaimForAdoption(r.get(), first, n, was.data()))
+    return Status::Error(EINVAL, "Adopt: region freed");
+  // 3. New generations: every older copy (store entry, cached slot) is garbage from here on.
+  for (size_t k = 0; k < n; ++k) {
+    if (was[k] == kFreed) {
+      gens[k] = kNoGeneration;
+      continue;
+    }
+    Chunk& c = r->table.chunks[first + k];
+    ChunkState s = StateOf(was[k]);
+    if (s == kStored) regions_->AddStoredRaw(r.get(), -static_cast<int64_t>(chunk_));
+    if (s != kExternal) regions_->AddExternal(chunk_);
+    io_->FreeHandle(r.get(), c);
+    gens[k] = c.gen.fetch_add(1) + 1;
+  }
+  // 4. The holder records its copies while every chunk is still claimed.
+  registered();
+  for (size_t k = 0; k < n; ++k)
+    if (was[k] != kFreed) r->table.chunks[first + k].EndBusy(kExternal);
+  parked_->Signal();
+  return Status::Ok();
+}
+
+Status ExternalChunks::AttachStored(Region* r, Chunk& c, const char* enc, size_t enc_len) {
+  StoreHandle h = 0;
+  Status st = enc_len ? io_->store()->Put(enc, enc_len, chunk_, &h) : Status::Ok();
+  if (!st.ok()) return st;
+  ChunkState to = kEmpty;
+  if (enc_len) {
+    io_->SetHandle(r, c, h, enc_len);
+    regions_->AddStoredRaw(r, static_cast<int64_t>(chunk_));
+    to = kStored;
+  }
+  regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  c.EndBusy(to);
+  parked_->Signal();
+  return Status::Ok();
+}
+
+Status ExternalChunks::Attach(void* chunk_start, uint64_t gen, const void* bytes,
+                              bool* installed) {
+  if (installed) *installed = false;
+  std::shared_ptr<Region> r = regions_->Find(chunk_start);
+  if (!r) return Status::Ok();  // freed: nothing to give back to
+  const size_t i = r->table.IndexOf(chunk_start);
+  char* p = r->table.AddressOf(i);
+  if (p != chunk_start) return Status::Error(EINVAL, "Attach: not a chunk start");
+  Chunk& c = r->table.chunks[i];
+  // No room in T1 for one more chunk: the bytes go to the store, encoded before the chunk is
+  // claimed (faults on it do not wait for the codec). An all-zero chunk encodes to nothing.
+  const bool store = !budget_->stalled() && budget_->Room() < chunk_;
+  size_t enc_len = 0;
+  char* enc = nullptr;
+  const Status encoded = store ? io_->Encode(bytes, &enc, &enc_len) : Status::Ok();
+  int spins = 0;
+  for (;;) {
+    uint32_t w = c.word.load();
+    if (StateOf(w) == kBusy) {
+      Backoff(&spins);
+      continue;
+    }
+    // Written, installed or freed since: the held copy is not needed any more.
+    if (StateOf(w) != kExternal || c.gen.load() != gen) return Status::Ok();
+    if (c.TryBusy(w)) break;
+  }
+  if (store && encoded.ok()) {
+    Status st = AttachStored(r.get(), c, enc, enc_len);
+    if (st.ok()) return st;
+    StatAdd(st.code() == ENOSPC ? Stat::store_full : Stat::io_errors, 1);
+    ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                    "writing an adopted chunk back into the store failed (%s); it is installed in "
+                    "the region instead, past the resident limit",
+                    st.ToString().c_str());
+  } else if (!encoded.ok()) {
+    ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                    "encoding an adopted chunk failed (%s); it is installed in the region instead",
+                    encoded.ToString().c_str());
+  }
+  Status st = uffd_->Copy(p, static_cast<const char*>(bytes), chunk_, /*wp=*/true);
+  if (!st.ok()) {
+    c.EndBusy(kExternal);
+    parked_->Signal();
+    return Status::Error(st.code(), "Attach: " + st.message());
+  }
+  regions_->AddResident(r.get(), chunk_);
+  regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  c.referenced.store(1, std::memory_order_relaxed);
+  c.EndBusy(kClean);
+  parked_->Signal();
+  budget_->Kick();
+  if (installed) *installed = true;
+  return Status::Ok();
+}
+
+}  // namespace zrtier

@@ -1,0 +1,345 @@
+#include "runtime/engine/pager.h"
+
+#include <poll.h>
+
+#include <algorithm>
+
+#include "runtime/base/log.h"
+#include "runtime/base/stats.h"
+#include "runtime/os/uffd_compat.h"
+
+namespace zrtier {
+namespace {
+
+constexpr int kBatch = 64;
+// The pager polls without sleeping this long after events. On an idle 2-core VM a sleeping handler
+// pays a vCPU wake-up per fault: 30 us gave p50 95-126 us, 200 us gives 64-85 us (zrtier bench
+// fault); the faulting thread's own wake-up is the rest and cannot be hidden from here.
+constexpr uint64_t kSpinNs = 200'000;
+
+}  // namespace
+
+Pager::Pager(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ExternalChunks* external,
+             ResidentBudget* budget, ParkedFaults* parked, int restorers)
+    : os_(os),
+      regions_(regions),
+      uffd_(uffd),
+      io_(io),
+      external_(external),
+      budget_(budget),
+      parked_(parked),
+      chunk_(regions->chunk()),
+      restorer_count_(restorers) {}
+
+Pager::~Pager() = default;
+
+void Pager::Start() {
+  heartbeat_.store(MonotonicNs());
+  for (int i = 0; i < restorer_count_; ++i) restorers_.emplace_back([this] { RestoreLoop(); });
+  pager_ = std::thread([this] { PagerLoop(); });
+}
+
+void Pager::Stop() {
+  stop_.store(true);
+  parked_->Poke();
+  if (pager_.joinable()) pager_.join();
+  {
+    std::lock_guard<std::mutex> lock(restore_mu_);
+    restore_stop_ = true;
+    restore_cv_.notify_all();
+  }
+  for (auto& t : restorers_) t.join();  // they finish the queued restores first
+  restorers_.clear();
+}
+
+void Pager::SetFaultObserver(FaultObserver observer) {
+  std::lock_guard<std::mutex> lock(observer_mu_);
+  observer_ = std::move(observer);
+  has_observer_.store(static_cast<bool>(observer_));
+}
+
+// A fault outside any live region. The event may be stale: its thread was woken before the pager
+// read it (an unprotect or an install of the range wakes every thread waiting on it) and the
+// region was freed since. A write-protect fault is always stale here (its page was present in a
+// live region, and freeing dropped every page): it is only woken. A missing fault is a touch of
+// freed memory (or, rarely, stale): the page is poisoned. The range may be handed out again at
+// any moment, so the check and the poison happen under the region map's lock (a new region clears
+// stale poison under it too), and a page that belongs to a live region by now is only woken.
+void Pager::Stray(uint64_t addr, bool wp) {
+  auto lock = regions_->LockShared();
+  if (wp || regions_->FindLocked(reinterpret_cast<void*>(addr))) {
+    lock.unlock();
+    uffd_->Wake(reinterpret_cast<char*>(addr & ~(kPage - 1)), kPage);
+    return;
+  }
+  ZRTIER_LOG_ONCE(LogLevel::kError,
+                  "access to zrtier arena memory outside any live region (%p): use after free?",
+                  reinterpret_cast<void*>(addr));
+  uffd_->Poison(addr);
+}
+
+// A fault raised by a store installs the chunk writable and dirty right away (the write is about
+// to happen: saves the write-protect fault that would follow); a load installs it write-protected
+// and clean. An external chunk is installed straight from its holder's copy (no decode, no scratch
+// copy). Never-written chunks get real zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and
+// a write would go unseen.
+Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write,
+                           uint64_t t0) {
+  Status st;
+  auto install = [&](const char* src) {
+    st = uffd_->Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);
+  };
+  if (from == kExternal) {
+    if (!external_->WithHeld(r, r->table.IndexOf(p), c.gen.load(), install)) {
+      c.EndBusy(from);
+      parked_->Signal();
+      Log(LogLevel::kError,
+          "chunk %p is held outside the engine and its holder has no copy: the touching thread "
+          "gets SIGBUS",
+          static_cast<void*>(p));
+      uffd_->Poison(reinterpret_cast<uint64_t>(p));
+      return Outcome::kDone;
+    }
+  } else if (from == kStored) {
+    char* buf = tl_raw.Get(chunk_);
+    Status dec = io_->Decode(c, buf, "restoring a chunk on a page fault");
+    if (!dec.ok()) {
+      c.EndBusy(from);
+      Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
+          static_cast<void*>(p), dec.ToString().c_str());
+      uffd_->Poison(reinterpret_cast<uint64_t>(p));
+      return Outcome::kDone;
+    }
+    install(buf);
+  } else {
+    install(io_->zeros());
+  }
+  if (!st.ok()) {
+    c.EndBusy(from);
+    parked_->Signal();
+    if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
+    ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
+    return Outcome::kPark;
+  }
+  Loaded(r, c, p, from, write, t0);
+  return Outcome::kDone;
+}
+
+void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
+  c.referenced.store(1, std::memory_order_relaxed);
+  regions_->AddResident(r, chunk_);
+  if (from == kStored) regions_->AddStoredRaw(r, -static_cast<int64_t>(chunk_));
+  if (from == kExternal) regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  StatAdd(Stat::faults_missing, 1);
+  if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
+  if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  const uint64_t held_gen = c.gen.load();
+  if (write) {
+    c.gen.fetch_add(1);
+    io_->FreeHandle(r, c);  // the stored copy is garbage now
+  }
+  c.EndBusy(write ? kDirty : kClean);
+  // The holder hears of it before the touching thread runs on (a thread that faulted an adopted
+  // chunk in and then asks the pool finds the slot released).
+  if (from == kExternal) external_->Released(r, r->table.IndexOf(p), held_gen);
+  uffd_->Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
+  parked_->Signal();
+  budget_->Kick();
+  // A never-written chunk's first touch (a program initializing a new buffer) is not observed: it
+  // says nothing of reuse, and learned as a pass of its own it kept twice the D2H-filled slots
+  // owned in T0 and slowed infer.py's compressed run by 7-18 % (docs/decisions.md).
+  if (from != kEmpty && has_observer_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(observer_mu_);
+    if (observer_) observer_(r->id, r->table.IndexOf(p));
+  }
+}
+
+Pager::Outcome Pager::ResolveWriteProtect(Region* r, Chunk& c, char* p, uint32_t w) {
+  c.gen.fetch_add(1);
+  io_->FreeHandle(r, c);        // the stored copy is garbage now
+  if (c.cleaned.exchange(0)) {  // protected for a cached copy, rewritten: see ReadChunk
+    uint16_t n = c.rewrites.load(std::memory_order_relaxed);
+    if (n < kMaxRewrites) c.rewrites.store(n + 1, std::memory_order_relaxed);
+  }
+  long rc = uffd_->WriteProtect(p, chunk_, false);  // mode 0 also wakes the writers
+  if (rc < 0 && rc != -ENOENT && rc != -ESRCH) {
+    c.EndBusy(kClean);
+    parked_->Signal();
+    ZRTIER_LOG_ONCE(LogLevel::kError, "UFFDIO_WRITEPROTECT(clear): %s (retrying)",
+                    ErrnoText(rc).c_str());
+    return Outcome::kPark;
+  }
+  c.referenced.store(1, std::memory_order_relaxed);
+  StatAdd(Stat::faults_wp, 1);
+  c.EndBusy(kDirty);
+  parked_->Signal();
+  return Outcome::kDone;
+}
+
+Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
+  Region* r = f.region.get();
+  if (!r || r->dead.load()) {
+    Stray(f.addr, f.wp);
+    return Outcome::kDone;
+  }
+  size_t i = r->table.IndexOf(reinterpret_cast<void*>(f.addr));
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  for (;;) {
+    uint32_t w = c.word.load();
+    ChunkState s = StateOf(w);
+    if (s == kBusy) return Outcome::kPark;
+    if (s == kFreed) {
+      Stray(f.addr, f.wp);
+      return Outcome::kDone;
+    }
+    if (f.wp) {
+      if (s != kClean) {  // already writable, or dropped meanwhile (then it refaults as missing)
+        uffd_->Wake(p, chunk_);
+        return Outcome::kDone;
+      }
+      if (!c.TryBusy(w)) continue;
+      return ResolveWriteProtect(r, c, p, w);
+    }
+    if (IsResident(w)) {  // installed meanwhile
+      uffd_->Wake(p, chunk_);
+      return Outcome::kDone;
+    }
+    if (budget_->OverBudget()) {
+      budget_->Kick();
+      return Outcome::kPark;
+    }
+    if (!c.TryBusy(w)) continue;
+    if (may_defer && s == kStored &&
+        restore_queued_.load(std::memory_order_relaxed) < static_cast<size_t>(restorer_count_)) {
+      restore_queued_.fetch_add(1);
+      std::lock_guard<std::mutex> lock(restore_mu_);
+      restore_q_.push_back(RestoreJob{f, &c, p, s});
+      restore_cv_.notify_one();
+      return Outcome::kQueued;
+    }
+    return Load(r, c, p, s, f.write, f.t0);
+  }
+}
+
+void Pager::Finish(const Fault& f) {
+  uint64_t ns = MonotonicNs() - f.t0;
+  StatAdd(Stat::fault_ns, ns);
+  if (!f.wp) HistRecord(Hist::fault_latency, ns);
+}
+
+void Pager::RestoreLoop() {
+  std::unique_lock<std::mutex> lock(restore_mu_);
+  for (;;) {
+    restore_cv_.wait(lock, [&] { return !restore_q_.empty() || restore_stop_; });
+    if (restore_q_.empty()) return;  // stopping, queue drained
+    RestoreJob j = std::move(restore_q_.front());
+    restore_q_.pop_front();
+    lock.unlock();
+    restore_queued_.fetch_sub(1);
+    Outcome o = Load(j.f.region.get(), *j.c, j.p, j.from, j.f.write, j.f.t0);
+    if (o == Outcome::kPark) {
+      {
+        std::lock_guard<std::mutex> g(requeue_mu_);
+        requeued_.push_back(std::move(j.f));
+      }
+      parked_->Poke();
+    } else {
+      Finish(j.f);
+    }
+    lock.lock();
+  }
+}
+
+void Pager::RetryParked(std::vector<Fault>* parked, std::vector<Fault>* retry) {
+  {
+    std::lock_guard<std::mutex> g(requeue_mu_);
+    for (Fault& f : requeued_) parked->push_back(std::move(f));
+    requeued_.clear();
+  }
+  if (parked->empty()) return;
+  retry->swap(*parked);
+  parked_->count().store(retry->size());
+  for (size_t k = 0; k < retry->size(); ++k) {
+    Fault& f = (*retry)[k];
+    Outcome o = HandleFault(f, k + 1 < retry->size());
+    if (o == Outcome::kPark) {
+      parked->push_back(std::move(f));
+    } else if (o == Outcome::kDone) {
+      Finish(f);
+    }
+  }
+  retry->clear();
+  parked_->count().store(parked->size());
+}
+
+bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
+  uffd_msg msgs[kBatch];
+  std::vector<std::pair<uint64_t, bool>> done_chunks;
+  for (;;) {
+    long n = os_->Read(uffd_->fd(), msgs, sizeof(msgs));
+    if (n == -EAGAIN || n == -EINTR) return true;
+    if (n < 0) {
+      Log(LogLevel::kError, "fault handler: read(userfaultfd) failed (%s); the handler stops",
+          ErrnoText(n).c_str());
+      return false;
+    }
+    uint64_t t0 = MonotonicNs();
+    *last_event = t0;
+    done_chunks.clear();
+    int count = static_cast<int>(n / sizeof(uffd_msg));
+    for (int k = 0; k < count; ++k) {
+      if (msgs[k].event != UFFD_EVENT_PAGEFAULT) continue;
+      Fault f;
+      f.addr = msgs[k].arg.pagefault.address;
+      f.wp = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) != 0;
+      f.write = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0;
+      f.t0 = t0;
+      f.region = regions_->Find(reinterpret_cast<void*>(f.addr));
+      uint64_t key = f.region ? f.region->table.IndexOf(reinterpret_cast<void*>(f.addr)) * chunk_ +
+                                    reinterpret_cast<uint64_t>(f.region->base)
+                              : f.addr;
+      // Dedupe: the install/unprotect of an earlier event of this batch woke this thread too.
+      if (std::find(done_chunks.begin(), done_chunks.end(), std::make_pair(key, f.wp)) !=
+          done_chunks.end())
+        continue;
+      parked_->count().fetch_add(1);  // before looking at the state: a transition ending signals
+      Outcome o = HandleFault(f, k + 1 < count);
+      if (o == Outcome::kPark) {
+        parked->push_back(std::move(f));
+      } else {
+        parked_->count().fetch_sub(1);
+        done_chunks.emplace_back(key, f.wp);  // a queued restore wakes the whole chunk too
+        if (o == Outcome::kDone) Finish(f);
+      }
+    }
+    if (count < kBatch) return true;
+  }
+}
+
+void Pager::PagerLoop() {
+  std::vector<Fault> parked, retry;
+  uint64_t last_event = 0;
+  while (!stop_.load()) {
+    heartbeat_.store(MonotonicNs());
+    pollfd fds[2] = {{uffd_->fd(), POLLIN, 0}, {parked_->fd(), POLLIN, 0}};
+    // Right after a batch, poll without sleeping for a few µs: a thread touching chunks in a
+    // row faults again within microseconds, and a sleeping handler costs a wake-up each time.
+    bool spin = MonotonicNs() - last_event < kSpinNs;
+    long pr = os_->Poll(fds, 2, spin ? 0 : parked.empty() ? 100 : 2);
+    if (pr < 0 && pr != -EINTR && pr != -EAGAIN) {
+      Log(LogLevel::kError, "fault handler: poll failed (%s); the handler stops",
+          ErrnoText(pr).c_str());
+      failed_.store(true);
+      return;
+    }
+    if (fds[1].revents & POLLIN) parked_->Drain();
+    RetryParked(&parked, &retry);
+    if (!ReadEvents(&parked, &last_event)) {
+      failed_.store(true);
+      return;
+    }
+  }
+}
+
+}  // namespace zrtier

@@ -1,0 +1,120 @@
+// Pager: the userfaultfd fault-handler thread and its restore workers. One poll loop on the uffd
+// and the ParkedFaults eventfd reads fault events in batches, dedupes them by chunk and resolves
+// each through the chunk state machine (chunk_table.h): a missing fault loads the chunk (decode a
+// store entry, take the holder's copy of an external chunk, or zeros), installs it whole with
+// UFFDIO_COPY, makes the state final, then wakes; a write-protect fault makes a clean chunk dirty
+// (new generation, store copy freed). Faults on chunks in transition, or over the resident
+// budget, are parked and retried when woken. When more faults wait behind a restore, the decode
+// and install go to a restore worker, so several chunks are restored at once.
+//
+// The pager thread touches region memory only through uffd ioctls and never calls CUDA (DESIGN.md
+// section 6). Thread safety: Start/Stop from the owner; SetFaultObserver and the accessors from any
+// thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine/chunk_io.h"
+#include "runtime/engine/external.h"
+#include "runtime/engine/parked_faults.h"
+#include "runtime/engine/region_backend.h"
+#include "runtime/engine/region_map.h"
+#include "runtime/engine/resident_budget.h"
+#include "runtime/engine/uffd.h"
+#include "runtime/os/os.h"
+
+namespace zrtier {
+
+class Pager {
+ public:
+  // Collaborators are not owned and must outlive this object. `restorers`: restore worker threads.
+  Pager(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ExternalChunks* external,
+        ResidentBudget* budget, ParkedFaults* parked, int restorers);
+  // REQUIRES: Stop() was called.
+  ~Pager();
+
+  void Start();
+  // Stops the pager thread, then the restore workers (they finish the queued restores first).
+  void Stop();
+
+  // RegionBackend::SetFaultObserver (called under a mutex, so that clearing it waits for a call in
+  // progress).
+  void SetFaultObserver(FaultObserver observer);
+
+  // For the watchdog: the pager thread's last loop start (MonotonicNs) and whether it died.
+  uint64_t heartbeat() const { return heartbeat_.load(); }
+  bool failed() const { return failed_.load(); }
+
+ private:
+  // A fault waiting for a transition to end or for the evictor to make room.
+  struct Fault {
+    std::shared_ptr<Region> region;  // null: the address is in no live region
+    uint64_t addr = 0;
+    bool wp = false;
+    bool write = false;  // a missing fault raised by a store
+    uint64_t t0 = 0;     // when it was read
+  };
+  // kQueued: handed to a restore worker, which finishes (or re-parks) the fault.
+  enum class Outcome { kDone, kPark, kQueued };
+  struct RestoreJob {
+    Fault f;
+    Chunk* c;
+    char* p;
+    ChunkState from;
+  };
+
+  void PagerLoop();
+  // Retries the parked faults once; those still waiting go back into `parked`.
+  void RetryParked(std::vector<Fault>* parked, std::vector<Fault>* retry);
+  // Reads and handles every fault event available now; false if the uffd read failed.
+  bool ReadEvents(std::vector<Fault>* parked, uint64_t* last_event);
+  // `may_defer`: more faults are waiting behind this one, so a restore may go to a worker (a lone
+  // fault is restored right here: a hand-off would only add a wake-up to its latency).
+  Outcome HandleFault(const Fault& f, bool may_defer);
+  // A write-protect fault on a clean chunk (state word `w`): makes it dirty.
+  Outcome ResolveWriteProtect(Region* r, Chunk& c, char* p, uint32_t w);
+  // Missing fault on a chunk claimed (kBusy) from `from` (kEmpty, kStored or kExternal).
+  Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0);
+  // Load's end once the chunk is installed: accounting, state, wake-up, observer.
+  void Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0);
+  // A fault outside any live region (see pager.cc).
+  void Stray(uint64_t addr, bool wp);
+  void Finish(const Fault& f);
+  void RestoreLoop();
+
+  Os* os_;
+  RegionMap* regions_;
+  Uffd* uffd_;
+  ChunkIo* io_;
+  ExternalChunks* external_;
+  ResidentBudget* budget_;
+  ParkedFaults* parked_;
+  size_t chunk_;
+  int restorer_count_;
+
+  std::mutex observer_mu_;
+  FaultObserver observer_;  // guarded by observer_mu_
+  std::atomic<bool> has_observer_{false};
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> heartbeat_{0};
+  std::thread pager_;
+  std::vector<std::thread> restorers_;
+  std::mutex restore_mu_;
+  std::condition_variable restore_cv_;
+  std::deque<RestoreJob> restore_q_;  // guarded by restore_mu_
+  bool restore_stop_ = false;         // guarded by restore_mu_
+  std::atomic<size_t> restore_queued_{0};
+  std::mutex requeue_mu_;
+  std::vector<Fault> requeued_;  // restores that must be retried; guarded by requeue_mu_
+};
+
+}  // namespace zrtier

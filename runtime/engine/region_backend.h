@@ -1,0 +1,139 @@
+// RegionBackend: what the copy path (runtime/shim/) needs from the region engine -- carve and free
+// regions, find the region of a pointer, read and publish chunk contents, chunk generations,
+// adopted chunks and placement hooks. Engine (engine.h) implements it; the shim's unit tests use a
+// plain heap-backed one (tests/testutil/heap_backend.h).
+//
+// Thread safety: every method may be called from any thread, including inside CUDA host functions
+// (Read/Write/Generation never fault the caller and never call CUDA).
+#pragma once
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "runtime/base/status.h"
+#include "runtime/policy/access.h"
+
+namespace zrtier {
+
+struct RegionInfo {
+  void* base = nullptr;
+  size_t size = 0;  // bytes usable (the allocation rounded up to the chunk size)
+  uint64_t id = 0;  // unique for the backend's lifetime
+};
+
+// Generation() of a chunk that must not be cached (dirty or in a transition).
+inline constexpr uint64_t kNoGeneration = ~0ull;
+
+// Holder of external chunk copies (RegionBackend::Adopt): the shim's T0 pool, whose slots a D2H
+// copy landed in. The engine asks it for the bytes whenever a chunk in the external state is read
+// or faulted in.
+class ExternalCopies {
+ public:
+  virtual ~ExternalCopies() = default;
+  // If the copy of chunk `chunk` of region `region` at generation `gen` is held, calls use(bytes)
+  // (chunk_size bytes, valid and unchanged during the call) and returns true; false if it is not
+  // held (given back or superseded: the chunk has left the external state at `gen` by then).
+  // Called from the pager thread and from Read/Write callers; never calls into the engine.
+  virtual bool WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
+                         const std::function<void(const char* bytes)>& use) = 0;
+  // The chunk left the external state at `gen` without Attach (a fault installed it, a Write
+  // replaced it): the holder may forget its copy, which is still a valid copy of generation `gen`.
+  // Called after the transition, from the pager thread or a Write caller.
+  virtual void Released(uint64_t region, uint64_t chunk, uint64_t gen) {}
+};
+
+// Called for every chunk a CPU fault brought back into T1 (region id, chunk index) -- not for the
+// first touch of a never-written chunk -- after the faulting thread was woken: the access stream of
+// the CPU, for learning. Must not call back into the backend.
+using FaultObserver = std::function<void(uint64_t region, uint64_t chunk)>;
+
+class RegionBackend {
+ public:
+  virtual ~RegionBackend() = default;
+  virtual size_t chunk_size() const = 0;
+
+  // Carves a region of at least `size` bytes (rounded up to the chunk size). ENOMEM when there is
+  // no room (the shim then falls back to the real allocator).
+  virtual Status Allocate(size_t size, RegionInfo* out) = 0;
+  // Frees the region whose base is `base`: every copy of its chunks is released and its pages
+  // dropped. EINVAL if `base` is not the base of a live region.
+  virtual Status Free(void* base) = 0;
+  // True if `p` lies in a live region; fills *out (may be null).
+  virtual bool Lookup(const void* p, RegionInfo* out) const = 0;
+
+  // Copies the current content of [src, src+len) (inside one region) into `dst`, from whichever
+  // tier holds the newest copy, decoding stored chunks straight into `dst` without installing
+  // them. If `zero` is non-null and every chunk touched was never written (or is stored as
+  // all-zero), sets *zero = true and leaves `dst` untouched; otherwise sets *zero = false. EINVAL
+  // if the range is not inside one region; EIO/EBADMSG if a stored copy cannot be read (the error
+  // names the chunk).
+  virtual Status Read(const void* src, size_t len, void* dst, bool* zero) = 0;
+  // Read of the whole chunk starting at `chunk_start`, for a copy to be cached (a T0 slot): a
+  // dirty chunk is write-protected first (clean from then on, so that the next CPU store faults
+  // and bumps the generation), and *gen is the generation the copied bytes belong to --
+  // kNoGeneration if the chunk stays writable (then the copy must not be cached). `dst` is written
+  // with non-temporal stores. The default (for backends whose memory cannot change unseen): the
+  // generation, then the bytes.
+  virtual Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+    *gen = Generation(chunk_start);
+    return Read(chunk_start, chunk_size(), dst, zero);
+  }
+  // Publishes `len` bytes from `src` as the newest content of [dst, dst+len) (inside one region),
+  // as a device-to-host copy landing there would: older copies of the chunks become garbage;
+  // partially covered chunks are merged with their current content. Every chunk gets a new
+  // generation.
+  virtual Status Write(void* dst, const void* src, size_t len) = 0;
+
+  // Batched protection hints for copies of many chunks (they change no bytes; the default does
+  // nothing). PrepareRead write-protects the dirty chunks wholly inside [p, p+len) so that a
+  // ReadChunk of them can stamp its copy without an ioctl; PrepareWrite makes the write-protected
+  // resident ones writable so that a Write that follows is a plain memcpy.
+  virtual void PrepareRead(const void* p, size_t len) {}
+  virtual void PrepareWrite(void* p, size_t len) {}
+
+  // The generation of the chunk containing `p`: bumped by every CPU write to a clean chunk and by
+  // every Write. A copy made elsewhere at generation g is valid while Generation() == g, provided g
+  // was read before the bytes. kNoGeneration while the chunk is writable or in a transition.
+  virtual uint64_t Generation(const void* p) const = 0;
+  // The generations of the `n` consecutive chunks from the one containing `p` (chunks past the
+  // region's end, or outside any region, read 0) and, when `resident` is not null, whether each is
+  // installed in the region now (T1: a copy of it is a memcpy). The default: none is resident.
+  virtual void Generations(const void* p, size_t n, uint64_t* out, bool* resident) const {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = Generation(static_cast<const char*>(p) + i * chunk_size());
+      if (resident) resident[i] = false;
+    }
+  }
+
+  // Adopted chunks (DESIGN.md section 4: the slot a D2H copy landed in becomes the chunk's newest
+  // copy, with no copy into the region). SetExternalCopies names the holder, once, before any
+  // Adopt. Adopt: the `n` chunks from `p` (a chunk start) become external, their generations
+  // bumped into gens[0..n) (kNoGeneration for a chunk that could not be adopted: write it
+  // instead), and `registered()` runs while every one is still claimed. Attach gives an external
+  // chunk at `gen` its bytes back (installed in T1 while the resident budget has room, else
+  // encoded into the store; *installed says which); OK also when the chunk has moved on; an error
+  // means the holder must keep its copy. Backends without adoption return ENOTSUP.
+  virtual void SetExternalCopies(ExternalCopies* x) {}
+  virtual Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) {
+    return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
+  }
+  virtual Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
+    return Status::Error(ENOTSUP, "this region backend does not adopt external copies");
+  }
+  // Bytes the resident budget has left (UINT64_MAX without a limit). A snapshot.
+  virtual uint64_t ResidentRoom() const { return UINT64_MAX; }
+
+  // T1 placement by the learned next use (null: CLOCK), and the CPU's faults for learning.
+  // Each returns once no call of the previous oracle / observer is in progress. Backends without
+  // tiers or faults ignore them.
+  virtual void SetPlacementOracle(const policy::NextUseOracle* oracle) {}
+  virtual void SetFaultObserver(FaultObserver observer) {}
+  // Compresses the chunks of [p, p+len) out of T1 now. Backends without tiers return ENOTSUP.
+  virtual Status EvictRange(const void* p, size_t len) {
+    return Status::Error(ENOTSUP, "this region backend has no tiers to evict to");
+  }
+};
+
+}  // namespace zrtier

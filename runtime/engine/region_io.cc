@@ -1,0 +1,311 @@
+#include "runtime/engine/region_io.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "runtime/base/stats.h"
+
+namespace zrtier {
+namespace {
+
+// Whether a chunk in state word `w` is write-protected for caching (ReadChunk, PrepareRead): a
+// dirty one, unless the CPU rewrote it kMaxRewrites times after such a protect (a staging buffer).
+bool Protectable(const Chunk& c, uint32_t w) {
+  return StateOf(w) == kDirty && c.rewrites.load(std::memory_order_relaxed) < kMaxRewrites;
+}
+
+// The generation a copy may be stamped with: none while the pages are writable (kDirty) or a
+// transition owns the chunk (kBusy: it may end writable, after its generation bump). The state is
+// read after the generation, so a chunk seen protected was protected at that generation (every
+// move into kDirty bumps it first).
+uint64_t CacheableGeneration(const Chunk& c) {
+  uint64_t g = c.gen.load();
+  ChunkState s = StateOf(c.word.load());
+  return s == kDirty || s == kBusy ? kNoGeneration : g;
+}
+
+}  // namespace
+
+RegionIo::RegionIo(RegionMap* regions, Uffd* uffd, ChunkIo* io, ExternalChunks* external,
+                   ResidentBudget* budget, ParkedFaults* parked)
+    : regions_(regions),
+      uffd_(uffd),
+      io_(io),
+      external_(external),
+      budget_(budget),
+      parked_(parked),
+      chunk_(regions->chunk()) {}
+
+Status RegionIo::Read(const void* src, size_t len, void* dst, bool* zero) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(src, len, &r));
+  const char* s0 = static_cast<const char*>(src);
+  if (len == 0) {
+    if (zero) *zero = true;
+    return Status::Ok();
+  }
+  size_t first = r->table.IndexOf(s0), last = r->table.IndexOf(s0 + len - 1);
+  if (zero) {
+    bool all = true;
+    for (size_t i = first; i <= last && all; ++i)
+      all = StateOf(r->table.chunks[i].word.load()) == kEmpty;
+    *zero = all;
+    if (all) return Status::Ok();
+  }
+  char* out = static_cast<char*>(dst);
+  for (size_t i = first; i <= last; ++i) {
+    char* p = r->table.AddressOf(i);
+    const char* from = std::max<const char*>(p, s0);
+    const char* to = std::min<const char*>(p + chunk_, s0 + len);
+    ZRTIER_RETURN_IF_ERROR(ReadPart(r.get(), i, from - p, to - from, out + (from - s0)));
+  }
+  return Status::Ok();
+}
+
+Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming) {
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  int spins = 0;
+  for (;;) {
+    if (c.TryPin()) {  // resident: pinned pages cannot be dropped while we copy
+      CopyFromRegion(d, p + off, n, streaming);
+      c.Unpin();
+      return Status::Ok();
+    }
+    uint32_t w = c.word.load();
+    ChunkState s = StateOf(w);
+    if (s == kEmpty) {
+      memset(d, 0, n);
+      return Status::Ok();
+    }
+    if (s == kFreed) return Status::Error(EINVAL, "Read: region freed");
+    if (s == kExternal) {
+      // The held copy at the generation read after the state; if the holder has none at it, the
+      // chunk has moved on (or is moving): look again.
+      const uint64_t g = c.gen.load();
+      if (external_->WithHeld(r, i, g, [&](const char* b) { memcpy(d, b + off, n); }))
+        return Status::Ok();
+      // Still external at that generation: the holder lost a copy it must keep, or there is no
+      // holder (a bug; never spin on it). Otherwise the chunk moved on meanwhile: look again.
+      if (c.word.load() == w && c.gen.load() == g)
+        return Status::Error(EIO, "Read: the external copy of the chunk is gone");
+      Backoff(&spins);
+      continue;
+    }
+    if (s == kStored) {
+      if (!c.TryBusy(w)) continue;
+      char* buf = n == chunk_ ? d : tl_raw.Get(chunk_);
+      uint64_t t0 = MonotonicNs();
+      Status st = io_->Decode(c, buf, "Read", streaming && buf == d);
+      c.EndBusy(kStored);
+      parked_->Signal();
+      if (!st.ok()) {
+        char where[64];
+        snprintf(where, sizeof(where), " (chunk at %p)", static_cast<void*>(p));
+        return Status::Error(st.code(), st.message() + where);
+      }
+      HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+      if (buf != d) memcpy(d, buf + off, n);
+      return Status::Ok();
+    }
+    Backoff(&spins);
+  }
+}
+
+Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(chunk_start, chunk_, &r));
+  size_t i = r->table.IndexOf(chunk_start);
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  if (p != chunk_start) return Status::Error(EINVAL, "ReadChunk: not the start of a chunk");
+  // A dirty chunk becomes clean: write-protected, no store copy (a dirty chunk has none). A
+  // transition is waited out first (it may end dirty: a write fault resolving). A chunk the CPU
+  // keeps rewriting after that (a staging buffer) stays dirty instead: protecting it would cost
+  // each rewrite a fault, for a cached copy that is never used twice.
+  int spins = 0;
+  for (;;) {
+    uint32_t w = c.word.load();
+    if (StateOf(w) == kBusy) {
+      Backoff(&spins);
+      continue;
+    }
+    if (!Protectable(c, w)) break;
+    if (!c.TryBusy(w)) {
+      Backoff(&spins);
+      continue;
+    }
+    if (ReprotectClaimed(r.get(), i, i + 1, true) < 0)
+      break;  // stays dirty: the generation says so
+  }
+  // The generation first: a store after it bumps it, so the copy can only be older than its stamp.
+  *gen = CacheableGeneration(c);
+  if (zero) {
+    *zero = StateOf(c.word.load()) == kEmpty;
+    if (*zero) return Status::Ok();
+  }
+  return ReadPart(r.get(), i, 0, chunk_, static_cast<char*>(dst), /*streaming=*/true);
+}
+
+Status RegionIo::Write(void* dst, const void* src, size_t len) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(dst, len, &r));
+  if (len == 0) return Status::Ok();
+  char* d0 = static_cast<char*>(dst);
+  const char* in = static_cast<const char*>(src);
+  size_t first = r->table.IndexOf(d0), last = r->table.IndexOf(d0 + len - 1);
+  for (size_t i = first; i <= last; ++i) {
+    Chunk& c = r->table.chunks[i];
+    char* p = r->table.AddressOf(i);
+    char* from = std::max(p, d0);
+    char* to = std::min(p + chunk_, d0 + len);
+    if (!IsResident(c.word.load())) budget_->WaitForRoom();
+    uint32_t w;
+    int spins = 0;
+    for (;;) {
+      w = c.word.load();
+      ChunkState st = StateOf(w);
+      if (st == kFreed) return Status::Error(EINVAL, "Write: region freed");
+      if (st != kBusy && c.TryBusy(w)) break;
+      Backoff(&spins);
+    }
+    ZRTIER_RETURN_IF_ERROR(WriteChunk(r.get(), i, w, from - p, to - from, in + (from - d0)));
+  }
+  return Status::Ok();
+}
+
+Status RegionIo::WriteChunk(Region* r, size_t i, uint32_t w, size_t off, size_t n,
+                            const char* s) {
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  const ChunkState was = StateOf(w);
+  // A resident chunk is written in place and left writable (dirty): protecting it again would cost
+  // every repeated publish into the same buffer an ioctl and a TLB flush; ReadChunk protects it
+  // when a copy is to be cached. Any other chunk is installed write-protected (clean).
+  const ChunkState end = IsResident(w) ? kDirty : kClean;
+  if (IsResident(w)) {
+    if (was == kClean) {
+      long rc = uffd_->WriteProtect(p, chunk_, false);
+      if (rc < 0) {
+        c.EndBusy(was);
+        parked_->Signal();
+        return Status::Error(static_cast<int>(-rc), "Write: UFFDIO_WRITEPROTECT: " + ErrnoText(rc));
+      }
+    }
+    memcpy(p + off, s, n);
+  } else {
+    ZRTIER_RETURN_IF_ERROR(InstallWritten(r, i, was, off, n, s));
+  }
+  io_->FreeHandle(r, c);
+  const uint64_t held_gen = c.gen.fetch_add(1);
+  c.referenced.store(1, std::memory_order_relaxed);
+  c.EndBusy(end);
+  parked_->Signal();
+  budget_->Kick();
+  if (was == kExternal) external_->Released(r, i, held_gen);
+  return Status::Ok();
+}
+
+Status RegionIo::InstallWritten(Region* r, size_t i, ChunkState was, size_t off, size_t n,
+                                const char* s) {
+  Chunk& c = r->table.chunks[i];
+  char* p = r->table.AddressOf(i);
+  auto fail = [&](Status st) {
+    c.EndBusy(was);
+    parked_->Signal();
+    return st;
+  };
+  // A whole chunk is installed straight from the caller's bytes; a partial one is merged.
+  const char* bytes = s;
+  if (n != chunk_) {
+    char* buf = tl_raw.Get(chunk_);
+    if (was == kStored) {
+      Status st = io_->Decode(c, buf, "Write (merging a partial chunk)");
+      if (!st.ok()) return fail(st);
+    } else if (was == kExternal) {
+      // Claimed: the holder keeps its copy at this generation until the chunk moves on.
+      if (!external_->WithHeld(r, i, c.gen.load(),
+                               [&](const char* b) { memcpy(buf, b, chunk_); }))
+        return fail(Status::Error(EIO, "Write: the external copy of the chunk is gone"));
+    } else {
+      memset(buf, 0, chunk_);
+    }
+    memcpy(buf + off, s, n);
+    bytes = buf;
+  }
+  Status st = uffd_->Copy(p, bytes, chunk_, /*wp=*/true);
+  if (!st.ok()) return fail(Status::Error(st.code(), "Write: " + st.message()));
+  regions_->AddResident(r, chunk_);
+  if (was == kStored) regions_->AddStoredRaw(r, -static_cast<int64_t>(chunk_));
+  if (was == kExternal) regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  return Status::Ok();
+}
+
+long RegionIo::ReprotectClaimed(Region* r, size_t first, size_t end, bool wp) {
+  long rc = uffd_->WriteProtect(r->table.AddressOf(first), (end - first) * chunk_, wp);
+  for (size_t k = first; k < end; ++k) {
+    Chunk& c = r->table.chunks[k];
+    if (rc < 0) {
+      c.EndBusy(wp ? kDirty : kClean);
+    } else if (wp) {
+      c.cleaned.store(1, std::memory_order_relaxed);
+      c.EndBusy(kClean);
+    } else {
+      io_->FreeHandle(r, c);
+      c.referenced.store(1, std::memory_order_relaxed);
+      c.EndBusy(kDirty);
+    }
+  }
+  if (rc >= 0 && wp) StatAdd(Stat::chunks_cleaned, end - first);
+  parked_->Signal();
+  return rc;
+}
+
+void RegionIo::Reprotect(const void* p, size_t len, bool wp) {
+  std::shared_ptr<Region> r;
+  if (len == 0 || !regions_->FindRange(p, len, &r).ok()) return;
+  // Chunks [first, last) lie wholly inside [p, p+len).
+  const size_t off = static_cast<const char*>(p) - r->table.AddressOf(0);
+  const size_t first = (off + chunk_ - 1) / chunk_;
+  const size_t last = std::min<size_t>((off + len) / chunk_, r->table.n);
+  auto eligible = [&](const Chunk& c, uint32_t w) {
+    return wp ? Protectable(c, w) : StateOf(w) == kClean;
+  };
+  for (size_t i = first; i < last;) {
+    size_t end = i;
+    for (; end < last; ++end) {
+      Chunk& c = r->table.chunks[end];
+      uint32_t w = c.word.load();
+      if (!eligible(c, w) || !c.TryBusy(w)) break;
+      if (!wp) c.gen.fetch_add(1);  // writable from now on: no copy may carry the old stamp
+    }
+    if (end == i) {
+      ++i;
+      continue;
+    }
+    ReprotectClaimed(r.get(), i, end, wp);
+    i = end;
+  }
+}
+
+void RegionIo::Generations(const void* p, size_t n, uint64_t* out, bool* resident) const {
+  std::shared_ptr<Region> r = regions_->Find(p);
+  size_t first = r ? r->table.IndexOf(p) : 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool in = r && first + i < r->table.n;
+    out[i] = in ? CacheableGeneration(r->table.chunks[first + i]) : 0;
+    if (resident) {
+      const uint32_t state = in ? StateOf(r->table.chunks[first + i].word.load()) : kEmpty;
+      resident[i] = state == kClean || state == kDirty;
+    }
+  }
+}
+
+uint64_t RegionIo::Generation(const void* p) const {
+  std::shared_ptr<Region> r = regions_->Find(p);
+  if (!r) return 0;
+  return CacheableGeneration(r->table.chunks[r->table.IndexOf(p)]);
+}
+
+}  // namespace zrtier

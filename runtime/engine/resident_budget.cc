@@ -1,0 +1,74 @@
+#include "runtime/engine/resident_budget.h"
+
+#include <algorithm>
+
+#include "runtime/base/stats.h"
+
+namespace zrtier {
+
+ResidentBudget::ResidentBudget(const RegionMap* regions, size_t chunk, uint64_t limit)
+    : regions_(regions), chunk_(chunk), limit_(limit) {
+  StatAdd(Stat::resident_limit_bytes, limit);
+}
+
+ResidentBudget::~ResidentBudget() {
+  StatSub(Stat::resident_limit_bytes, limit_.load());
+}
+
+void ResidentBudget::SetLimit(uint64_t bytes) {
+  uint64_t old = limit_.exchange(bytes);
+  StatSub(Stat::resident_limit_bytes, old);
+  StatAdd(Stat::resident_limit_bytes, bytes);
+  stalled_.store(false);
+  evict_cv_.notify_all();
+}
+
+// The budget may be passed by this much before faults wait: a few chunks, or 1/64 of the limit,
+// so that faults do not wait for every single eviction.
+uint64_t ResidentBudget::Slack() const {
+  return std::max<uint64_t>(4 * chunk_, limit_.load() / 64);
+}
+
+bool ResidentBudget::OverBudget() const {
+  uint64_t limit = limit_.load(std::memory_order_relaxed);
+  if (!limit || stalled_.load(std::memory_order_relaxed)) return false;
+  return regions_->resident() + chunk_ > limit + Slack();
+}
+
+bool ResidentBudget::Exceeded() const {
+  uint64_t limit = limit_.load(std::memory_order_relaxed);
+  return limit && regions_->resident() > limit;
+}
+
+uint64_t ResidentBudget::Room() const {
+  const uint64_t limit = limit_.load(std::memory_order_relaxed);
+  const uint64_t resident = regions_->resident();
+  return !limit ? UINT64_MAX : resident >= limit ? 0 : limit - resident;
+}
+
+void ResidentBudget::Kick() {
+  if (Exceeded()) evict_cv_.notify_one();
+}
+
+void ResidentBudget::WaitForRoom() {
+  if (!OverBudget()) return;
+  Kick();
+  std::unique_lock<std::mutex> lock(mu_);
+  uint64_t deadline = MonotonicNs() + 2'000'000'000ull;
+  while (OverBudget() && !stop_.load() && MonotonicNs() < deadline)
+    room_cv_.wait_for(lock, std::chrono::milliseconds(5));
+}
+
+void ResidentBudget::WaitForWork(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  evict_cv_.wait_for(lock, timeout);
+}
+
+void ResidentBudget::Stop() {
+  stop_.store(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  evict_cv_.notify_all();
+  room_cv_.notify_all();
+}
+
+}  // namespace zrtier

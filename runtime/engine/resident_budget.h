@@ -1,0 +1,68 @@
+// ResidentBudget: the resident limit of T1 (ZRTIER_RESIDENT_LIMIT) and the signals around it --
+// whether installing one more chunk would pass it, the evictors' wake-up when it is passed, and
+// the throttle that makes a publishing writer wait while the evictors make room.
+//
+// "Stalled": the evictors cannot make progress (nothing evictable, or the store refuses entries);
+// then nothing is throttled (faults and writers go past the limit instead of waiting forever).
+//
+// Thread safety: every method may be called from any thread. mu_ only pairs with the condition
+// variables; the limit and the flags are atomics.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "runtime/engine/region_map.h"
+
+namespace zrtier {
+
+class ResidentBudget {
+ public:
+  // `regions` (not owned) keeps the resident count; `limit` 0 = none.
+  ResidentBudget(const RegionMap* regions, size_t chunk, uint64_t limit);
+  ~ResidentBudget();
+
+  uint64_t limit() const { return limit_.load(std::memory_order_relaxed); }
+  // Moves the budget (the evictors catch up in the background).
+  void SetLimit(uint64_t bytes);
+  // True if installing one more chunk would pass the budget (plus a slack) and the evictors can
+  // still help.
+  bool OverBudget() const;
+  // True while resident bytes exceed the limit (work for the evictors).
+  bool Exceeded() const;
+  // Bytes the budget has left (UINT64_MAX without a limit). A snapshot.
+  uint64_t Room() const;
+  // Wakes an evictor if the limit is exceeded.
+  void Kick();
+  // Blocks a publishing caller while OverBudget() and the evictors are making progress (at most
+  // 2 s; not after Stop()).
+  void WaitForRoom();
+
+  void SetStalled(bool stalled) { stalled_.store(stalled); }
+  bool stalled() const { return stalled_.load(std::memory_order_relaxed); }
+
+  // The evictors' side: sleep until kicked (or `timeout`), and tell throttled writers that room
+  // was made.
+  void WaitForWork(std::chrono::milliseconds timeout);
+  void RoomMade() { room_cv_.notify_all(); }
+  // Wakes every waiter; WaitForRoom returns at once from now on.
+  void Stop();
+
+ private:
+  uint64_t Slack() const;
+
+  const RegionMap* regions_;
+  size_t chunk_;
+  std::atomic<uint64_t> limit_;
+  std::atomic<bool> stalled_{false};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable evict_cv_;  // wakes evictors
+  std::condition_variable room_cv_;   // wakes throttled writers
+};
+
+}  // namespace zrtier

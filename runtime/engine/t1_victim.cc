@@ -1,0 +1,114 @@
+#include "runtime/engine/t1_victim.h"
+
+#include <algorithm>
+
+#include "runtime/base/mix.h"
+
+namespace zrtier {
+
+bool ClockPolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) {
+  uint64_t total = space.total();
+  if (total == 0) return false;
+  for (uint64_t scanned = 0; scanned < max_scan; ++scanned) {
+    uint64_t pos = hand_.fetch_add(1, std::memory_order_relaxed) % total;
+    size_t t =
+        std::upper_bound(space.prefix.begin(), space.prefix.end(), pos) - space.prefix.begin();
+    ChunkTable* table = space.tables[t];
+    size_t i = pos - (t ? space.prefix[t - 1] : 0);
+    Chunk& c = table->chunks[i];
+    uint32_t w = c.word.load(std::memory_order_acquire);
+    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    if (c.referenced.exchange(0, std::memory_order_relaxed)) continue;  // second chance
+    *out = Victim{table, i, w};
+    return true;
+  }
+  return false;
+}
+
+void ReusePolicy::SetOracle(const policy::NextUseOracle* oracle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  oracle_ = oracle;
+  has_oracle_.store(oracle != nullptr, std::memory_order_release);
+}
+
+bool ReusePolicy::NextInRun(const ChunkSpace& space, Victim* out) {
+  if (run_next_ >= run_end_) return false;
+  const auto it = std::find(space.ids.begin(), space.ids.end(), run_region_);
+  if (it == space.ids.end()) {
+    run_next_ = run_end_;  // freed
+    return false;
+  }
+  ChunkTable* table = space.tables[it - space.ids.begin()];
+  while (run_next_ < std::min(run_end_, table->n)) {
+    const size_t i = run_next_++;
+    const uint32_t w = table->chunks[i].word.load(std::memory_order_acquire);
+    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    if (oracle_->NextUseDistance(policy::ChunkKey{run_region_, i}) < run_min_) continue;
+    *out = Victim{table, i, w};
+    return true;
+  }
+  return false;
+}
+
+bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) {
+  const uint64_t total = space.total();
+  if (total == 0) return false;
+  if (!has_oracle_.load(std::memory_order_acquire)) return clock_.Next(space, max_scan, out);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (oracle_ && NextInRun(space, out)) return true;
+  }
+  // The sample: resident, unpinned chunks at pseudo-random positions (a layer's chunks are
+  // contiguous, so a sweep would compare chunks of one layer only).
+  Victim cand[kSample];
+  policy::ChunkKey keys[kSample];
+  int n = 0;
+  const uint64_t probes = std::min<uint64_t>(max_scan, uint64_t{kSample} * kProbesPerSample);
+  for (uint64_t k = 0; k < probes && n < kSample; ++k) {
+    const uint64_t pos = Mix64(draws_.fetch_add(1, std::memory_order_relaxed)) % total;
+    const size_t t =
+        std::upper_bound(space.prefix.begin(), space.prefix.end(), pos) - space.prefix.begin();
+    ChunkTable* table = space.tables[t];
+    const size_t i = pos - (t ? space.prefix[t - 1] : 0);
+    const uint32_t w = table->chunks[i].word.load(std::memory_order_acquire);
+    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    bool dup = false;
+    for (int j = 0; j < n && !dup; ++j) dup = cand[j].table == table && cand[j].index == i;
+    if (dup) continue;
+    cand[n] = Victim{table, i, w};
+    keys[n] = policy::ChunkKey{space.ids[t], i};
+    ++n;
+  }
+  if (n == 0) return clock_.Next(space, max_scan, out);  // few resident chunks: sweep for them
+  uint64_t dist[kSample];
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!oracle_) {
+    lock.unlock();
+    return clock_.Next(space, max_scan, out);
+  }
+  oracle_->NextUseDistances(std::span<const policy::ChunkKey>(keys, n),
+                            std::span<uint64_t>(dist, n));
+  // Farthest next use; among the unpredicted ones, an unreferenced one first (their bits are
+  // cleared, CLOCK's second chance, so that a referenced chunk goes the next time).
+  int best = 0;
+  bool best_ref = true;
+  for (int j = 0; j < n; ++j) {
+    bool ref = false;
+    if (dist[j] == policy::kNeverUsed)
+      ref = cand[j].table->chunks[cand[j].index].referenced.exchange(0, std::memory_order_relaxed);
+    if (j == 0 || dist[j] > dist[best] || (dist[j] == dist[best] && best_ref && !ref)) {
+      best = j;
+      best_ref = ref;
+    }
+  }
+  *out = cand[best];
+  // The rest of its group follows where it is predicted at least 7/8 as far ahead (where nothing
+  // is predicted for the victim: the group's unpredicted chunks).
+  run_region_ = keys[best].region;
+  run_next_ = cand[best].index / kRun * kRun;
+  run_end_ = run_next_ + kRun;
+  run_min_ = dist[best] == policy::kNeverUsed ? policy::kNeverUsed : dist[best] - dist[best] / 8;
+  return true;
+}
+
+}  // namespace zrtier

@@ -1,0 +1,278 @@
+// Allocation and pointer-query side of the shim, and copy dispatch (copy_paths.cc has the paths).
+#include "runtime/shim/shim.h"
+
+#include <cstring>
+
+#include "runtime/base/log.h"
+#include "runtime/base/stats.h"
+
+namespace zrtier {
+
+// Stream flags: D2H copies ending on one and deferred H2D pieces waiting on one, at once (a D2H
+// copy beyond that ends with a host function, a piece beyond it is waited for).
+constexpr size_t kStreamFlags = 1024;
+
+Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
+           std::unique_ptr<PinnedPool> pool, const ShimConfig& cfg)
+    : api_(api),
+      backend_(std::move(backend)),
+      pool_(std::move(pool)),
+      workers_(std::make_unique<FillWorkers>(cfg.workers)),
+      watcher_(std::make_unique<EventWatcher>(api)),
+      flags_(std::make_unique<StreamFlags>(api, kStreamFlags)),
+      cfg_(cfg) {
+  chunk_ = backend_->chunk_size();
+  max_piece_chunks_ = cfg_.max_piece_bytes / chunk_;
+  size_t quarter = pool_->slots() / 4;
+  if (max_piece_chunks_ > quarter) max_piece_chunks_ = quarter;
+  if (max_piece_chunks_ == 0) max_piece_chunks_ = 1;
+  if (cfg_.prefetch_options) {
+    pool_->set_spread(cfg_.prefetch_options->Bool(Opt::kSpread));
+    prefetch_ = ShimPrefetch::Create(this, *cfg_.prefetch_options, pool_->bytes() / 2);
+  }
+  backend_->SetExternalCopies(pool_.get());
+  workers_->SetIdleWork([this] { return IdleWriteBack(); });
+}
+
+Shim::~Shim() {
+  workers_->SetIdleWork(nullptr);
+  prefetch_.reset();
+  api_->cudaDeviceSynchronize();
+  DrainDeferred();  // done by now, unless the device is gone
+  watcher_.reset();
+  WaitForWriteBack();
+  workers_.reset();
+  ReapRetired(/*all=*/true);
+  flags_.reset();
+  backend_->SetExternalCopies(nullptr);
+  pool_.reset();
+  backend_.reset();
+}
+
+cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
+  if (!p) return cudaErrorInvalidValue;
+  // Mapped (zero-copy) and WriteCombined memory must be real: the GPU would access it directly.
+  // Portable is honoured by construction (the T0 pool is allocated portable).
+  bool manage =
+      size >= cfg_.min_alloc && (flags & (cudaHostAllocMapped | cudaHostAllocWriteCombined)) == 0;
+  if (manage) {
+    RegionInfo r;
+    Status st = backend_->Allocate(size, &r);
+    if (st.ok()) {
+      StatAdd(Stat::regions, 1);
+      StatAdd(Stat::region_bytes, r.size);
+      Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
+          flags);
+      {
+        std::unique_lock<std::shared_mutex> l(regions_mu_);
+        regions_[r.id] = r;
+      }
+      *p = r.base;
+      return cudaSuccess;
+    }
+    StatAdd(Stat::fallbacks, 1);
+    ZRTIER_LOG_ONCE(LogLevel::kWarn, "allocation of %zu bytes passed to the real cudaHostAlloc: %s",
+                    size, st.ToString().c_str());
+  } else {
+    StatAdd(Stat::passthrough_allocs, 1);
+  }
+  return api_->cudaHostAlloc(p, size, flags);
+}
+
+cudaError_t Shim::FreeHost(void* p) {
+  RegionInfo r;
+  if (p && backend_->Lookup(p, &r)) {
+    if (r.base != p) return cudaErrorInvalidValue;
+    // Like the real cudaFreeHost: nothing queued may still use the memory. This also runs every
+    // pending publish host function of the region.
+    api_->cudaDeviceSynchronize();
+    DrainDeferred();  // every deferred fill has run by now, unless the device is gone
+    {
+      std::unique_lock<std::shared_mutex> l(regions_mu_);  // waits for prefetches reading it
+      regions_.erase(r.id);
+    }
+    Status st = backend_->Free(p);
+    pool_->DropRegion(r.id);  // after the engine let go of the region's owned slots
+    if (!st.ok()) {
+      Log(LogLevel::kError, "cudaFreeHost(%p): %s", p, st.ToString().c_str());
+      return cudaErrorInvalidValue;
+    }
+    StatSub(Stat::regions, 1);
+    StatSub(Stat::region_bytes, r.size);
+    return cudaSuccess;
+  }
+  return api_->cudaFreeHost(p);
+}
+
+cudaError_t Shim::HostRegister(void* p, size_t size, unsigned flags) {
+  RegionInfo r;
+  if (p && backend_->Lookup(p, &r)) {
+    // Inside a region: the memory is already "pinned" as far as the program can tell. Pinning the
+    // region pages for real would break eviction (DESIGN.md section 8), so pin nothing.
+    if (static_cast<char*>(p) + size > static_cast<char*>(r.base) + r.size)
+      return cudaErrorInvalidValue;
+    if (flags & cudaHostRegisterMapped) {
+      ZRTIER_LOG_ONCE(LogLevel::kError,
+                      "cudaHostRegister(cudaHostRegisterMapped) on zrtier memory: zero-copy access "
+                      "to a zrtier region is impossible (raise ZRTIER_MIN_ALLOC or allocate with "
+                      "cudaHostAllocMapped)");
+      return cudaErrorNotSupported;
+    }
+    return cudaSuccess;
+  }
+  return api_->cudaHostRegister(p, size, flags);
+}
+
+cudaError_t Shim::HostUnregister(void* p) {
+  RegionInfo r;
+  if (p && backend_->Lookup(p, &r)) return cudaSuccess;
+  return api_->cudaHostUnregister(p);
+}
+
+cudaError_t Shim::PointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
+  RegionInfo r;
+  if (attr && p && backend_->Lookup(p, &r)) {
+    memset(attr, 0, sizeof(*attr));
+    attr->type = cudaMemoryTypeHost;  // tensor.is_pinned() is true
+    int dev = 0;
+    if (api_->cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    attr->device = dev;
+    attr->hostPointer = const_cast<void*>(p);
+    attr->devicePointer = nullptr;  // no zero-copy mapping exists
+    return cudaSuccess;
+  }
+  return api_->cudaPointerGetAttributes(attr, p);
+}
+
+cudaError_t Shim::HostGetDevicePointer(void** dev, void* host, unsigned flags) {
+  RegionInfo r;
+  if (host && backend_->Lookup(host, &r)) {
+    ZRTIER_LOG_ONCE(
+        LogLevel::kError,
+        "cudaHostGetDevicePointer on zrtier memory: zero-copy access to a zrtier region "
+        "is impossible; returning cudaErrorNotSupported (allocate with "
+        "cudaHostAllocMapped, or raise ZRTIER_MIN_ALLOC above this allocation)");
+    return cudaErrorNotSupported;
+  }
+  return api_->cudaHostGetDevicePointer(dev, host, flags);
+}
+
+cudaError_t Shim::HostGetFlags(unsigned* flags, void* host) {
+  RegionInfo r;
+  if (host && backend_->Lookup(host, &r)) {
+    ZRTIER_LOG_ONCE(
+        LogLevel::kError,
+        "cudaHostGetFlags on zrtier memory: a zrtier region has no real host-allocation "
+        "flags (it cannot be mapped); returning cudaErrorNotSupported");
+    return cudaErrorNotSupported;
+  }
+  return api_->cudaHostGetFlags(flags, host);
+}
+
+bool Shim::Involves(const void* p, size_t n) const {
+  RegionInfo r;
+  if (!p) return false;
+  if (backend_->Lookup(p, &r)) return true;
+  return n > 1 && backend_->Lookup(static_cast<const char*>(p) + n - 1, &r);
+}
+
+bool Shim::IsDevicePointer(const void* p) const {
+  cudaPointerAttributes a;
+  if (api_->cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    // Older runtimes fail on unregistered host memory and leave a sticky error that the program's
+    // next cudaGetLastError would report as its own: clear it.
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                         cudaStream_t stream, bool sync) {
+  if (n == 0) return cudaSuccess;
+  uint64_t t0 = MonotonicNs();
+  RegionInfo rs, rd;
+  bool sreg = backend_->Lookup(src, &rs);
+  bool dreg = backend_->Lookup(dst, &rd);
+  auto inside = [n](const void* p, const RegionInfo& r) {
+    return static_cast<const char*>(p) + n <= static_cast<const char*>(r.base) + r.size;
+  };
+  if ((sreg && !inside(src, rs)) || (dreg && !inside(dst, rd)) || (!sreg && !dreg)) {
+    // A copy that runs past the end of a region (or starts before one and runs into it).
+    Log(LogLevel::kError, "copy %p -> %p of %zu bytes crosses a zrtier region boundary", src, dst,
+        n);
+    return cudaErrorInvalidValue;
+  }
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (api_->cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+      cap != cudaStreamCaptureStatusNone) {
+    ZRTIER_LOG_ONCE(LogLevel::kError,
+                    "a copy to or from zrtier memory was issued during CUDA stream capture: zrtier "
+                    "cannot record it into a graph; returning cudaErrorStreamCaptureUnsupported "
+                    "(run with ZRTIER_DISABLE=1, or raise ZRTIER_MIN_ALLOC above these buffers)");
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  cudaError_t err;
+  if (sreg && dreg) {
+    err = CopyHostHost(dst, src, n, stream);
+  } else {
+    // One side is a region (host memory); find out what the other side is.
+    const void* other = sreg ? dst : src;
+    bool other_device;
+    switch (kind) {
+      case cudaMemcpyDefault:
+        other_device = IsDevicePointer(other);
+        break;
+      case cudaMemcpyHostToHost:
+        other_device = false;
+        break;
+      case cudaMemcpyHostToDevice:
+        if (dreg) return cudaErrorInvalidValue;  // kind says dst is device memory
+        other_device = true;
+        break;
+      case cudaMemcpyDeviceToHost:
+        if (sreg) return cudaErrorInvalidValue;
+        other_device = true;
+        break;
+      default:
+        return cudaErrorInvalidMemcpyDirection;
+    }
+    if (!other_device) {
+      err = CopyHostHost(dst, src, n, stream);
+    } else if (sreg) {
+      err = CopyFromRegion(dst, rs, static_cast<const char*>(src), n, stream, sync);
+      StatAdd(Stat::h2d_copies, 1);
+      StatAdd(Stat::h2d_bytes, n);
+    } else {
+      err = CopyToRegion(static_cast<char*>(dst), rd, src, n, stream);
+      StatAdd(Stat::d2h_copies, 1);
+      StatAdd(Stat::d2h_bytes, n);
+    }
+  }
+  if (err == cudaSuccess && sync) err = api_->cudaStreamSynchronize(stream);
+  StatAdd(Stat::copy_ns, MonotonicNs() - t0);
+  return err;
+}
+
+cudaError_t Shim::Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                           size_t height, cudaMemcpyKind kind, cudaStream_t stream, bool sync) {
+  if (width == 0 || height == 0) return cudaSuccess;
+  if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+  if (dpitch == width && spitch == width)
+    return Memcpy(dst, src, width * height, kind, stream, sync);
+  // Row by row through the 1D paths (correct, not fast; no PyTorch path issues 2D copies here).
+  for (size_t row = 0; row < height; ++row) {
+    char* d = static_cast<char*>(dst) + row * dpitch;
+    const char* s = static_cast<const char*>(src) + row * spitch;
+    cudaError_t err;
+    if (Involves(d, width) || Involves(s, width)) {
+      err = Memcpy(d, s, width, kind, stream, false);
+    } else {
+      err = api_->cudaMemcpyAsync(d, s, width, kind, stream);
+    }
+    if (err != cudaSuccess) return err;
+  }
+  return sync ? api_->cudaStreamSynchronize(stream) : cudaSuccess;
+}
+
+}  // namespace zrtier

@@ -1,0 +1,306 @@
+// Engine error paths with injected failures (FaultyOs, a failing store): creation fails with a
+// Status naming cause and fix; a full or failing store keeps chunks resident and nothing is lost
+// (also when an adopted chunk's write-back has no room in T1); a dead fault handler is reported on
+// stderr.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "runtime/base/stats.h"
+#include "runtime/engine/engine.h"
+#include "tools/bench/sample_data.h"
+#include "tests/testutil/external_holder.h"
+#include "tests/testutil/faulty_os.h"
+#include "tests/testutil/skip.h"
+
+namespace zrtier {
+namespace {
+
+Options TestOptions() {
+  Options o;
+  EXPECT_TRUE(o.Set(Opt::kArena, "64G").ok());
+  EXPECT_TRUE(o.Set(Opt::kStoreLimit, "0").ok());
+  EXPECT_TRUE(o.Set(Opt::kWorkers, "2").ok());
+  EXPECT_TRUE(o.Set(Opt::kResidentLimit, "0").ok());
+  return o;
+}
+
+// A store whose Put/Get can be made to fail; otherwise the real store stack.
+class FlakyStore : public ChunkStore {
+ public:
+  FlakyStore() {
+    Status st = CreateStore(TestOptions(), Os::Default(), &inner_);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  const char* name() const override { return "flaky"; }
+  Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override {
+    if (int e = put_err.load()) return Status::Error(e, "injected Put failure");
+    return inner_->Put(data, len, raw_len, out);
+  }
+  Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override {
+    if (int e = get_err.load()) return Status::Error(e, "injected Get failure");
+    return inner_->Get(h, fn);
+  }
+  void Free(StoreHandle h) override { inner_->Free(h); }
+  StoreUsage Usage() const override { return inner_->Usage(); }
+
+  std::atomic<int> put_err{0};
+  std::atomic<int> get_err{0};
+
+ private:
+  std::unique_ptr<ChunkStore> inner_;
+};
+
+std::vector<char> Sample(SampleKind kind, uint64_t seed, size_t len) {
+  std::vector<char> v(len);
+  FillSample(kind, seed, v.data(), len);
+  return v;
+}
+
+TEST(EngineFaultInjectionTest, UserfaultfdUnavailableNamesTheFix) {
+  for (int err : {EPERM, ENOSYS}) {
+    FaultyOs os;
+    os.Fail(OsCall::kUserfaultfd, err);
+    std::unique_ptr<Engine> e;
+    Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
+    EXPECT_EQ(st.code(), err);
+    EXPECT_NE(st.message().find("vm.unprivileged_userfaultfd=1"), std::string::npos)
+        << st.message();
+    EXPECT_EQ(e, nullptr);
+  }
+}
+
+TEST(EngineFaultInjectionTest, MissingWriteProtectNamesTheKernel) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  FaultyOs os;
+  os.Fail(OsCall::kIoctl, EINVAL);  // UFFDIO_API refuses the features asked for
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
+  EXPECT_EQ(st.code(), ENOTSUP);
+  EXPECT_NE(st.message().find("5.7"), std::string::npos) << st.message();
+}
+
+TEST(EngineFaultInjectionTest, ArenaMmapFailureNamesTheOption) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  FaultyOs os;
+  os.Fail(OsCall::kMmap, ENOMEM);
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
+  EXPECT_EQ(st.code(), ENOMEM);
+  EXPECT_NE(st.message().find("ZRTIER_ARENA"), std::string::npos) << st.message();
+  EXPECT_GE(os.Count(OsCall::kClose), 1);  // the userfaultfd was closed again
+}
+
+TEST(EngineFaultInjectionTest, RegisterAndEventfdFailuresAreReported) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  {
+    FaultyOs os;
+    os.Fail(OsCall::kIoctl, EPERM, /*after=*/1);  // UFFDIO_API ok, UFFDIO_REGISTER fails
+    std::unique_ptr<Engine> e;
+    Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
+    EXPECT_EQ(st.code(), EPERM);
+    EXPECT_NE(st.message().find("UFFDIO_REGISTER"), std::string::npos) << st.message();
+  }
+  {
+    FaultyOs os;
+    os.Fail(OsCall::kEventfd, EMFILE);
+    std::unique_ptr<Engine> e;
+    Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
+    EXPECT_EQ(st.code(), EMFILE);
+    EXPECT_NE(st.message().find("eventfd"), std::string::npos) << st.message();
+  }
+}
+
+TEST(EngineFaultInjectionTest, FullStoreKeepsChunksResidentAndReadable) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto store = std::make_unique<FlakyStore>();
+  FlakyStore* flaky = store.get();
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestOptions(), Os::Default(), std::move(store), &e).ok());
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(16 * e->chunk_size(), &r).ok());
+  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 11, r.size);
+  memcpy(r.base, data.data(), r.size / 2);
+  flaky->put_err.store(ENOSPC);
+  uint64_t full0 = StatGet(Stat::store_full);
+  Status st = e->EvictTo(0);
+  EXPECT_EQ(st.code(), ENOSPC);
+  EXPECT_GT(StatGet(Stat::store_full), full0);
+  EXPECT_GT(e->Usage().resident_bytes, 0u);
+  // A small budget with a full store must not hang writers: chunks stay resident.
+  e->SetResidentLimit(2 * e->chunk_size());
+  memcpy(static_cast<char*>(r.base) + r.size / 2, data.data() + r.size / 2, r.size / 2);
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+  std::vector<char> out(r.size);
+  ASSERT_TRUE(e->Read(r.base, r.size, out.data(), nullptr).ok());
+  EXPECT_EQ(out, data);
+  // Room again: everything evicts and comes back exactly.
+  flaky->put_err.store(0);
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_EQ(e->Usage().resident_bytes, 0u);
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+}
+
+TEST(EngineFaultInjectionTest, StoreIoErrorOnEvictionLosesNothing) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto store = std::make_unique<FlakyStore>();
+  FlakyStore* flaky = store.get();
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestOptions(), Os::Default(), std::move(store), &e).ok());
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(4 * e->chunk_size(), &r).ok());
+  std::vector<char> data = Sample(SampleKind::kText, 12, r.size);
+  memcpy(r.base, data.data(), r.size);
+  flaky->put_err.store(EIO);
+  uint64_t io0 = StatGet(Stat::io_errors);
+  EXPECT_EQ(e->EvictRange(r.base, r.size).code(), EIO);
+  EXPECT_GT(StatGet(Stat::io_errors), io0);
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+  // A write after the failed eviction is seen (the chunk went back write-protected and clean).
+  static_cast<char*>(r.base)[7] = 'Z';
+  data[7] = 'Z';
+  flaky->put_err.store(0);
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  std::vector<char> out(r.size);
+  ASSERT_TRUE(e->Read(r.base, r.size, out.data(), nullptr).ok());
+  EXPECT_EQ(out, data);
+  // A store that cannot read an entry: Read says so and names the chunk.
+  flaky->get_err.store(EIO);
+  Status st = e->Read(r.base, 16, out.data(), nullptr);
+  EXPECT_EQ(st.code(), EIO);
+  EXPECT_NE(st.message().find("chunk at"), std::string::npos) << st.message();
+  flaky->get_err.store(0);
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+}
+
+// Attach (an owned T0 slot's write-back) installs the bytes while T1 has room; without room it
+// encodes them into the store (same generation, no pages, an all-zero chunk stores nothing), and
+// a store that refuses the entry makes it install past the limit. Every byte reads back.
+TEST(EngineFaultInjectionTest, AttachWithoutRoomStoresTheBytesOrInstallsThem) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto store = std::make_unique<FlakyStore>();
+  FlakyStore* flaky = store.get();
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestOptions(), Os::Default(), std::move(store), &e).ok());
+  const size_t cs = e->chunk_size(), n = 4;
+  testing::ExternalHolder holder(cs);
+  e->SetExternalCopies(&holder);
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
+  char* p = static_cast<char*>(r.base);
+  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 14, n * cs);
+  memset(data.data() + 2 * cs, 0, cs);  // chunk 2: all zero
+  std::vector<uint64_t> gens(n);
+  ASSERT_TRUE(e->Adopt(p, n, gens.data(), [&] {
+                 for (size_t k = 0; k < n; ++k) holder.Hold(r.id, k, gens[k], data.data() + k * cs);
+               }).ok());
+  EXPECT_EQ(e->Usage().external_bytes, n * cs);
+
+  // No limit: room, installed.
+  EXPECT_EQ(e->ResidentRoom(), UINT64_MAX);
+  bool installed = false;
+  ASSERT_TRUE(e->Attach(p, gens[0], data.data(), &installed).ok());
+  EXPECT_TRUE(installed);
+  EXPECT_EQ(e->Usage().resident_bytes, cs);
+  e->SetResidentLimit(3 * cs);
+  EXPECT_EQ(e->ResidentRoom(), 2 * cs);
+
+  // A limit of one chunk, reached: chunks 1 (bf16) and 2 (zero) go to the store, encoded.
+  e->SetResidentLimit(cs);
+  EXPECT_EQ(e->ResidentRoom(), 0u);
+  const uint64_t encoded0 = StatGet(Stat::bytes_encoded);
+  for (size_t k : {1, 2}) {
+    installed = true;
+    ASSERT_TRUE(e->Attach(p + k * cs, gens[k], data.data() + k * cs, &installed).ok());
+    EXPECT_FALSE(installed) << "chunk " << k;
+    EXPECT_EQ(e->Generation(p + k * cs), gens[k]) << "chunk " << k;
+  }
+  EXPECT_EQ(StatGet(Stat::bytes_encoded) - encoded0, 2 * cs);
+  EngineUsage u = e->Usage();
+  EXPECT_EQ(u.resident_bytes, cs);
+  EXPECT_EQ(u.stored_raw_bytes, cs);  // chunk 1; chunk 2 is empty
+  EXPECT_EQ(u.external_bytes, cs);    // chunk 3
+  uint64_t g[n];
+  bool resident[n];
+  e->Generations(p, n, g, resident);
+  EXPECT_TRUE(resident[0]);
+  EXPECT_FALSE(resident[1]);
+  EXPECT_FALSE(resident[2]);
+
+  // The store refuses chunk 3: installed anyway (nothing waits, nothing is lost).
+  flaky->put_err.store(ENOSPC);
+  const uint64_t full0 = StatGet(Stat::store_full);
+  installed = false;
+  ASSERT_TRUE(e->Attach(p + 3 * cs, gens[3], data.data() + 3 * cs, &installed).ok());
+  EXPECT_TRUE(installed);
+  EXPECT_GE(StatGet(Stat::store_full) - full0, 1u);  // (the evictor may fail on it too)
+  EXPECT_EQ(e->Usage().external_bytes, 0u);
+  flaky->put_err.store(0);
+
+  std::vector<char> out(n * cs);
+  ASSERT_TRUE(e->Read(p, n * cs, out.data(), nullptr).ok());
+  EXPECT_EQ(out, data);
+  EXPECT_EQ(0, memcmp(p, data.data(), n * cs));  // CPU loads: faults decode chunk 1
+  EXPECT_TRUE(e->Free(p).ok());
+  e->SetExternalCopies(nullptr);
+}
+
+TEST(EngineFaultInjectionTest, TinyStoreLimitFillsUpWithoutLoss) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  Options o = TestOptions();
+  ASSERT_TRUE(o.Set(Opt::kStoreLimit, "1M").ok());
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(o, Os::Default(), nullptr, &e);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(4 << 20, &r).ok());
+  std::vector<char> data = Sample(SampleKind::kRandom, 13, r.size);  // incompressible
+  memcpy(r.base, data.data(), r.size);
+  st = e->EvictTo(0);
+  EXPECT_EQ(st.code(), ENOSPC) << st.ToString();
+  EngineUsage u = e->Usage();
+  EXPECT_GT(u.resident_bytes, 0u);
+  EXPECT_GT(u.stored_raw_bytes, 0u);
+  EXPECT_LE(u.store.used_bytes, 1u << 20);
+  std::vector<char> out(r.size);
+  ASSERT_TRUE(e->Read(r.base, r.size, out.data(), nullptr).ok());
+  EXPECT_EQ(out, data);
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+}
+
+TEST(EngineFaultInjectionTest, MadviseFailureDuringEvictionKeepsTheChunk) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  FaultyOs os;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestOptions(), &os, nullptr, &e).ok());
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(2 * e->chunk_size(), &r).ok());
+  std::vector<char> data = Sample(SampleKind::kFp16Gaussian, 14, r.size);
+  memcpy(r.base, data.data(), r.size);
+  os.Fail(OsCall::kMadvise, EIO);
+  EXPECT_EQ(e->EvictTo(0).code(), EIO);
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+  os.ClearAll();
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+}
+
+TEST(EngineFaultInjectionTest, DeadFaultHandlerIsReported) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  FaultyOs os;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(TestOptions(), &os, nullptr, &e).ok());
+  ::testing::internal::CaptureStderr();
+  os.Fail(OsCall::kPoll, EBADF);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("fault handler"), std::string::npos) << err;
+  EXPECT_NE(err.find("has stopped"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace zrtier

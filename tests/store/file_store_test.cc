@@ -1,0 +1,290 @@
+// Covers the spill-file tier: exact round trips (single and batched, staged and oversized), the
+// spill directory (created, not writable), ZRTIER_SPILL_LIMIT, free-space reuse and hole punching,
+// files removed on destroy, the buffered fallback when O_DIRECT is refused, and device faults
+// injected through FaultyOs (fallocate, submission, CQE results) and a real full tmpfs.
+#include "runtime/store/file_store.h"
+
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "runtime/base/stats.h"
+#include "tools/bench/sample_data.h"
+#include "tests/testutil/faulty_os.h"
+#include "tests/testutil/skip.h"
+
+namespace zrtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
+  std::vector<unsigned char> v(n);
+  FillSample(SampleKind::kBf16Gaussian, seed, v.data(), n);
+  return v;
+}
+
+Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
+  return s->Get(h, [&](const void* p, size_t n) {
+    out->assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
+    return Status::Ok();
+  });
+}
+
+class FileStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = testing::IoUringUnavailableReason();
+    if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why;
+    char tmpl[] = "/var/tmp/zrtier-file-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  size_t FilesIn(const std::string& d) {
+    size_t n = 0;
+    if (fs::exists(d))
+      for (auto& e : fs::directory_iterator(d)) n += e.is_regular_file();
+    return n;
+  }
+  std::string dir_;
+};
+
+TEST_F(FileStoreTest, RoundTripsExactBytesAndRemovesFiles) {
+  std::string dir = dir_ + "/a/b";  // created with its parents
+  {
+    std::unique_ptr<FileStore> store;
+    ASSERT_TRUE(FileStore::Create(dir, 0, Os::Default(), &store).ok());
+    EXPECT_STREQ(store->name(), "file");
+    std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
+    for (size_t n : {1, 100, 4095, 4096, 4097, 45000, 65536, 300000, 1000000}) {
+      auto d = Bytes(n, n);
+      StoreHandle h;
+      ASSERT_TRUE(store->Put(d.data(), n, 2 * n, &h).ok());
+      items.emplace_back(h, std::move(d));
+    }
+    for (auto& [h, d] : items) {
+      std::vector<unsigned char> got;
+      ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
+      EXPECT_EQ(got, d);
+    }
+    StoreUsage u = store->Usage();
+    EXPECT_EQ(u.entries, items.size());
+    EXPECT_GE(u.used_bytes, u.payload_bytes);
+    EXPECT_EQ(u.used_bytes % 4096, 0u);
+    EXPECT_GE(FilesIn(dir), 1u);
+  }
+  EXPECT_EQ(FilesIn(dir), 0u) << "spill files are removed with the store";
+}
+
+TEST_F(FileStoreTest, GaugesAndCountersFollowUsage) {
+  uint64_t raw0 = StatGet(Stat::spill_raw_bytes), bytes0 = StatGet(Stat::spill_bytes);
+  uint64_t w0 = StatGet(Stat::spill_write_bytes), r0 = StatGet(Stat::spill_read_bytes);
+  {
+    std::unique_ptr<FileStore> store;
+    ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+    auto d = Bytes(5000, 11);
+    StoreHandle h1, h2;
+    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h1).ok());
+    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h2).ok());
+    EXPECT_EQ(StatGet(Stat::spill_raw_bytes) - raw0, 2u * 65536);
+    EXPECT_EQ(StatGet(Stat::spill_bytes) - bytes0, 2u * 8192) << "two 4 KiB-rounded extents";
+    EXPECT_EQ(StatGet(Stat::spill_write_bytes) - w0, 2u * 5000);
+    std::vector<unsigned char> got;
+    ASSERT_TRUE(ReadInto(store.get(), h1, &got).ok());
+    EXPECT_EQ(StatGet(Stat::spill_read_bytes) - r0, 5000u);
+    store->Free(h1);
+    EXPECT_EQ(StatGet(Stat::spill_raw_bytes) - raw0, 65536u);
+    EXPECT_EQ(StatGet(Stat::spill_bytes) - bytes0, 8192u);
+  }
+  EXPECT_EQ(StatGet(Stat::spill_raw_bytes), raw0) << "destroying the store drops its gauges";
+  EXPECT_EQ(StatGet(Stat::spill_bytes), bytes0);
+}
+
+TEST_F(FileStoreTest, StaleFilesOfDeadProcessesAreRemoved) {
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  int st;
+  ASSERT_EQ(waitpid(child, &st, 0), child);  // `child` is now a pid with no process
+  std::string dead = dir_ + "/zrtier-" + std::to_string(child) + "-0-0.spill";
+  std::string live = dir_ + "/zrtier-1-0-0.spill";  // pid 1 exists
+  std::string other = dir_ + "/keep.spill";
+  for (const std::string& f : {dead, live, other}) fclose(fopen(f.c_str(), "w"));
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
+}
+
+TEST_F(FileStoreTest, BatchesRoundTrip) {
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+  const size_t n = 100;
+  std::vector<std::vector<unsigned char>> data;
+  std::vector<ExtentStore::PutReq> puts(n);
+  for (size_t i = 0; i < n; ++i) {
+    data.push_back(Bytes(20000 + i * 97, 1000 + i));
+    puts[i].data = data[i].data();
+    puts[i].len = data[i].size();
+    puts[i].raw_len = 65536;
+  }
+  store->PutBatch(puts.data(), n);
+  std::vector<std::vector<unsigned char>> got(n);
+  std::vector<ExtentStore::GetReq> gets(n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(puts[i].status.ok()) << puts[i].status.ToString();
+    gets[i].h = puts[i].out;
+    gets[i].out = &got[i];
+  }
+  store->GetBatch(gets.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(gets[i].status.ok());
+    ASSERT_EQ(got[i], data[i]) << i;
+  }
+  EXPECT_EQ(store->Usage().raw_bytes, n * 65536);
+}
+
+TEST_F(FileStoreTest, UnwritableDirectoryNamesTheOption) {
+  std::string file = dir_ + "/plain";
+  FILE* f = fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  std::unique_ptr<FileStore> store;
+  Status s = FileStore::Create(file + "/sub", 0, Os::Default(), &store);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ZRTIER_SPILL_DIR"), std::string::npos) << s.ToString();
+  FaultyOs os;
+  os.Fail(OsCall::kOpen, EACCES);
+  s = FileStore::Create(dir_, 0, &os, &store);
+  ASSERT_EQ(s.code(), EACCES);
+  EXPECT_NE(s.message().find("not writable"), std::string::npos) << s.ToString();
+}
+
+TEST_F(FileStoreTest, LimitGivesEnospcAndFreedSpaceIsReusedAndPunched) {
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 1 << 20, Os::Default(), &store).ok());
+  auto d = Bytes(60000, 7);  // 15 blocks each
+  std::vector<StoreHandle> hs;
+  Status s;
+  for (int i = 0; i < 100; ++i) {
+    StoreHandle h;
+    s = store->Put(d.data(), d.size(), 65536, &h);
+    if (!s.ok()) break;
+    hs.push_back(h);
+  }
+  ASSERT_EQ(s.code(), ENOSPC);
+  EXPECT_NE(s.message().find("ZRTIER_SPILL_LIMIT"), std::string::npos) << s.ToString();
+  EXPECT_EQ(hs.size(), (1u << 20) / (15 * 4096));
+  std::string seg;
+  for (auto& e : fs::directory_iterator(dir_)) seg = e.path();
+  struct stat st;
+  ASSERT_EQ(stat(seg.c_str(), &st), 0);
+  uint64_t blocks_full = st.st_blocks;
+  for (size_t i = 0; i < hs.size(); i += 2) store->Free(hs[i]);
+  ASSERT_EQ(stat(seg.c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks), blocks_full) << "freed extents are punched";
+  for (size_t i = 0; i < hs.size(); i += 2) {
+    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &hs[i]).ok()) << "freed space is reused";
+  }
+  for (StoreHandle h : hs) {
+    std::vector<unsigned char> got;
+    ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
+    ASSERT_EQ(got, d);
+  }
+}
+
+TEST_F(FileStoreTest, FallsBackToBufferedIoWhenODirectIsRefused) {
+  FaultyOs os;
+  os.Fail(OsCall::kOpen, EINVAL, 0, 1);  // the O_DIRECT open
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  EXPECT_FALSE(store->direct_io());
+  auto d = Bytes(12345, 8);
+  StoreHandle h;
+  ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
+  std::vector<unsigned char> got;
+  ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
+  EXPECT_EQ(got, d);
+}
+
+TEST_F(FileStoreTest, DeviceFaultsLoseNothingAndCountIoErrors) {
+  CqeFaultOs os;
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  auto d = Bytes(30000, 9);
+  StoreHandle good;
+  ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &good).ok());
+  uint64_t errors0 = StatGet(Stat::io_errors);
+  StoreHandle h;
+
+  os.Fail(OsCall::kFallocate, ENOSPC, 0, 1);
+  EXPECT_EQ(store->Put(d.data(), d.size(), 65536, &h).code(), ENOSPC);
+  os.Fail(OsCall::kIoUringSubmitAndWait, EIO, 0, 1);
+  EXPECT_EQ(store->Put(d.data(), d.size(), 65536, &h).code(), EIO);
+  os.fail_cqes = 1;
+  EXPECT_EQ(store->Put(d.data(), d.size(), 65536, &h).code(), EIO);
+  EXPECT_EQ(StatGet(Stat::io_errors) - errors0, 3u);
+  EXPECT_EQ(store->Usage().entries, 1u) << "failed writes store nothing";
+
+  // Reads: a failed completion is EIO without calling fn; the entry is still there afterwards.
+  os.fail_cqes = 1;
+  bool called = false;
+  EXPECT_EQ(store
+                ->Get(good,
+                      [&](const void*, size_t) {
+                        called = true;
+                        return Status::Ok();
+                      })
+                .code(),
+            EIO);
+  EXPECT_FALSE(called);
+  std::vector<unsigned char> got;
+  ASSERT_TRUE(ReadInto(store.get(), good, &got).ok());
+  EXPECT_EQ(got, d);
+  ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok()) << "the ring works again";
+  ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
+  EXPECT_EQ(got, d);
+}
+
+TEST_F(FileStoreTest, RealFullTmpfs) {
+  std::string mnt = dir_ + "/tmpfs";
+  ASSERT_EQ(mkdir(mnt.c_str(), 0700), 0);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0)
+    GTEST_SKIP() << "cannot mount a 1 MiB tmpfs: " << strerror(errno);
+  {
+    std::unique_ptr<FileStore> store;
+    ASSERT_TRUE(FileStore::Create(mnt, 0, Os::Default(), &store).ok());
+    auto d = Bytes(60000, 10);
+    std::vector<StoreHandle> hs;
+    Status s;
+    uint64_t errors0 = StatGet(Stat::io_errors);
+    for (int i = 0; i < 100; ++i) {
+      StoreHandle h;
+      s = store->Put(d.data(), d.size(), 65536, &h);
+      if (!s.ok()) break;
+      hs.push_back(h);
+    }
+    EXPECT_EQ(s.code(), ENOSPC) << s.ToString();
+    EXPECT_GT(StatGet(Stat::io_errors), errors0);
+    EXPECT_GE(hs.size(), 10u);
+    for (StoreHandle h : hs) {
+      std::vector<unsigned char> got;
+      ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
+      ASSERT_EQ(got, d);
+    }
+  }
+  umount2(mnt.c_str(), MNT_DETACH);
+}
+
+}  // namespace
+}  // namespace zrtier

@@ -1,0 +1,236 @@
+// Covers the zram tier on a real zram device: a private hot-added device configured (algorithm,
+// disksize) and reset/removed afterwards, exact round trips through io_uring on O_DIRECT, slot
+// reuse, coalesced batch reads across holes, the device-size limit, a busy device refused, and the
+// ram+zram+file stack spilling through zram into files. Skips with the reason where there is no
+// zram or it cannot be configured.
+#include "runtime/store/zram_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "runtime/base/stats.h"
+#include "runtime/store/tiered_store.h"
+#include "tools/bench/sample_data.h"
+#include "tests/testutil/skip.h"
+
+namespace zrtier {
+namespace {
+
+std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
+  std::vector<unsigned char> v(n);
+  FillSample(SampleKind::kBf16Gaussian, seed, v.data(), n);
+  return v;
+}
+
+Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
+  return s->Get(h, [&](const void* p, size_t n) {
+    out->assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
+    return Status::Ok();
+  });
+}
+
+std::string ReadSys(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+// Every test hot-adds its own device (ZRTIER_ZRAM_DEVICE=auto), so tests never share one.
+#define SKIP_UNLESS_ZRAM()                                             \
+  do {                                                                 \
+    std::string why = ZramDevice::UnavailableReason();                 \
+    if (!why.empty()) GTEST_SKIP() << why;                             \
+    why = testing::IoUringUnavailableReason();                         \
+    if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why; \
+  } while (0)
+
+Status MakeStore(uint64_t size, std::unique_ptr<ZramStore>* out, std::string* skip) {
+  Status s = ZramStore::Create("auto", size, Os::Default(), out);
+  if (!s.ok() && (s.code() == EPERM || s.code() == EACCES || s.code() == EBUSY))
+    *skip = "cannot claim a zram device: " + s.ToString();
+  return s;
+}
+
+TEST(ZramStore, RoundTripsOnARealDeviceAndResetsIt) {
+  SKIP_UNLESS_ZRAM();
+  std::string dev_dir;
+  uint64_t raw0 = StatGet(Stat::zram_raw_bytes), bytes0 = StatGet(Stat::zram_bytes);
+  {
+    std::unique_ptr<ZramStore> store;
+    std::string skip;
+    Status s = MakeStore(16 << 20, &store, &skip);
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_STREQ(store->name(), "zram");
+    dev_dir = "/sys/block/zram" + std::to_string(store->device().id());
+    EXPECT_EQ(ReadSys(dev_dir + "/disksize"), std::to_string(16 << 20));
+    std::string current;
+    auto algs = store->device().Algorithms(&current);
+    EXPECT_EQ(current, store->algorithm());
+    bool has_zstd = std::find(algs.begin(), algs.end(), "zstd") != algs.end();
+    bool has_lz4 = std::find(algs.begin(), algs.end(), "lz4") != algs.end();
+    if (has_zstd) {
+      EXPECT_EQ(current, "zstd");
+    } else if (has_lz4) {
+      EXPECT_EQ(current, "lz4");
+    }
+    printf("device %s, algorithm %s, O_DIRECT %d\n", store->device().path().c_str(),
+           current.c_str(), store->direct_io());
+
+    std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
+    for (size_t n : {1, 4096, 4097, 45000, 65536, 300000}) {
+      auto d = Bytes(n, n);
+      StoreHandle h;
+      ASSERT_TRUE(store->Put(d.data(), n, n, &h).ok());
+      items.emplace_back(h, std::move(d));
+    }
+    for (auto& [h, d] : items) {
+      std::vector<unsigned char> got;
+      ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
+      EXPECT_EQ(got, d);
+    }
+    uint64_t raw_sum = 0;
+    for (auto& it : items) raw_sum += it.second.size();
+    EXPECT_EQ(StatGet(Stat::zram_raw_bytes) - raw0, raw_sum);
+    EXPECT_EQ(StatGet(Stat::zram_bytes) - bytes0, store->Usage().used_bytes);
+    uint64_t orig, compr, mem;
+    ASSERT_TRUE(store->device().MmStat(&orig, &compr, &mem).ok());
+    EXPECT_GT(orig, 0u) << "the bytes are on the device";
+    for (auto& it : items) store->Free(it.first);
+    EXPECT_EQ(store->Usage().used_bytes, 0u);
+    EXPECT_EQ(StatGet(Stat::zram_raw_bytes), raw0);
+    EXPECT_EQ(StatGet(Stat::zram_bytes), bytes0);
+  }
+  // Reset: a hot-added device is gone, an existing one is back to disksize 0.
+  if (std::filesystem::exists(dev_dir)) {
+    EXPECT_EQ(ReadSys(dev_dir + "/disksize"), "0");
+  }
+}
+
+TEST(ZramStore, DeviceSizeLimitsAndSlotsAreReused) {
+  SKIP_UNLESS_ZRAM();
+  std::unique_ptr<ZramStore> store;
+  std::string skip;
+  Status s = MakeStore(1 << 20, &store, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  auto d = Bytes(60000, 3);  // 15 slots of 4 KiB
+  std::vector<StoreHandle> hs;
+  for (;;) {
+    StoreHandle h;
+    s = store->Put(d.data(), d.size(), 65536, &h);
+    if (!s.ok()) break;
+    hs.push_back(h);
+  }
+  EXPECT_EQ(s.code(), ENOSPC);
+  EXPECT_EQ(hs.size(), 256u / 15);
+  store->Free(hs[3]);
+  StoreHandle h;
+  ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok()) << "the freed slots are reused";
+  hs[3] = h;
+  for (StoreHandle x : hs) {
+    std::vector<unsigned char> got;
+    ASSERT_TRUE(ReadInto(store.get(), x, &got).ok());
+    ASSERT_EQ(got, d);
+  }
+}
+
+TEST(ZramStore, BatchOfAdjacentSlotsIsReadInFewRequestsWithHoles) {
+  SKIP_UNLESS_ZRAM();
+  std::unique_ptr<ZramStore> store;
+  std::string skip;
+  Status s = MakeStore(8 << 20, &store, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const size_t n = 48;
+  std::vector<std::vector<unsigned char>> data;
+  std::vector<ExtentStore::PutReq> puts(n);
+  for (size_t i = 0; i < n; ++i) {
+    data.push_back(Bytes(10000 + i * 613, 50 + i));
+    puts[i].data = data[i].data();
+    puts[i].len = data[i].size();
+    puts[i].raw_len = 65536;
+  }
+  store->PutBatch(puts.data(), n);
+  for (size_t i = 0; i < n; i += 5) store->Free(puts[i].out);  // holes between the rest
+  std::vector<size_t> live;
+  for (size_t i = 0; i < n; ++i)
+    if (i % 5) live.push_back(i);
+  std::reverse(live.begin(), live.end());  // out of order
+  std::vector<std::vector<unsigned char>> got(live.size());
+  std::vector<ExtentStore::GetReq> gets(live.size());
+  for (size_t k = 0; k < live.size(); ++k) {
+    ASSERT_TRUE(puts[live[k]].status.ok()) << puts[live[k]].status.ToString();
+    gets[k].h = puts[live[k]].out;
+    gets[k].out = &got[k];
+  }
+  ExtentStore::IoCounts c0 = store->io_counts();
+  store->GetBatch(gets.data(), gets.size());
+  ExtentStore::IoCounts c1 = store->io_counts();
+  for (size_t k = 0; k < live.size(); ++k) {
+    ASSERT_TRUE(gets[k].status.ok()) << gets[k].status.ToString();
+    ASSERT_EQ(got[k], data[live[k]]) << live[k];
+  }
+  EXPECT_EQ(c1.read_entries - c0.read_entries, live.size());
+  EXPECT_LT(c1.read_requests - c0.read_requests, live.size() / 4);
+}
+
+TEST(ZramStore, BusyDeviceIsRefused) {
+  SKIP_UNLESS_ZRAM();
+  std::unique_ptr<ZramStore> first;
+  std::string skip;
+  Status s = MakeStore(1 << 20, &first, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::unique_ptr<ZramStore> second;
+  s = ZramStore::Create(first->device().path(), 1 << 20, Os::Default(), &second);
+  EXPECT_EQ(s.code(), EBUSY) << s.ToString();
+  EXPECT_NE(s.message().find("ZRTIER_ZRAM_DEVICE"), std::string::npos);
+  s = ZramStore::Create("/dev/sda", 1 << 20, Os::Default(), &second);
+  EXPECT_EQ(s.code(), EINVAL);
+}
+
+TEST(ZramStore, StackSpillsThroughZramIntoFiles) {
+  SKIP_UNLESS_ZRAM();
+  char tmpl[] = "/var/tmp/zrtier-zram-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  Options opts;
+  ASSERT_TRUE(opts.Set(Opt::kStoreBackend, "ram+zram+file").ok());
+  ASSERT_TRUE(opts.Set(Opt::kStoreLimit, "512K").ok());
+  ASSERT_TRUE(opts.Set(Opt::kZramSize, "1M").ok());
+  ASSERT_TRUE(opts.Set(Opt::kSpillDir, tmpl).ok());
+  {
+    std::unique_ptr<ChunkStore> base;
+    Status s = CreateStore(opts, Os::Default(), &base);
+    if (!s.ok() && (s.code() == EPERM || s.code() == EACCES || s.code() == EBUSY))
+      GTEST_SKIP() << "cannot claim a zram device: " << s.ToString();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    auto* store = static_cast<TieredStore*>(base.get());
+    EXPECT_STREQ(store->name(), "ram+zram+file");
+    std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
+    for (int i = 0; i < 80; ++i) {  // 80 x 40 KB = 3.2 MB through 0.5 MB RAM + 1 MB zram
+      auto d = Bytes(40000, 100 + i);
+      StoreHandle h;
+      ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
+      items.emplace_back(h, std::move(d));
+    }
+    store->WaitIdle();
+    EXPECT_GT(store->TierUsage(1).entries, 0u) << "zram holds some";
+    EXPECT_GT(store->TierUsage(2).entries, 0u) << "files hold the rest";
+    for (auto& [h, d] : items) {
+      std::vector<unsigned char> got;
+      ASSERT_TRUE(ReadInto(store, h, &got).ok());
+      ASSERT_EQ(got, d);
+    }
+  }
+  std::filesystem::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace zrtier
