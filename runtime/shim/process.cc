@@ -91,7 +91,7 @@ void BuildShimLocked() {
   ShimConfig cfg;
   cfg.min_alloc = opts.Size(Opt::kMinAlloc);
   cfg.workers = ResolveWorkers(opts.Int(Opt::kWorkers)) - 1;  // the copying thread is one of them
-  cfg.prefetch_options = g_opts;
+  cfg.policy = g_opts;
   cfg.async_h2d = opts.Bool(Opt::kH2dAsync);
   DmaBatch::SetEnabled(opts.Bool(Opt::kDmaBatch));
   Shim* shim = new Shim(api, std::move(engine), std::move(pool), cfg);

@@ -1,7 +1,8 @@
-// Allocation and pointer-query side of the shim, and copy dispatch (copy_paths.cc has the paths).
 #include "runtime/shim/shim.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
@@ -15,34 +16,46 @@ constexpr size_t kStreamFlags = 1024;
 Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
            std::unique_ptr<PinnedPool> pool, const ShimConfig& cfg)
     : api_(api),
+      cfg_(cfg),
       backend_(std::move(backend)),
       pool_(std::move(pool)),
       workers_(std::make_unique<FillWorkers>(cfg.workers)),
       watcher_(std::make_unique<EventWatcher>(api)),
-      flags_(std::make_unique<StreamFlags>(api, kStreamFlags)),
-      cfg_(cfg) {
-  chunk_ = backend_->chunk_size();
-  max_piece_chunks_ = cfg_.max_piece_bytes / chunk_;
+      flags_(std::make_unique<StreamFlags>(api, kStreamFlags)) {
+  ctx_.api = api_;
+  ctx_.backend = backend_.get();
+  ctx_.pool = pool_.get();
+  ctx_.workers = workers_.get();
+  ctx_.watcher = watcher_.get();
+  ctx_.flags = flags_.get();
+  ctx_.pending = &pending_;
+  ctx_.regions = &regions_;
+  ctx_.chunk = backend_->chunk_size();
+  ctx_.max_piece_chunks = cfg_.max_piece_bytes / ctx_.chunk;
   size_t quarter = pool_->slots() / 4;
-  if (max_piece_chunks_ > quarter) max_piece_chunks_ = quarter;
-  if (max_piece_chunks_ == 0) max_piece_chunks_ = 1;
-  if (cfg_.prefetch_options) {
-    pool_->set_spread(cfg_.prefetch_options->Bool(Opt::kSpread));
-    prefetch_ = ShimPrefetch::Create(this, *cfg_.prefetch_options, pool_->bytes() / 2);
+  if (ctx_.max_piece_chunks > quarter) ctx_.max_piece_chunks = quarter;
+  if (ctx_.max_piece_chunks == 0) ctx_.max_piece_chunks = 1;
+  if (cfg_.policy) {
+    pool_->set_spread(cfg_.policy->Bool(Opt::kSpread));
+    prefetch_ = ShimPrefetch::Create(ctx_, *cfg_.policy, pool_->bytes() / 2);
+    ctx_.prefetch = prefetch_.get();
   }
+  write_back_ = std::make_unique<WriteBack>(ctx_);
+  h2d_ = std::make_unique<H2DPath>(ctx_, write_back_.get(), cfg_.async_h2d);
+  d2h_ = std::make_unique<D2HPath>(ctx_, write_back_.get());
   backend_->SetExternalCopies(pool_.get());
-  workers_->SetIdleWork([this] { return IdleWriteBack(); });
+  workers_->SetIdleWork([this] { return write_back_->Idle(); });
 }
 
 Shim::~Shim() {
   workers_->SetIdleWork(nullptr);
   prefetch_.reset();
   api_->cudaDeviceSynchronize();
-  DrainDeferred();  // done by now, unless the device is gone
+  h2d_->DrainDeferred();  // done by now, unless the device is gone
   watcher_.reset();
-  WaitForWriteBack();
+  write_back_->Wait();
   workers_.reset();
-  ReapRetired(/*all=*/true);
+  d2h_.reset();  // deletes the finished publish groups
   flags_.reset();
   backend_->SetExternalCopies(nullptr);
   pool_.reset();
@@ -63,10 +76,7 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
       StatAdd(Stat::region_bytes, r.size);
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
-      {
-        std::unique_lock<std::shared_mutex> l(regions_mu_);
-        regions_[r.id] = r;
-      }
+      regions_.Add(r);
       *p = r.base;
       return cudaSuccess;
     }
@@ -86,11 +96,8 @@ cudaError_t Shim::FreeHost(void* p) {
     // Like the real cudaFreeHost: nothing queued may still use the memory. This also runs every
     // pending publish host function of the region.
     api_->cudaDeviceSynchronize();
-    DrainDeferred();  // every deferred fill has run by now, unless the device is gone
-    {
-      std::unique_lock<std::shared_mutex> l(regions_mu_);  // waits for prefetches reading it
-      regions_.erase(r.id);
-    }
+    h2d_->DrainDeferred();  // every deferred fill has run by now, unless the device is gone
+    regions_.Remove(r.id);  // waits for prefetches and write-backs reading it
     Status st = backend_->Free(p);
     pool_->DropRegion(r.id);  // after the engine let go of the region's owned slots
     if (!st.ok()) {
@@ -240,11 +247,11 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
     if (!other_device) {
       err = CopyHostHost(dst, src, n, stream);
     } else if (sreg) {
-      err = CopyFromRegion(dst, rs, static_cast<const char*>(src), n, stream, sync);
+      err = h2d_->Copy(dst, rs, static_cast<const char*>(src), n, stream, sync);
       StatAdd(Stat::h2d_copies, 1);
       StatAdd(Stat::h2d_bytes, n);
     } else {
-      err = CopyToRegion(static_cast<char*>(dst), rd, src, n, stream);
+      err = d2h_->Copy(static_cast<char*>(dst), rd, src, n, stream);
       StatAdd(Stat::d2h_copies, 1);
       StatAdd(Stat::d2h_bytes, n);
     }
@@ -273,6 +280,55 @@ cudaError_t Shim::Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spi
     if (err != cudaSuccess) return err;
   }
   return sync ? api_->cudaStreamSynchronize(stream) : cudaSuccess;
+}
+
+void Shim::DropT0(uint64_t region) {
+  write_back_->OfRegion(region);
+  pool_->DropRegion(region);
+}
+
+cudaError_t Shim::CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream) {
+  // Stream order: everything queued before (D2H copies into the region, their publishes) is done.
+  cudaError_t err = api_->cudaStreamSynchronize(stream);
+  if (err != cudaSuccess) return err;
+  RegionInfo rs, rd;
+  bool sreg = backend_->Lookup(src, &rs);
+  bool dreg = backend_->Lookup(dst, &rd);
+  Status st;
+  if (sreg && !dreg) {
+    bool zero = false;
+    st = backend_->Read(src, n, dst, &zero);
+    if (st.ok() && zero) memset(dst, 0, n);
+  } else if (dreg && !sreg) {
+    backend_->PrepareWrite(dst, n);  // protected chunks made writable in one ioctl, not one each
+    st = backend_->Write(dst, src, n);
+  } else {
+    st = CopyRegionToRegion(dst, src, n);
+  }
+  if (!st.ok()) {
+    Log(LogLevel::kError, "host copy %p -> %p (%zu bytes) through zrtier failed: %s", src, dst, n,
+        st.ToString().c_str());
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+Status Shim::CopyRegionToRegion(void* dst, const void* src, size_t n) {
+  // Overlapping ranges are copied in the safe direction.
+  const size_t chunk = ctx_.chunk;
+  std::vector<char> buf(chunk);
+  bool backwards = dst > src && static_cast<const char*>(src) + n > dst;
+  Status st;
+  for (size_t done = 0; done < n && st.ok();) {
+    size_t len = std::min(chunk, n - done);
+    size_t off = backwards ? n - done - len : done;
+    bool zero = false;
+    st = backend_->Read(static_cast<const char*>(src) + off, len, buf.data(), &zero);
+    if (st.ok() && zero) memset(buf.data(), 0, len);
+    if (st.ok()) st = backend_->Write(static_cast<char*>(dst) + off, buf.data(), len);
+    done += len;
+  }
+  return st;
 }
 
 }  // namespace zrtier

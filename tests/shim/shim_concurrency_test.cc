@@ -44,7 +44,7 @@ void ThreadsAndStreams(std::unique_ptr<RegionBackend> backend, bool cpu_reads) {
   Options opts;
   opts.Set(Opt::kPrefetchAhead, "256K");
   opts.Set(Opt::kWorkers, "2");
-  cfg.prefetch_options = &opts;
+  cfg.policy = &opts;
   Shim shim(api, std::move(backend), std::move(pool), cfg);
   uint64_t pageable0 = fakecudaPageableAsyncCopies();
 

@@ -49,7 +49,7 @@ class ShimEngineTest : public ::testing::Test {
     Build(16, nullptr);
   }
   // (Re)creates the engine and the shim: a pool of `pool_chunks` slots; `prefetch`: the policy
-  // layer's options (ShimConfig::prefetch_options), null for none.
+  // layer's options (ShimConfig::policy), null for none.
   void Build(size_t pool_chunks, const Options* prefetch) {
     shim_.reset();
     Options opts;
@@ -66,7 +66,7 @@ class ShimEngineTest : public ::testing::Test {
     ASSERT_TRUE(PinnedPool::Create(RealCudaApi(), pool_chunks * chunk_, chunk_, &pool).ok());
     ShimConfig cfg;
     cfg.workers = 2;
-    cfg.prefetch_options = prefetch;
+    cfg.policy = prefetch;
     shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine),
                                    std::move(pool), cfg);
   }

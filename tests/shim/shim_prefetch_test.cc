@@ -35,7 +35,7 @@ TEST(ShimPrefetch, CyclicLayersBecomeReadyInT0) {
   ASSERT_TRUE(opts.Set(Opt::kWorkers, "2").ok());
   ShimConfig cfg;
   cfg.workers = 1;
-  cfg.prefetch_options = &opts;
+  cfg.policy = &opts;
   Shim shim(api, std::move(backend), std::move(pool), cfg);
 
   // 8 "layers" of 512 KiB (4 MiB in all, more than the pool), copied in order, 12 passes.
@@ -132,7 +132,7 @@ TEST(ShimPlacement, LearnedReuseKeepsAStableSubsetOfACyclicScan) {
     ASSERT_TRUE(opts.Set(Opt::kPolicy, policy).ok());
     ShimConfig cfg;
     cfg.workers = 1;
-    cfg.prefetch_options = &opts;
+    cfg.policy = &opts;
     Shim shim(api, std::move(backend), std::move(pool), cfg);
     std::vector<char*> layers;
     std::vector<std::vector<char>> data;

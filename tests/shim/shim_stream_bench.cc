@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   Options policy = Options::FromEnvironment();
   ShimConfig cfg;
   cfg.workers = workers - 1;
-  cfg.prefetch_options = &policy;
+  cfg.policy = &policy;
   Shim shim(api, std::move(engine), std::move(pool), cfg);
 
   void* dev = nullptr;

@@ -1,0 +1,430 @@
+#include "runtime/shim/d2h.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+
+#include "runtime/base/log.h"
+#include "runtime/cuda/dma_batch.h"
+
+namespace zrtier {
+namespace {
+
+// Pieces grow up to this many times CopyContext::max_piece_chunks.
+constexpr size_t kGrowth = 4;
+// Chunks one publish item adopts at most (one engine claim pass, one pool lock): a whole piece,
+// so that the items of one landed piece do not queue on the pool's lock.
+constexpr size_t kAdoptRun = 256;
+
+}  // namespace
+
+// The publish of one copy. An event recorded after each piece's DMAs tells the event watcher when
+// the piece has landed; the watcher hands the piece's chunks to the workers (StartPublish) while
+// the next piece is still on the wire, and nothing stalls the stream. The stream completes only
+// when every byte is in the region: it waits on a StreamFlags word that the last piece's publish
+// sets (FinishGroup), or where no flag can be had, on the copy's one host function (EndFn), which
+// waits until every piece has landed and been published.
+struct D2HPath::Group {
+  D2HPath* path;
+  uint64_t region;
+  size_t pieces = 0;  // set by the copy call before EndFn is queued
+  std::mutex mu;      // guards the fields below
+  std::condition_variable landed_cv;
+  size_t landed = 0;  // pieces handed to the workers
+  std::vector<std::shared_ptr<FillWorkers::Batch>> batches;
+  std::vector<std::unique_ptr<Task>> tasks;  // kept until their batches are done
+  // The end without a host function: the stream waits on StreamFlags token `flag` (-1: it runs
+  // EndFn instead), set by whoever drops the last reference -- the copy call holds one until it
+  // has queued the end, and each piece two, one dropped by its publish batch's last step and one
+  // by StartPublish once it has filed the batch here.
+  std::atomic<size_t> refs{1};
+  int flag = -1;
+};
+
+// One piece of a copy: per chunk, the bytes that landed in its slot.
+struct D2HPath::Task {
+  Group* group;
+  struct Op {
+    char* dst;        // in the region
+    const char* src;  // in the slot
+    size_t len;
+    int slot;
+    bool full;  // the whole chunk: its slot becomes a clean cached copy
+    char* chunk_start;
+    uint64_t index;
+    uint64_t gen = 0;  // the chunk's generation after the publish (0: not published)
+  };
+  std::vector<Op> ops;
+  // The work items, (first op, ops it adopts): a run of whole consecutive chunks adopted at once
+  // (with adoption), or one op written (0). Only these are handed to the workers, so that a landed
+  // piece whose chunks one item adopts wakes one worker, not every sleeping one.
+  std::vector<std::pair<size_t, size_t>> items;
+  uint64_t first_chunk = 0, last_chunk = 0;  // the piece's chunks, marked pending until published
+  bool adopt = true;       // publish whole chunks by adoption (else every op is written)
+  bool last = false;       // the copy's last piece: the stream's end waits for its publish
+  bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
+};
+
+void D2HPath::WriteOp(Task* t, size_t i) {
+  Task::Op& op = t->ops[i];
+  Status st = ctx_.backend->Write(op.dst, op.src, op.len);
+  if (!st.ok()) {
+    Log(LogLevel::kError, "publishing a device-to-host copy into %p (%zu bytes) failed: %s",
+        static_cast<void*>(op.dst), op.len, st.ToString().c_str());
+  } else if (op.full) {
+    op.gen = ctx_.backend->Generation(op.chunk_start);
+  }
+}
+
+void D2HPath::AdoptOps(Task* t, size_t i, size_t n) {
+  std::vector<uint64_t> gens(n, kNoGeneration);
+  Status st = ctx_.backend->Adopt(t->ops[i].chunk_start, n, gens.data(), [&] {
+    std::vector<PinnedPool::PublishItem> items;
+    for (size_t k = 0; k < n; ++k)
+      if (gens[k] != kNoGeneration)
+        items.push_back({t->ops[i + k].slot, t->ops[i + k].index, gens[k]});
+    ctx_.pool->AdoptRun(t->group->region, items.data(), items.size());
+  });
+  if (!st.ok() && st.code() != ENOTSUP)
+    ZRTIER_LOG_ONCE(LogLevel::kWarn, "adopting landed D2H slots failed (%s): the bytes are copied",
+                    st.ToString().c_str());
+  for (size_t k = 0; k < n; ++k)
+    if (!st.ok() || gens[k] == kNoGeneration) WriteOp(t, i + k);
+}
+
+void D2HPath::PlanItems(Task* t) {
+  const size_t n = t->ops.size();
+  t->items.clear();
+  for (size_t i = 0; i < n;) {
+    size_t e = i;
+    while (t->adopt && e < n && e - i < kAdoptRun && t->ops[e].full &&
+           (e == i || t->ops[e].index == t->ops[e - 1].index + 1))
+      ++e;
+    t->items.emplace_back(i, e - i);
+    i = std::max(e, i + 1);
+  }
+}
+
+void D2HPath::EndPiece(Task* t) {
+  Group* g = t->group;
+  std::vector<PinnedPool::PublishItem> items;
+  std::vector<int> slots;
+  for (const Task::Op& op : t->ops) {
+    if (op.gen) items.push_back({op.slot, op.index, op.gen});
+    slots.push_back(op.slot);
+  }
+  ctx_.pool->PublishRun(g->region, items.data(), items.size());
+  // Published: an H2D of these chunks may read the region from now on. Cleared per piece, off the
+  // copy's end (a 1 GiB copy has thousands of marks to clear, one hash erase each).
+  ctx_.pending->Mark(g->region, t->first_chunk, t->last_chunk, -1);
+  // The bytes are where readers look: the stream may go on (this drop can end the group and set
+  // its flag). The slots are released after, off the copy's end. g and t stay alive until this
+  // step returns (ReapRetired and EndFn wait for the batch).
+  Unref(g);
+  ctx_.pool->UnpinRun(slots.data(), slots.size());
+  write_back_->MaybeStart();
+}
+
+void D2HPath::StartPublish(Task* t) {
+  Group* g = t->group;
+  PlanItems(t);
+  auto item = [this, t](size_t k) {
+    if (t->cancelled) return;
+    const auto [i, adopt] = t->items[k];
+    uint64_t t0 = MonotonicNs();
+    if (adopt > 0) {
+      AdoptOps(t, i, adopt);
+    } else {
+      WriteOp(t, i);
+    }
+    StatAdd(Stat::publish_ns, MonotonicNs() - t0);
+  };
+  // The last piece of a copy with a single item (one adopted run) is published right here: nothing
+  // overlaps it -- the stream's end waits for it -- and handing it to a worker only adds that
+  // worker's pickup.
+  const bool here = t->last && t->items.size() == 1;
+  if (here) item(0);
+  auto batch =
+      ctx_.workers->Submit(here ? 0 : t->items.size(), item, [this, t] { EndPiece(t); });
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    g->tasks.emplace_back(t);
+    g->batches.push_back(std::move(batch));
+    ++g->landed;
+    // Under the lock: once it is released, EndFn may see the last piece and free g.
+    Unref(g);
+    g->landed_cv.notify_all();
+  }
+}
+
+void D2HPath::Unref(Group* g) {
+  if (g->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) FinishGroup(g);
+}
+
+void D2HPath::FinishGroup(Group* g) {
+  if (g->flag < 0) return;  // EndFn ends it
+  ctx_.flags->Signal(g->flag);
+  // Not deleted here: this may run inside the last batch's final step, which must return first.
+  std::lock_guard<std::mutex> l(retired_mu_);
+  retired_.push_back(g);
+}
+
+void D2HPath::ReapRetired(bool all) {
+  // Taken out of the list first: a group's lock is never taken under retired_mu_ (FinishGroup
+  // takes retired_mu_ under the group's lock).
+  std::vector<Group*> groups, keep;
+  {
+    std::lock_guard<std::mutex> l(retired_mu_);
+    groups.swap(retired_);
+  }
+  for (Group* g : groups) {
+    bool finished = all;
+    if (!finished) {
+      std::lock_guard<std::mutex> gl(g->mu);
+      finished = std::all_of(g->batches.begin(), g->batches.end(),
+                             [](const auto& b) { return b->done(); });
+    }
+    if (finished)
+      delete g;
+    else
+      keep.push_back(g);
+  }
+  if (keep.empty()) return;
+  std::lock_guard<std::mutex> l(retired_mu_);
+  retired_.insert(retired_.end(), keep.begin(), keep.end());
+}
+
+void D2HPath::EndFn(void* p) {
+  auto* g = static_cast<Group*>(p);
+  D2HPath* path = g->path;
+  std::vector<std::shared_ptr<FillWorkers::Batch>> batches;
+  {
+    std::unique_lock<std::mutex> l(g->mu);
+    g->landed_cv.wait(l, [&] { return g->landed == g->pieces; });
+    batches = g->batches;
+  }
+  for (auto& b : batches) path->ctx_.workers->Wait(*b);
+  delete g;
+}
+
+// One copy call: how it publishes (adoption or writes), its pieces and the stream's end.
+class D2HPath::Copier {
+ public:
+  Copier(D2HPath* path, char* dst, const RegionInfo& r, const void* src, size_t n,
+         cudaStream_t stream);
+  cudaError_t Run();
+
+ private:
+  // Whether the landed slots are adopted (see the comment inside).
+  bool ChooseAdoption() const;
+  // Takes slots for the next piece and queues its DMAs; false when no slot was free (the call
+  // waited for one: try again).
+  bool NextPiece();
+  // Queues the DMAs of `piece` (chunks first_index.. of the region, [cur_, piece_end) of the copy)
+  // and the event whose completion hands it to StartPublish.
+  void IssuePiece(uint64_t first_index, const int* slots, size_t got, char* piece_end);
+  // Queues the end of the stream (a flag wait, or EndFn).
+  void End();
+  // Tells the predictor of the copy (once).
+  void Report();
+
+  D2HPath* path_;
+  const CopyContext& ctx_;
+  char* dst_;
+  char* end_;
+  char* cur_;
+  const RegionInfo& r_;
+  const char* src_;
+  cudaStream_t stream_;
+  char* base_;
+  uint64_t first_, last_;
+  bool adopt_ = false;
+  size_t min_chunks_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
+  int after_slot_ = -1;
+  std::vector<int> slots_;
+  std::unique_ptr<bool[]> hits_;
+  bool reported_;
+  Group* group_ = nullptr;
+  uint64_t stall_ = 0;
+  cudaError_t err_ = cudaSuccess;
+};
+
+D2HPath::Copier::Copier(D2HPath* path, char* dst, const RegionInfo& r, const void* src, size_t n,
+                        cudaStream_t stream)
+    : path_(path),
+      ctx_(path->ctx_),
+      dst_(dst),
+      end_(dst + n),
+      cur_(dst),
+      r_(r),
+      src_(static_cast<const char*>(src)),
+      stream_(stream),
+      base_(static_cast<char*>(r.base)),
+      first_((dst - base_) / ctx_.chunk),
+      last_((end_ - 1 - base_) / ctx_.chunk),
+      reported_(ctx_.prefetch == nullptr) {}
+
+// Reported to the predictor once two pieces are on their way, whatever the copy's length: the
+// first piece alone barely covers planning the second, and nothing here needs the prediction
+// first (landed slots are adopted as owned ones, which are no victims and carry no next-use key,
+// and pieces published by Write are keyed when they land).
+void D2HPath::Copier::Report() {
+  if (!reported_) ctx_.prefetch->OnAccess(r_.id, first_, last_ - first_ + 1, true, stream_);
+  reported_ = true;
+}
+
+// Adopt the landed slots only while the owned ones stay within half the pool: past that every
+// adopted chunk has to be written back into the region (a UFFDIO_COPY each), and a copy larger
+// than the free half would wait for the write-back of its own pieces (docs/decisions.md, "Adopt
+// only copies that fit in half the pool"). A copy that does not fit is published by Write, in
+// fixed-size pieces so that the memcpy of one overlaps the DMA of the next. Chunks already owned
+// (a repeated D2H into one buffer) only swap their slots.
+bool D2HPath::Copier::ChooseAdoption() const {
+  PinnedPool* pool = ctx_.pool;
+  const size_t whole = (end_ - dst_) / ctx_.chunk;  // at least as many whole chunks as covered
+  const size_t owned = pool->owned_slots();
+  if (owned + whole <= pool->slots() / 2) return true;
+  if (whole > pool->slots() / 2) return false;
+  // Counting the copy's own owned chunks costs a pool lookup per chunk: only done when the copy
+  // does not fit without them, and not for a copy of the whole region (the buffer written every
+  // step: the region's count is kept).
+  const bool all = first_ == 0 && (last_ + 1) * ctx_.chunk >= r_.size;
+  const size_t again =
+      all ? pool->OwnedInRegion(r_.id) : pool->OwnedIn(r_.id, first_, last_ - first_ + 1);
+  return owned - std::min(owned, again) + whole <= pool->slots() / 2;
+}
+
+cudaError_t D2HPath::Copier::Run() {
+  adopt_ = ChooseAdoption();
+  // Adopted pieces start at a quarter of max_piece_chunks (the first DMA starts early), double up
+  // to kGrowth x, and halve again towards the end of the copy: every DMA of its own costs the copy
+  // engine a gap, while the last piece's publish is not overlapped with anything (the stream ends
+  // after it), so it should be short.
+  const size_t piece = ctx_.max_piece_chunks;
+  min_chunks_ = adopt_ ? std::max<size_t>(1, piece / 4) : piece;
+  max_chunks_ =
+      adopt_ ? std::max(piece, std::min(kGrowth * piece, ctx_.pool->slots() / 4)) : piece;
+  piece_chunks_ = min_chunks_;
+  slots_.resize(max_chunks_);
+  hits_.reset(new bool[max_chunks_]);
+  group_ = new Group{path_, r_.id};
+  while (cur_ < end_ && err_ == cudaSuccess) NextPiece();
+  End();
+  RecordCopyStall(stall_);
+  // Earlier copies' finished groups are deleted here, once this copy's DMAs are queued.
+  path_->ReapRetired(/*all=*/false);
+  return err_;
+}
+
+bool D2HPath::Copier::NextPiece() {
+  uint64_t t_plan = MonotonicNs();
+  ctx_.pool->Reap();
+  // Slots for the piece's chunks, with one pool lock.
+  const uint64_t first_index = (cur_ - base_) / ctx_.chunk;
+  const size_t left = last_ - first_index + 1;
+  size_t want = std::min(left, std::min(piece_chunks_, std::max(min_chunks_, left / 2)));
+  if (left - want < min_chunks_ && left <= max_chunks_) want = left;  // no tail smaller than min
+  // Each piece's slots continue the previous piece's where they are free, so that the copy's
+  // DMAs are one per piece (a free slot taken first elsewhere splits a piece in two).
+  const size_t got = ctx_.pool->PinRun(r_.id, first_index, want, nullptr, want, after_slot_,
+                                       slots_.data(), hits_.get());
+  piece_chunks_ = std::min(piece_chunks_ * 2, max_chunks_);
+  if (got == 0) {
+    // Slots come back as earlier pieces (of this copy too) are published by the workers.
+    stall_ += ctx_.pool->WaitForSlot();
+    return false;
+  }
+  after_slot_ = slots_[got - 1];
+  char* piece_end = std::min<char*>(base_ + (first_index + got) * ctx_.chunk, end_);
+  // Written, not adopted: protected chunks are made writable in one ioctl for the piece, not one
+  // per publish.
+  if (!adopt_) ctx_.backend->PrepareWrite(cur_, piece_end - cur_);
+  uint64_t t_issue = MonotonicNs();
+  StatAdd(Stat::copy_plan_ns, t_issue - t_plan);
+  IssuePiece(first_index, slots_.data(), got, piece_end);
+  StatAdd(Stat::copy_issue_ns, MonotonicNs() - t_issue);
+  if (group_->pieces >= 2) Report();
+  cur_ = piece_end;
+  return true;
+}
+
+void D2HPath::Copier::IssuePiece(uint64_t first_index, const int* slots, size_t got,
+                                 char* piece_end) {
+  const size_t chunk = ctx_.chunk;
+  auto* task = new Task();
+  task->group = group_;
+  task->adopt = adopt_;
+  DmaBatch dmas(ctx_.api, cudaMemcpyDeviceToHost);
+  for (size_t i = 0; i < got; ++i) {
+    char* start = base_ + (first_index + i) * chunk;
+    char* lo = std::max(cur_, start);
+    char* hi = std::min(end_, start + chunk);
+    size_t len = hi - lo;
+    char* slot_lo = ctx_.pool->SlotPtr(slots[i]) + (lo - start);
+    task->ops.push_back(Task::Op{lo, slot_lo, len, slots[i], lo == start && len == chunk, start,
+                                 first_index + i});
+    dmas.Add(slot_lo, src_ + (lo - dst_), len);
+  }
+  StatAdd(Stat::d2h_dma_ops, dmas.size());
+  err_ = dmas.Issue(stream_);
+  ctx_.pending->Mark(r_.id, first_index, first_index + got - 1, +1);
+  task->first_chunk = first_index;
+  task->last_chunk = first_index + got - 1;
+  task->last = piece_end == end_;
+  ++group_->pieces;
+  group_->refs.fetch_add(2, std::memory_order_relaxed);
+  // The piece lands when an event recorded behind its DMAs completes.
+  cudaEvent_t ev = nullptr;
+  if (err_ == cudaSuccess) {
+    cudaError_t e2 = cudaSuccess;
+    ev = ctx_.pool->events()->Get(&e2);
+    if (ev && (e2 = ctx_.api->cudaEventRecord(ev, stream_)) != cudaSuccess) {
+      ctx_.pool->events()->Put(ev);
+      ev = nullptr;
+    }
+  }
+  if (ev) {
+    D2HPath* path = path_;
+    ctx_.watcher->Watch(ev, [path, task](cudaEvent_t e, cudaError_t st) {
+      path->ctx_.pool->events()->Put(e);
+      if (st != cudaSuccess) {
+        Log(LogLevel::kError, "a device-to-host copy into zrtier memory failed (CUDA error %d)",
+            static_cast<int>(st));
+        task->cancelled = true;
+      }
+      path->StartPublish(task);
+    });
+  } else {
+    // No event, or the DMAs were not all queued: publish (or release) once the stream drained.
+    DmaBatch::Synchronize(ctx_.api, stream_);
+    task->cancelled = err_ != cudaSuccess;
+    path_->StartPublish(task);
+  }
+}
+
+void D2HPath::Copier::End() {
+  Report();
+  // The end: the stream waits on a flag the last publish sets, or else runs EndFn.
+  Group* group = group_;
+  group->flag = err_ == cudaSuccess ? ctx_.flags->Enqueue(stream_) : -1;
+  const bool flagged = group->flag >= 0;
+  path_->Unref(group);  // with a flag, may end the group here and now; else a no-op
+  cudaError_t eerr = err_;
+  if (!flagged && err_ == cudaSuccess)
+    eerr = ctx_.api->cudaLaunchHostFunc(stream_, &D2HPath::EndFn, group);
+  if (!flagged && eerr != cudaSuccess) {
+    // An error, or the launch failed: once the stream has drained, finish the publish here.
+    DmaBatch::Synchronize(ctx_.api, stream_);
+    EndFn(group);
+    if (err_ == cudaSuccess) err_ = eerr;
+  }
+}
+
+cudaError_t D2HPath::Copy(char* dst, const RegionInfo& r, const void* src, size_t n,
+                          cudaStream_t stream) {
+  Copier copier(this, dst, r, src, n, stream);
+  return copier.Run();
+}
+
+}  // namespace zrtier

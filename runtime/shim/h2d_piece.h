@@ -1,0 +1,58 @@
+// The pieces of a host-to-device copy, shared by the copy call (h2d.cc) and the deferred pieces'
+// end (h2d_deferred.cc). Internal to H2DPath.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "runtime/shim/h2d.h"
+
+namespace zrtier {
+
+struct H2DPath::Chunk {
+  char* start;  // chunk start in the region
+  uint64_t index;
+  uint64_t gen;
+  int slot;
+  bool hit;
+  bool zero;
+  bool resident = false;  // installed in the region (T1) when planned: a miss of it is a memcpy
+};
+
+// Whether one copy had every chunk in T0 before the GPU's DMAs needed it
+// (Stat::copies_ready_in_time), shared by the copy call and the pieces it hands to the stream still
+// filling (H2DPath::Defer); whoever drops the last reference counts the copy.
+struct H2DPath::Readiness {
+  std::atomic<int> refs{1};  // the copy call's
+  std::atomic<bool> late{false};
+  // Drops one reference; `was_late`: the holder found the copy's data not ready in time.
+  void Release(bool was_late) {
+    if (was_late) late.store(true, std::memory_order_relaxed);
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (!late.load(std::memory_order_relaxed)) StatAdd(Stat::copies_ready_in_time, 1);
+    delete this;
+  }
+};
+
+// One piece of a copy on its way: its slots are pinned and its misses are being filled by the
+// workers. Owned by the copy call, which issues it once filled -- or, deferred (H2DPath::Defer), by
+// the fill batch, whose last step finishes and deletes it.
+struct H2DPath::Piece {
+  const char* begin;  // the bytes of the copy it covers: [begin, end)
+  const char* end;
+  std::vector<Chunk> chunks;
+  std::vector<size_t> misses;                // indexes into chunks
+  std::shared_ptr<FillWorkers::Batch> fill;  // null: every chunk was a hit
+  std::atomic<bool> failed{false};
+  // Who ends a piece with a fill: the fill's last step and Defer each swap in their state; the
+  // one that finds the other's state there finishes a deferred piece (FinishDeferred).
+  enum State { kFilling, kFilled, kDeferred };
+  std::atomic<int> state{kFilling};
+  uint64_t region = 0;            // set when deferred
+  int flag = -1;                  // the StreamFlags token its DMAs wait on, once deferred
+  Readiness* readiness = nullptr;  // once deferred: a reference to its copy's
+  bool ready() const { return !fill || fill->done(); }
+};
+
+}  // namespace zrtier
