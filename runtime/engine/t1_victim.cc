@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/base/mix.h"
+#include "runtime/policy/reuse_ranking.h"
 
 namespace zrtier {
 
@@ -88,17 +89,19 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
   }
   oracle_->NextUseDistances(std::span<const policy::ChunkKey>(keys, n),
                             std::span<uint64_t>(dist, n));
-  // Farthest next use; among the unpredicted ones, an unreferenced one first (their bits are
-  // cleared, CLOCK's second chance, so that a referenced chunk goes the next time).
+  // The reuse ranking: unpredicted chunks first, an unreferenced one before a referenced one
+  // (their bits are cleared, CLOCK's second chance, so that a referenced chunk goes the next
+  // time); then the farthest predicted next use. Ties: the first candidate.
   int best = 0;
-  bool best_ref = true;
+  uint64_t best_key = 0;
   for (int j = 0; j < n; ++j) {
     bool ref = false;
     if (dist[j] == policy::kNeverUsed)
       ref = cand[j].table->chunks[cand[j].index].referenced.exchange(0, std::memory_order_relaxed);
-    if (j == 0 || dist[j] > dist[best] || (dist[j] == dist[best] && best_ref && !ref)) {
+    const uint64_t key = policy::ReuseKey(dist[j], ref ? 0 : 1);
+    if (j == 0 || key > best_key) {
       best = j;
-      best_ref = ref;
+      best_key = key;
     }
   }
   *out = cand[best];

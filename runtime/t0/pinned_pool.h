@@ -57,7 +57,7 @@
 #include "runtime/cuda/event_pool.h"
 #include "runtime/t0/slot_spread.h"
 #include "runtime/t0/slot_victim.h"
-#include "runtime/engine/engine.h"
+#include "runtime/engine/region_backend.h"
 
 namespace zrtier {
 
@@ -70,14 +70,16 @@ class PinnedPool final : public ExternalCopies {
   // Waits for in-flight copies, then frees the pinned memory. REQUIRES: nothing pinned.
   ~PinnedPool();
 
+  // ---- Slots and in-flight events (pinned_pool.cc) ----
   size_t slot_size() const { return slot_size_; }
   size_t slots() const { return slots_.size(); }
   size_t bytes() const { return slots_.size() * slot_size_; }
   char* SlotPtr(int slot) const { return base_ + static_cast<size_t>(slot) * slot_size_; }
 
+  // ---- The chunk cache (chunk_cache.cc; Acquire, Unpin: pinned_pool.cc) ----
   // If a clean copy of (region, chunk) at generation `gen` is cached, pins its slot and returns
   // the slot index; otherwise -1 (a copy of an older generation is dropped). kNoGeneration
-  // (runtime/engine.h: the chunk is writable or in a transition) never hits and drops nothing.
+  // (region_backend.h: the chunk is writable or in a transition) never hits and drops nothing.
   int PinCached(uint64_t region, uint64_t chunk, uint64_t gen);
   // Pins a free slot for filling and returns it, or -1 if every slot is held right now (the caller
   // then issues what it has, or calls WaitForSlot if it holds nothing). The victim: an empty slot,
@@ -130,7 +132,8 @@ class PinnedPool final : public ExternalCopies {
   // dropping a live region's copies write its owned slots back: TakeOwned).
   void DropRegion(uint64_t region);
 
-  // Owned slots. AdoptRun: every item's slot (pinned by the caller, holding the chunk's whole
+  // ---- Owned slots (owned_slots.cc) ----
+  // AdoptRun: every item's slot (pinned by the caller, holding the chunk's whole
   // content at items[i].gen) becomes the owned copy of (region, item.chunk); an older copy of the
   // chunk in another slot is dropped. Called from inside Engine::Adopt's registration.
   void AdoptRun(uint64_t region, const PublishItem* items, size_t n);
@@ -164,6 +167,7 @@ class PinnedPool final : public ExternalCopies {
   // copy (keyed for placement, a victim like any other).
   void Released(uint64_t region, uint64_t chunk, uint64_t gen) override;
 
+  // ---- Placement and prefetch slots (slot_placement.cc) ----
   // Placement by predicted reuse. `oracle` (not owned; null = LRU) is asked, with mu_ held, for the
   // next-use distance of every published or hit chunk. Returns when no query of the previous
   // oracle is in progress, so the caller may then destroy it.

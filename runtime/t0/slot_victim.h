@@ -2,7 +2,8 @@
 // eviction priority in a VictimIndex, so that the pool finds its victim in O(log n) -- it never
 // scans the slots (pools hold 10^4..10^5 of them and Acquire runs for every chunk of a copy).
 //
-// Eviction order (EvictKey below; the largest key leaves first):
+// Eviction order (EvictKey below; the largest key leaves first): the reuse ranking
+// (runtime/policy/reuse_ranking.h) with two bands of T0's own:
 //   1. empty slots (no cached chunk), lowest index first (runs of consecutive slots);
 //   2. "cold" slots: a cached chunk with no predicted next use (nothing learned yet, or the chunk
 //      is in no plan), least recently used first -- with no predictor (ZRTIER_POLICY=lru) every
@@ -23,6 +24,8 @@
 #include <set>
 #include <utility>
 #include <vector>
+
+#include "runtime/policy/reuse_ranking.h"
 
 namespace zrtier {
 
@@ -50,22 +53,25 @@ inline bool SlotIsFree(const SlotMeta& s) {
   return s.pinned == 0 && s.pending == 0 && !s.owned;
 }
 
-inline constexpr uint64_t kNoNextUse = UINT64_MAX;
+inline constexpr uint64_t kNoNextUse = policy::kNeverUsed;
 
 // Eviction keys: three bands, larger = leaves first.
-inline constexpr uint64_t kColdBand = 1ull << 63;                 // [2^63, 2^63 + 2^62)
+inline constexpr uint64_t kColdBand = policy::kUnpredictedKeys;   // [2^63, 2^63 + 2^62)
 inline constexpr uint64_t kEmptyBand = kColdBand + (1ull << 62);  // [2^63 + 2^62, 2^64)
 inline constexpr uint64_t kSpreadOutBand = 1ull << 62;            // [2^62, 2^63)
 inline constexpr uint64_t kMaxPredictedTick = (1ull << 62) - 1;   // predicted: [0, 2^62)
 
+// The reuse ranking of a slot: coldness is how long ago it was last used; a spread-out chunk ranks
+// as predicted, above every kept one (its "next use" is mirrored into [2^62, 2^63), the earliest
+// predicted use first). An empty slot outranks every cached one.
 inline uint64_t EvictKey(const SlotMeta& s, int slot) {
   if (!s.cached) return UINT64_MAX - static_cast<uint64_t>(slot);
   if (s.next_use == kNoNextUse) {
     const uint64_t lu = s.last_use < kMaxPredictedTick ? s.last_use : kMaxPredictedTick;
-    return kColdBand + (kMaxPredictedTick - lu);
+    return policy::ReuseKey(policy::kNeverUsed, kMaxPredictedTick - lu);
   }
   const uint64_t tick = s.next_use < kMaxPredictedTick ? s.next_use : kMaxPredictedTick;
-  return s.spread_out ? kSpreadOutBand + (kMaxPredictedTick - tick) : tick;
+  return policy::ReuseKey(s.spread_out ? kSpreadOutBand + (kMaxPredictedTick - tick) : tick, 0);
 }
 inline bool IsPredictedKey(uint64_t key) {
   return key < kColdBand;

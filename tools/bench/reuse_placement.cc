@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "runtime/policy/reuse_ranking.h"
+
 namespace zrtier::policy {
 
 ReusePlacement::ReusePlacement(const NextUseOracle* oracle) : oracle_(oracle) {}
@@ -43,18 +45,24 @@ size_t ReusePlacement::ChooseVictim(std::span<const ChunkKey> candidates) const 
   }
   distances_.assign(candidates.size(), kNeverUsed);
   if (oracle_) oracle_->NextUseDistances(candidates, distances_);
-  // `a` should leave before `b`.
-  auto before = [&](size_t a, size_t b) {
-    const uint64_t da = distances_[a], db = distances_[b];
-    if (da != db) return da > db;  // kNeverUsed is the largest: unpredicted chunks leave first
-    if (da != kNeverUsed) return false;
-    const Heat ha = heat(a), hb = heat(b);
-    if (ha.count != hb.count) return ha.count < hb.count;
-    return ha.last < hb.last;
+  // The reuse ranking; coldness: the lower access count, then the older last touch (each clamped
+  // to its share of the key).
+  auto key = [&](size_t i) {
+    const Heat h = heat(i);
+    constexpr uint64_t kCountMax = (1ull << 22) - 1, kTickMax = (1ull << 40) - 1;
+    const uint64_t coldness = ((kCountMax - std::min<uint64_t>(h.count, kCountMax)) << 40) |
+                              (kTickMax - std::min<uint64_t>(h.last, kTickMax));
+    return ReuseKey(distances_[i], coldness);
   };
   size_t victim = 0;
-  for (size_t i = 1; i < candidates.size(); ++i)
-    if (before(i, victim)) victim = i;
+  uint64_t victim_key = key(0);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    const uint64_t k = key(i);
+    if (k > victim_key) {
+      victim = i;
+      victim_key = k;
+    }
+  }
   return victim;
 }
 
