@@ -10,6 +10,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 jobs=$(nproc)
 
 [[ -f "$BUILD_DIR/CMakeCache.txt" ]] || { echo "test: run scripts/setup.sh first" >&2; exit 1; }
+# The layers first: every #include against the table in runtime/README.md.
+python3 scripts/check-includes.py
 cmake --build "$BUILD_DIR" -j "$jobs"
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "$jobs")
 

@@ -1,4 +1,4 @@
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 
 #include <unistd.h>
 
@@ -106,6 +106,10 @@ Status Validate(Opt id, int64_t num, const std::string& str) {
 }
 
 }  // namespace
+
+bool IsTestOption(const OptionInfo& info) {
+  return std::string_view(info.name).rfind("TEST_", 0) == 0;
+}
 
 const OptionInfo& OptionAt(int i) {
   return kTable[i];

@@ -1,5 +1,7 @@
 #include "runtime/base/stats_shm.h"
 
+#include "zrtier/options.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -95,8 +97,9 @@ uint64_t RealtimeNs() {
 }
 
 std::string StatsDir() {
-  const char* d = getenv("ZRTIER_TEST_STATS_DIR");
-  return d && *d ? d : "/dev/shm";
+  const std::string dir =
+      Options::FromEnvironment([](const std::string&) {}).String(Opt::kTestStatsDir);
+  return dir.empty() ? "/dev/shm" : dir;
 }
 
 std::string StatsPath(const std::string& dir, pid_t pid) {

@@ -1,4 +1,4 @@
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 
 #include <cstring>
 

@@ -52,7 +52,6 @@ const Resolved& TheReal() {
   return g_failed;
 }
 
-std::atomic<const CudaApi*> g_test_api{nullptr};
 
 }  // namespace
 
@@ -73,12 +72,10 @@ Status ResolveCudaApi(CudaApi* api) {
 }
 
 const CudaApi* RealCudaApi() {
-  if (const CudaApi* t = g_test_api.load(std::memory_order_acquire)) return t;
   return &TheReal().api;
 }
 
 Status CudaApiStatus() {
-  if (g_test_api.load(std::memory_order_acquire)) return Status::Ok();
   return TheReal().status;
 }
 
@@ -101,10 +98,6 @@ const CudaApi* HostMemoryCudaApi() {
     return a;
   }();
   return &api;
-}
-
-void SetCudaApiForTest(const CudaApi* api) {
-  g_test_api.store(api, std::memory_order_release);
 }
 
 }  // namespace zrtier

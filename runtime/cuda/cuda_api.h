@@ -5,13 +5,13 @@
 // dlsym on dlopen("libcudart.so.13" / ".so.12" / ".so", RTLD_NOLOAD | RTLD_LAZY), i.e. the copy of
 // libcudart the program already loaded. dlsym and driver (cu*) calls are never interposed.
 //
-// Tests may hand in their own table (SetCudaApiForTest), e.g. the fake runtime's functions.
+// Tests link the fake runtime (tests/fake_cuda/), which these lookups find like the real one.
 // Thread safety: RealCudaApi() may be called from any thread; the table is immutable once built.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 
 extern "C" {
 // Per-thread-default-stream variants (declared by cuda_runtime_api.h only when
@@ -85,8 +85,5 @@ Status CudaApiStatus();
 // A table for using the T0 pool without a GPU (benchmarks, tests): cudaHostAlloc and
 // cudaFreeHost are malloc and free; every other entry is null. Never null.
 const CudaApi* HostMemoryCudaApi();
-
-// Replaces the table (null = back to the real one). For tests; not thread-safe against callers.
-void SetCudaApiForTest(const CudaApi* api);
 
 }  // namespace zrtier

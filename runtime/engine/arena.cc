@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/os/uffd_compat.h"
 
 namespace zrtier {

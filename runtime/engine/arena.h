@@ -13,7 +13,7 @@
 #include <memory>
 #include <mutex>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/os/os.h"
 
 namespace zrtier {

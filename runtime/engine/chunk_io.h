@@ -13,7 +13,7 @@
 #include <cstring>
 #include <memory>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/base/stream_copy.h"
 #include "runtime/codec/codec.h"
 #include "runtime/engine/chunk_table.h"

@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/base/options.h"
-#include "runtime/base/status.h"
+#include "zrtier/options.h"
+#include "zrtier/status.h"
 #include "runtime/codec/codec.h"
 #include "runtime/engine/region_backend.h"
 #include "runtime/os/os.h"

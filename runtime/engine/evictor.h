@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_map.h"

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_backend.h"

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/policy/access.h"
 
 namespace zrtier {

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/external.h"
 #include "runtime/engine/parked_faults.h"

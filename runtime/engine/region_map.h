@@ -18,7 +18,7 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/engine/arena.h"
 #include "runtime/engine/chunk_table.h"
 

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/os/os.h"
 
 namespace zrtier {

@@ -37,7 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/policy/access.h"
 #include "runtime/policy/access_predictor.h"
 

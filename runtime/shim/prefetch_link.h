@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 
 namespace zrtier {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "runtime/base/log.h"
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/cuda/dma_batch.h"
 #include "runtime/engine/engine.h"
@@ -63,8 +63,7 @@ void BuildShimLocked() {
     return;
   }
   const CudaApi* api = RealCudaApi();
-  const char* fail = getenv("ZRTIER_TEST_FAIL_INIT");
-  std::string fail_what = fail ? fail : "";
+  const std::string& fail_what = opts.String(Opt::kTestFailInit);
   Os* os = Os::Default();
   static NoUffdOs no_uffd;
   if (fail_what == "uffd") os = &no_uffd;

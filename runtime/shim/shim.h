@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/shim/copy_context.h"
 #include "runtime/shim/d2h.h"
 #include "runtime/shim/h2d.h"

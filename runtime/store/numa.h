@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 
 namespace zrtier {
 

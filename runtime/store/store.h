@@ -12,8 +12,8 @@
 #include <functional>
 #include <memory>
 
-#include "runtime/base/options.h"
-#include "runtime/base/status.h"
+#include "zrtier/options.h"
+#include "zrtier/status.h"
 #include "runtime/os/os.h"
 
 namespace zrtier {

@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/os/os.h"
 
 namespace zrtier {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/os/os.h"
 
 namespace zrtier {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <string>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/base/stats.h"
 
 namespace zrtier {

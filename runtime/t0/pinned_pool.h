@@ -51,7 +51,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 #include "runtime/t0/chunk_slots.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/event_pool.h"

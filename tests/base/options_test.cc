@@ -1,5 +1,5 @@
 // Covers the ZRTIER_* option table: defaults, size syntax, validation, environment parsing.
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 
 #include <gtest/gtest.h>
 

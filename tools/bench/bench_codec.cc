@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/codec/codec.h"
 #include "tools/bench/sample_data.h"
 #include "tools/bench/bench.h"

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/stream_copy.h"
 #include "runtime/codec/codec.h"

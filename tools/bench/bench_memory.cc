@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "tools/bench/sample_data.h"
 #include "runtime/engine/engine.h"
 #include "tools/bench/bench.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 
 namespace zrtier::tools {
 

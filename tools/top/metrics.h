@@ -2,7 +2,7 @@
 // process's statistics block, and ratios within one snapshot. Pure functions of the snapshots.
 #pragma once
 
-#include "runtime/base/stats_shm.h"
+#include "zrtier/stats_reader.h"
 
 namespace zrtier::tools {
 

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <map>
 
-#include "runtime/base/stats_shm.h"
+#include "zrtier/stats_reader.h"
 #include "tools/top/terminal.h"
 #include "tools/top/top.h"
 #include "tools/top/view.h"

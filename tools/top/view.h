@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/stats_shm.h"
+#include "zrtier/stats_reader.h"
 #include "tools/top/metrics.h"
 
 namespace zrtier::tools {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/stats_shm.h"
 #include "tools/bench/sample_data.h"

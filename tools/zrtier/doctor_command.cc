@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/options.h"
-#include "runtime/base/stats_shm.h"
+#include "zrtier/options.h"
+#include "zrtier/stats_reader.h"
 #include "runtime/os/uffd_compat.h"
 #include "tools/top/format.h"
 #include "tools/zrtier/commands.h"

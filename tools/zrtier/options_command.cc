@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <string>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "tools/zrtier/commands.h"
 
 namespace zrtier::tools {
@@ -23,6 +23,7 @@ void PrintText() {
   printf("%-24s %-14s %-16s %s\n", "VARIABLE", "RUN FLAG", "DEFAULT", "MEANING");
   for (int i = 0; i < kOptionCount; ++i) {
     const OptionInfo& info = OptionAt(i);
+    if (IsTestOption(info)) continue;
     std::string var = std::string("ZRTIER_") + info.name;
     std::string def = info.default_text;
     if (info.unit[0] && info.type != OptionType::kString) def += std::string(" ") + info.unit;
@@ -51,6 +52,7 @@ void PrintMarkdown() {
   printf("|---|---|---|---|---|\n");
   for (int i = 0; i < kOptionCount; ++i) {
     const OptionInfo& info = OptionAt(i);
+    if (IsTestOption(info)) continue;
     std::string flag = info.flag[0] ? "`--" + std::string(info.flag) + "`" : "";
     std::string def = info.default_text[0] ? "`" + std::string(info.default_text) + "`" : "";
     printf("| `ZRTIER_%s` | %s | %s | %s | %s |\n", info.name, flag.c_str(), def.c_str(), info.unit,

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/options.h"
+#include "zrtier/options.h"
 #include "tools/zrtier/commands.h"
 #include "tools/zrtier/run_args.h"
 

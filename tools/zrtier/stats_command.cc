@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/stats_shm.h"
+#include "zrtier/stats_reader.h"
 #include "tools/top/format.h"
 #include "tools/top/metrics.h"
 #include "tools/zrtier/commands.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/base/status.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 
@@ -81,7 +81,12 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kH2dAsync, "H2D_ASYNC", kBool, "1", "", "", "",                                              \
     "1 = an asynchronous copy from zrtier memory to the GPU may return before its last chunks "   \
     "are decoded: their DMAs wait in the stream on a flag the decode sets (cuStreamWaitValue32); " \
-    "0 = the copy call waits for every chunk")
+    "0 = the copy call waits for every chunk")                                                   \
+  X(kTestFailInit, "TEST_FAIL_INIT", kString, "none", "", "none|uffd|pool", "",                  \
+    "tests only: make start-up fail as it would without userfaultfd (uffd) or without pinned "     \
+    "memory for the T0 pool (pool), to exercise the fallback to the real runtime")              \
+  X(kTestStatsDir, "TEST_STATS_DIR", kString, "/dev/shm", "path", "", "",                        \
+    "tests only: the directory of the statistics blocks")
 // clang-format on
 
 enum class Opt : int {
@@ -103,6 +108,10 @@ struct OptionInfo {
   const char* help;
 };
 
+// Options for tests only (their names start with TEST_): parsed like the others, left out of
+// `zrtier options`, `zrtier run --help` and the README.
+bool IsTestOption(const OptionInfo& info);
+
 // The table, in declaration order. REQUIRES: 0 <= i < kOptionCount.
 const OptionInfo& OptionAt(int i);
 const OptionInfo& InfoOf(Opt id);
@@ -122,7 +131,8 @@ class Options {
 
   // Reads every ZRTIER_* variable from `getenv`. A bad value is reported through `warn` (by default
   // one warning line on stderr naming the variable) and the default is kept. Unknown ZRTIER_*
-  // variables are reported too (a typo should not silently do nothing), except ZRTIER_TEST_*.
+  // variables are reported too (a typo should not silently do nothing), except ZRTIER_TEST_* (the
+  // test suite's own knobs).
   static Options FromEnvironment(
       const std::function<void(const std::string&)>& warn = nullptr,
       const std::function<const char*(const char*)>& getenv_fn = nullptr);

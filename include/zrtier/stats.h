@@ -1,0 +1,161 @@
+// The statistics ABI: one X-macro list of counters and gauges and the latency histograms, kept in
+// one versioned block of memory (StatsBlock). The runtime increments them with relaxed atomics (no
+// locks on hot paths: runtime/base/stats.h); `zrtier stats`, zrtier-top and the tests read them
+// (zrtier/stats_reader.h). When publishing is on (ZRTIER_STATS=1) the block lives in shared memory
+// at /dev/shm/zrtier.<pid>, otherwise in the process.
+//
+// ABI rules (readers are other processes, possibly of another zrtier version):
+//   - StatsBlock starts with magic, version and size; a reader checks all three.
+//   - New counters are appended to ZRTIER_STATS (never reordered or removed) and bump
+//   kStatsVersion.
+//   - Readers tolerate torn reads: each value is one aligned 64-bit word; region rows carry a
+//     sequence number (odd while being written).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace zrtier {
+
+enum class StatKind { kCounter, kGauge };
+
+// X(name, kind, unit, help). Counters only grow; gauges go up and down.
+// clang-format off
+#define ZRTIER_STATS(X)                                                                            \
+  X(regions, kGauge, "", "live managed regions")                                                   \
+  X(region_bytes, kGauge, "bytes", "virtual bytes of live managed regions")                        \
+  X(passthrough_allocs, kCounter, "", "pinned allocations passed to the real runtime")             \
+  X(fallbacks, kCounter, "", "calls that fell back to the real runtime after an internal error")   \
+  X(pinned_pool_bytes, kGauge, "bytes", "real pinned memory held by the T0 pool")                  \
+  X(t0_bytes, kGauge, "bytes", "bytes of chunk copies cached in T0 slots")                         \
+  X(resident_bytes, kGauge, "bytes", "bytes of region pages resident (T1)")                        \
+  X(resident_limit_bytes, kGauge, "bytes", "the T1 budget (0 = none)")                             \
+  X(store_raw_bytes, kGauge, "bytes", "uncompressed bytes of chunks held in the RAM store (T2)")   \
+  X(store_bytes, kGauge, "bytes", "compressed bytes held in the RAM store")                        \
+  X(store_used_bytes, kGauge, "bytes", "memory the RAM store occupies (payload plus waste)")       \
+  X(store_limit_bytes, kGauge, "bytes", "the RAM store's limit")                                   \
+  X(zram_raw_bytes, kGauge, "bytes", "uncompressed bytes of chunks held on the zram device")       \
+  X(zram_bytes, kGauge, "bytes", "bytes written to the zram device for them")                      \
+  X(spill_raw_bytes, kGauge, "bytes", "uncompressed bytes of chunks spilled to files (T3)")        \
+  X(spill_bytes, kGauge, "bytes", "bytes of spill files in use")                                   \
+  X(faults_missing, kCounter, "", "missing-page faults resolved (whole chunks installed)")         \
+  X(faults_wp, kCounter, "", "write-protect faults (first write to a clean chunk)")                \
+  X(faults_zero, kCounter, "", "faults on never-written chunks (zeros installed)")                 \
+  X(fault_ns, kCounter, "ns", "total time from fault read to wake")                                \
+  X(evictions, kCounter, "", "chunks taken out of T1")                                             \
+  X(evictions_clean, kCounter, "", "evictions that reused a stored copy (no compression)")         \
+  X(evictions_zero, kCounter, "", "evictions of all-zero chunks (nothing stored)")                 \
+  X(bytes_encoded, kCounter, "bytes", "uncompressed bytes given to the codec")                     \
+  X(bytes_encoded_out, kCounter, "bytes", "compressed bytes the codec produced")                   \
+  X(bytes_decoded, kCounter, "bytes", "uncompressed bytes the codec produced")                     \
+  X(encode_ns, kCounter, "ns", "time spent encoding")                                              \
+  X(decode_ns, kCounter, "ns", "time spent decoding")                                              \
+  X(h2d_copies, kCounter, "", "host-to-device copies from regions")                                \
+  X(h2d_bytes, kCounter, "bytes", "bytes copied host-to-device from regions")                      \
+  X(d2h_copies, kCounter, "", "device-to-host copies into regions")                                \
+  X(d2h_bytes, kCounter, "bytes", "bytes copied device-to-host into regions")                      \
+  X(copies_ready, kCounter, "", "copies whose chunks were all ready in T0 (prefetch hits)")        \
+  X(copy_stall_ns, kCounter, "ns", "time copy calls waited for chunks to become ready")           \
+  X(copy_ns, kCounter, "ns", "total time inside intercepted copy calls")                           \
+  X(prefetch_bytes, kCounter, "bytes", "bytes decoded into T0 ahead of use")                       \
+  X(prefetch_unused_bytes, kCounter, "bytes", "prefetched bytes dropped before any copy used them") \
+  X(spill_write_bytes, kCounter, "bytes", "bytes written to lower tiers (zram, files)")           \
+  X(spill_read_bytes, kCounter, "bytes", "bytes read back from lower tiers")                       \
+  X(io_errors, kCounter, "", "I/O errors of lower tiers (the chunk stayed in a higher tier)")      \
+  X(store_full, kCounter, "", "times a store was full and the chunk stayed where it was")        \
+  X(h2d_dma_ops, kCounter, "", "real host-to-device DMAs issued from T0 slots for region copies")  \
+  X(d2h_dma_ops, kCounter, "", "real device-to-host DMAs issued into T0 slots for region copies")   \
+  X(dma_calls, kCounter, "", "CUDA calls that queued those DMAs (a batch call takes a whole piece)") \
+  X(copy_plan_ns, kCounter, "ns", "copy calls: taking slots (T0 lookups, victims) for pieces")      \
+  X(copy_issue_ns, kCounter, "ns", "copy calls: issuing DMAs and events, releasing slots")         \
+  X(copy_wait_ns, kCounter, "ns", "copy calls: waiting for (and helping) the fill of a piece")     \
+  X(fill_ns, kCounter, "ns", "fill workers: reading chunks into T0 slots (all threads)")           \
+  X(publish_ns, kCounter, "ns", "fill workers: publishing landed D2H chunks (all threads)")        \
+  X(chunks_cleaned, kCounter, "", "dirty chunks write-protected so that a T0 copy of them stays valid") \
+  X(t0_owned_bytes, kGauge, "bytes", "bytes of chunks whose only copy is the T0 slot a D2H landed in") \
+  X(t0_writebacks, kCounter, "", "owned T0 slots written back into their regions")              \
+  X(h2d_t0_hit_bytes, kCounter, "bytes", "bytes of host-to-device copies found cached in T0 slots") \
+  X(t0_spread_permille, kGauge, "", "thousandths of chunk groups the T0 spread keeps (0: not yet, or off)") \
+  X(fault_blocks_dropped, kCounter, "", "CPU-fault blocks not learned: the predictor's learner was too far behind") \
+  X(h2d_deferred_pieces, kCounter, "", "H2D pieces queued behind a stream flag while still filling (ZRTIER_H2D_ASYNC)") \
+  X(copies_ready_in_time, kCounter, "", "H2D copies whose chunks were all in T0 before the GPU's DMAs needed them") \
+  X(h2d_pieces_waited_on, kCounter, "", "deferred H2D pieces whose stream reached their DMAs before their fill was done")
+// clang-format on
+
+enum class Stat : int {
+#define ZRTIER_STAT_ENUM(name, ...) name,
+  ZRTIER_STATS(ZRTIER_STAT_ENUM)
+#undef ZRTIER_STAT_ENUM
+      kCount
+};
+inline constexpr int kStatCount = static_cast<int>(Stat::kCount);
+
+struct StatInfo {
+  const char* name;
+  StatKind kind;
+  const char* unit;
+  const char* help;
+};
+const StatInfo& StatInfoAt(int i);
+
+// Latency histograms: bucket b counts samples in [2^b, 2^(b+1)) nanoseconds (bucket 0: < 2 ns).
+// clang-format off
+#define ZRTIER_HISTOGRAMS(X)                                              \
+  X(fault_latency, "missing-fault service time (read to wake)")           \
+  X(restore_latency, "decode + install of a stored chunk")                \
+  X(copy_stall_latency, "wait inside a copy call for chunks to be ready")
+// clang-format on
+
+enum class Hist : int {
+#define ZRTIER_HIST_ENUM(name, ...) name,
+  ZRTIER_HISTOGRAMS(ZRTIER_HIST_ENUM)
+#undef ZRTIER_HIST_ENUM
+      kCount
+};
+inline constexpr int kHistCount = static_cast<int>(Hist::kCount);
+inline constexpr int kHistBuckets = 48;
+const char* HistName(int i);
+
+struct Histogram {
+  std::atomic<uint64_t> buckets[kHistBuckets];
+  // Records one sample of `ns` nanoseconds.
+  void Record(uint64_t ns);
+  // The value below which `q` (0..1) of the samples lie, interpolated inside the bucket; 0 if
+  // empty. Safe on a snapshot copied from another process.
+  static double Quantile(const uint64_t (&buckets)[kHistBuckets], double q);
+};
+
+inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
+// 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
+// t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
+// fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces; 11: copies_ready_in_time and
+// h2d_pieces_waited_on
+inline constexpr uint32_t kStatsVersion = 11;
+inline constexpr int kStatsMaxRegions = 64;
+
+// One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).
+struct StatsRegionRow {
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> base;  // 0 = free row
+  std::atomic<uint64_t> size;
+  std::atomic<uint64_t> resident_bytes;
+  std::atomic<uint64_t> stored_raw_bytes;  // uncompressed bytes whose newest copy is below T1
+  std::atomic<uint64_t> stored_bytes;      // compressed bytes of those copies
+};
+
+struct StatsBlock {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t size;  // sizeof(StatsBlock) of the writer
+  int32_t pid;
+  uint32_t reserved;
+  uint64_t start_unix_ns;
+  std::atomic<uint64_t> heartbeat_unix_ns;  // refreshed by the runtime about once a second
+  char cmdline[256];
+  std::atomic<uint64_t> values[kStatCount];
+  Histogram hist[kHistCount];
+  StatsRegionRow regions[kStatsMaxRegions];
+};
+
+}  // namespace zrtier
