@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "runtime/base/stats.h"
-#include "zrtier/control.h"
 #include "runtime/shim/process.h"
+#include "zrtier/control.h"
 
 #define ZRTIER_CONTROL extern "C" __attribute__((visibility("default")))
 

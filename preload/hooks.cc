@@ -1,5 +1,5 @@
 // libzrtier.so: the exported CUDA runtime symbols, each a one-line forwarder into
-// runtime/cuda/runtime.h (DESIGN.md section 6). Symbols are exactly the CUDA names, unversioned
+// runtime/shim/process.h (DESIGN.md section 6). Symbols are exactly the CUDA names, unversioned
 // (an unversioned definition satisfies libtorch's versioned references to libcudart.so.13), plus
 // the per-thread-default-stream (_ptds/_ptsz) variants of the copy calls, and the synchronize
 // calls (whose thread helps fill an asynchronous copy's pieces before it waits). Nothing runs at

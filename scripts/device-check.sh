@@ -61,7 +61,7 @@ for stage in "${stages[@]}"; do
         # memory too (cudaHostAlloc's pages are mapped into it), checked on the spilling run. The
         # system-wide peak (MemTotal - MemAvailable above the start) is printed beside it: on the
         # GPU VM it holds 0.5-0.8 GiB on file-spill runs that no /proc/meminfo field explains
-        # (docs/PERFORMANCE.md, session 15).
+        # (docs/decisions.md, "The memory bar: peak RSS plus pinned").
         spill=$(mktemp -d /tmp/zrtier-spill.XXXXXX)
         for cfg in ram file; do
           extra=(); [[ $cfg == file ]] && extra=(ZRTIER_STORE_BACKEND=ram+file ZRTIER_STORE_LIMIT=64M "ZRTIER_SPILL_DIR=$spill")

@@ -58,8 +58,8 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kWorkers, "WORKERS", kInt, "0", "threads", "", "workers",                                    \
     "decode/prefetch worker threads. 0 = all cores but two, at least 2")                             \
   X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "0", "bytes", "", "prefetch",                       \
-    "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = off (the default until "  \
-    "it wins on the GPU: docs/PERFORMANCE.md)")                                                   \
+    "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = off (docs/decisions.md, " \
+    "\"Prefetcher off by default\")")                                                            \
   X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
     "NUMA node for the RAM store's memory. -1 = not placed (the pinned pool never is)")          \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \

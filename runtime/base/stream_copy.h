@@ -1,8 +1,8 @@
 // Copies into memory that the CPU will not read again soon: a pinned T0 slot, which the GPU's DMA
 // reads next. Non-temporal stores write such a destination without first reading it into the
-// cache (a plain memcpy's read-for-ownership) and without evicting the caller's working set: on
-// the GPU machine 14 threads filling 64 KiB slots moved 61 GB/s this way against 50 GB/s with
-// memcpy (docs/PERFORMANCE.md, "Streaming stores").
+// cache (a plain memcpy's read-for-ownership) and without evicting the caller's working set; many
+// threads filling slots at once move about a fifth more this way (docs/decisions.md, "Streaming
+// stores for T1 fills").
 #pragma once
 
 #include <cstddef>

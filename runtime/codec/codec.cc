@@ -55,8 +55,9 @@ uint32_t Get32(const uint8_t* p) {
 // match finder skips nearly everything) with Huffman coding of literals forced on. Exponent and
 // sign+mantissa planes are order-0 sources: LZ matches there cost ratio and decode speed at every
 // level (bf16 exponent plane, 32 KiB: level 1 2.72x at 1.1 GB/s decode, level 3 2.54x at
-// 0.84 GB/s, literal mode 3.07x at 2.4 GB/s; docs/ARCHITECTURE.md). CodecConfig::level applies to
-// chunks coded whole (plain zstd, and auto chunks with no plane structure such as text).
+// 0.84 GB/s, literal mode 3.07x at 2.4 GB/s; docs/decisions.md, "Planes coded in zstd literal
+// mode"). CodecConfig::level applies to chunks coded whole (plain zstd, and auto chunks with no
+// plane structure such as text).
 constexpr int kPlaneLevel = -1000;
 
 // Per-thread zstd contexts and plane scratch (the codec itself is immutable and shared). `pctx`

@@ -52,7 +52,6 @@ const Resolved& TheReal() {
   return g_failed;
 }
 
-
 }  // namespace
 
 Status ResolveCudaApi(CudaApi* api) {

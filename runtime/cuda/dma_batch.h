@@ -2,10 +2,9 @@
 // as few CUDA calls as the runtime allows. A piece's slots are rarely one run: at the pool's
 // pressure a host-to-device piece reads 5-12 chunks per run of consecutive slots, and one
 // cudaMemcpyAsync per run cost the copying thread 2.6-3.1 us each and the copy engine a gap
-// between them. cudaMemcpyBatchAsync (CUDA 12.8 and later) queues the whole piece in one call: on
-// the H100 machine, 4096 scattered 64 KiB slot copies took 0.9 us of CPU each and moved at the
-// link's 52 GB/s, against 3.1 us and 16 GB/s as one cudaMemcpyAsync each (docs/PERFORMANCE.md,
-// "Session 22").
+// between them. cudaMemcpyBatchAsync (CUDA 12.8 and later) queues the whole piece in one call, at
+// a third of the CPU per copy and at link speed where separate calls left the link idle between
+// them (docs/decisions.md, "One batch call per piece's DMAs").
 //
 // A batch of one copy, a runtime without the call, ZRTIER_DMA_BATCH=0, or a batch call that failed
 // once (every later batch is then issued copy by copy; said once in the log) uses one

@@ -11,8 +11,7 @@ namespace {
 
 constexpr unsigned kWaitGeq = 0;  // CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - value) >= 0
 // CU_STREAM_WRITE_VALUE_DEFAULT (the v2 API refuses NO_MEMORY_BARRIER with
-// CUDA_ERROR_INVALID_VALUE: seen on the H100 machine); the stream performs the write once the
-// work queued before it is done.
+// CUDA_ERROR_INVALID_VALUE); the stream performs the write once the work queued before it is done.
 constexpr unsigned kWriteDefault = 0;
 // The mark: the second word of a flag's 64-byte line.
 constexpr size_t kMarkWord = 1;

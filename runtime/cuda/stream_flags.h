@@ -1,11 +1,12 @@
 // StreamFlags: host words a CUDA stream can wait on (the driver's cuStreamWaitValue32). A D2H copy
 // into a region must not let its stream complete before the landed bytes are published; a host
-// function at the end of the copy says so too, but its dispatch costs ~60 us after the last DMA
-// on the H100 machine (docs/PERFORMANCE.md, "The end of a D2H copy"). With a flag the stream
+// function at the end of the copy says so too, but its dispatch costs tens of microseconds after
+// the last DMA (docs/decisions.md, "End of a D2H copy: a stream flag, not a host function"). With a
+// flag the stream
 // waits on a word in mapped pinned memory instead, and the thread that finishes the publish
 // releases it with one store. An asynchronous H2D copy uses the same words the other way round:
 // a piece's DMAs, queued while its slots are still being filled, wait on a word that the fill's
-// last step sets (Shim::DeferH2D), so the copy call returns without waiting for its decodes.
+// last step sets (H2DPath::Defer), so the copy call returns without waiting for its decodes.
 //
 // A flag may also tell whether the stream had reached its wait before the word was set: Enqueue
 // with `mark` queues, just ahead of the wait, a write of the awaited value into a second word of

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <string>
 
-#include "zrtier/options.h"
 #include "runtime/os/uffd_compat.h"
+#include "zrtier/options.h"
 
 namespace zrtier {
 namespace {

@@ -13,8 +13,8 @@
 #include <memory>
 #include <mutex>
 
-#include "zrtier/status.h"
 #include "runtime/os/os.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

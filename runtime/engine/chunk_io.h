@@ -13,12 +13,12 @@
 #include <cstring>
 #include <memory>
 
-#include "zrtier/status.h"
 #include "runtime/base/stream_copy.h"
 #include "runtime/codec/codec.h"
 #include "runtime/engine/chunk_table.h"
 #include "runtime/engine/region_map.h"
 #include "runtime/store/store.h"
+#include "zrtier/status.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define ZRTIER_TSAN 1

@@ -64,8 +64,8 @@ Status Engine::Create(const Options& opts, Os* os, std::unique_ptr<ChunkStore> s
   if (!store) ZRTIER_RETURN_IF_ERROR(CreateStore(opts, os, &store));
   long efd = os->Eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (efd < 0) return Status::Error(static_cast<int>(-efd), "eventfd: " + ErrnoText(efd));
-  out->reset(new Engine(opts, os, std::move(arena), std::move(store), cc, chunk,
-                        static_cast<int>(efd)));
+  out->reset(
+      new Engine(opts, os, std::move(arena), std::move(store), cc, chunk, static_cast<int>(efd)));
   return Status::Ok();
 }
 
@@ -76,11 +76,12 @@ Status Engine::Allocate(size_t size, RegionInfo* out) {
   std::shared_ptr<Region> r;
   // Stale poison markers (Pager::Stray) are cleared under the map's lock: the pager poisons only
   // while it holds the lock shared and sees no live region there, so none can land after this.
-  ZRTIER_RETURN_IF_ERROR(regions_->Add(len,
-                                       [this](char* base, size_t n) {
-                                         if (uffd_->poisoned()) os_->Madvise(base, n, MADV_DONTNEED);
-                                       },
-                                       &r));
+  ZRTIER_RETURN_IF_ERROR(regions_->Add(
+      len,
+      [this](char* base, size_t n) {
+        if (uffd_->poisoned()) os_->Madvise(base, n, MADV_DONTNEED);
+      },
+      &r));
   *out = RegionInfo{r->base, r->size, r->id};
   return Status::Ok();
 }

@@ -25,12 +25,12 @@
 #include <cstdint>
 #include <memory>
 
-#include "zrtier/options.h"
-#include "zrtier/status.h"
 #include "runtime/codec/codec.h"
 #include "runtime/engine/region_backend.h"
 #include "runtime/os/os.h"
 #include "runtime/store/store.h"
+#include "zrtier/options.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 
@@ -83,8 +83,7 @@ class Engine final : public RegionBackend {
   void PrepareRead(const void* p, size_t len) override;
   void PrepareWrite(void* p, size_t len) override;
   uint64_t Generation(const void* p) const override;
-  void Generations(const void* p, size_t n, uint64_t* out,
-                   bool* resident = nullptr) const override;
+  void Generations(const void* p, size_t n, uint64_t* out, bool* resident = nullptr) const override;
   void SetExternalCopies(ExternalCopies* x) override;
   Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered) override;
   Status Attach(void* chunk_start, uint64_t gen, const void* bytes,

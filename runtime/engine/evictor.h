@@ -16,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "zrtier/status.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_map.h"
@@ -24,6 +23,7 @@
 #include "runtime/engine/t1_victim.h"
 #include "runtime/engine/uffd.h"
 #include "runtime/os/os.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

@@ -130,8 +130,7 @@ Status ExternalChunks::AttachStored(Region* r, Chunk& c, const char* enc, size_t
   return Status::Ok();
 }
 
-Status ExternalChunks::Attach(void* chunk_start, uint64_t gen, const void* bytes,
-                              bool* installed) {
+Status ExternalChunks::Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
   if (installed) *installed = false;
   std::shared_ptr<Region> r = regions_->Find(chunk_start);
   if (!r) return Status::Ok();  // freed: nothing to give back to

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <functional>
 
-#include "zrtier/status.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_backend.h"
@@ -26,6 +25,7 @@
 #include "runtime/engine/resident_budget.h"
 #include "runtime/engine/uffd.h"
 #include "runtime/os/os.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

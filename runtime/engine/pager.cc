@@ -83,8 +83,7 @@ void Pager::Stray(uint64_t addr, bool wp) {
 // and clean. An external chunk is installed straight from its holder's copy (no decode, no scratch
 // copy). Never-written chunks get real zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and
 // a write would go unseen.
-Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write,
-                           uint64_t t0) {
+Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
   Status st;
   auto install = [&](const char* src) {
     st = uffd_->Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);

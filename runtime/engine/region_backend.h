@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "zrtier/status.h"
 #include "runtime/policy/access.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

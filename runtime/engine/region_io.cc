@@ -175,8 +175,7 @@ Status RegionIo::Write(void* dst, const void* src, size_t len) {
   return Status::Ok();
 }
 
-Status RegionIo::WriteChunk(Region* r, size_t i, uint32_t w, size_t off, size_t n,
-                            const char* s) {
+Status RegionIo::WriteChunk(Region* r, size_t i, uint32_t w, size_t off, size_t n, const char* s) {
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
   const ChunkState was = StateOf(w);
@@ -225,8 +224,7 @@ Status RegionIo::InstallWritten(Region* r, size_t i, ChunkState was, size_t off,
       if (!st.ok()) return fail(st);
     } else if (was == kExternal) {
       // Claimed: the holder keeps its copy at this generation until the chunk moves on.
-      if (!external_->WithHeld(r, i, c.gen.load(),
-                               [&](const char* b) { memcpy(buf, b, chunk_); }))
+      if (!external_->WithHeld(r, i, c.gen.load(), [&](const char* b) { memcpy(buf, b, chunk_); }))
         return fail(Status::Error(EIO, "Write: the external copy of the chunk is gone"));
     } else {
       memset(buf, 0, chunk_);

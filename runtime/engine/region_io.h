@@ -12,13 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "zrtier/status.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/external.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_map.h"
 #include "runtime/engine/resident_budget.h"
 #include "runtime/engine/uffd.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

@@ -18,9 +18,9 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "zrtier/status.h"
 #include "runtime/engine/arena.h"
 #include "runtime/engine/chunk_table.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

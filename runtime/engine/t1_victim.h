@@ -20,8 +20,8 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/policy/access.h"
 #include "runtime/engine/chunk_table.h"
+#include "runtime/policy/access.h"
 
 namespace zrtier {
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "zrtier/status.h"
 #include "runtime/os/os.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

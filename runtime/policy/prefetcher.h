@@ -37,9 +37,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "zrtier/options.h"
 #include "runtime/policy/access.h"
 #include "runtime/policy/access_predictor.h"
+#include "zrtier/options.h"
 
 namespace zrtier::policy {
 

@@ -145,8 +145,7 @@ void D2HPath::StartPublish(Task* t) {
   // worker's pickup.
   const bool here = t->last && t->items.size() == 1;
   if (here) item(0);
-  auto batch =
-      ctx_.workers->Submit(here ? 0 : t->items.size(), item, [this, t] { EndPiece(t); });
+  auto batch = ctx_.workers->Submit(here ? 0 : t->items.size(), item, [this, t] { EndPiece(t); });
   {
     std::lock_guard<std::mutex> l(g->mu);
     g->tasks.emplace_back(t);
@@ -303,8 +302,7 @@ cudaError_t D2HPath::Copier::Run() {
   // after it), so it should be short.
   const size_t piece = ctx_.max_piece_chunks;
   min_chunks_ = adopt_ ? std::max<size_t>(1, piece / 4) : piece;
-  max_chunks_ =
-      adopt_ ? std::max(piece, std::min(kGrowth * piece, ctx_.pool->slots() / 4)) : piece;
+  max_chunks_ = adopt_ ? std::max(piece, std::min(kGrowth * piece, ctx_.pool->slots() / 4)) : piece;
   piece_chunks_ = min_chunks_;
   slots_.resize(max_chunks_);
   hits_.reset(new bool[max_chunks_]);
@@ -362,8 +360,8 @@ void D2HPath::Copier::IssuePiece(uint64_t first_index, const int* slots, size_t 
     char* hi = std::min(end_, start + chunk);
     size_t len = hi - lo;
     char* slot_lo = ctx_.pool->SlotPtr(slots[i]) + (lo - start);
-    task->ops.push_back(Task::Op{lo, slot_lo, len, slots[i], lo == start && len == chunk, start,
-                                 first_index + i});
+    task->ops.push_back(
+        Task::Op{lo, slot_lo, len, slots[i], lo == start && len == chunk, start, first_index + i});
     dmas.Add(slot_lo, src_ + (lo - dst_), len);
   }
   StatAdd(Stat::d2h_dma_ops, dmas.size());

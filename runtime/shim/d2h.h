@@ -29,8 +29,7 @@ class D2HPath {
   ~D2HPath() { ReapRetired(/*all=*/true); }
 
   // Copies `n` bytes of device memory `src` into [dst, dst+n) (inside region `r`) on `stream`.
-  cudaError_t Copy(char* dst, const RegionInfo& r, const void* src, size_t n,
-                   cudaStream_t stream);
+  cudaError_t Copy(char* dst, const RegionInfo& r, const void* src, size_t n, cudaStream_t stream);
   // Whether copies end their stream with a wait on a StreamFlags word (else a host function).
   bool ends_on_flags() const { return ctx_.flags->available(); }
 
@@ -62,7 +61,7 @@ class D2HPath {
 
   CopyContext ctx_;
   WriteBack* write_back_;
-  std::mutex retired_mu_;         // guards retired_
+  std::mutex retired_mu_;        // guards retired_
   std::vector<Group*> retired_;  // finished groups, deleted by ReapRetired
 };
 

@@ -439,8 +439,8 @@ cudaError_t H2DPath::CopyOrdered(void* dst, const RegionInfo& r, const char* src
     for (const Chunk& c : piece) t->fills.emplace_back(c.start, ctx_.pool->SlotPtr(c.slot));
     cudaError_t err = ctx_.api->cudaLaunchHostFunc(stream, &H2DPath::OrderedFillFn, t);
     if (err != cudaSuccess) delete t;
-    err = IssuePiece(ctx_, static_cast<char*>(dst), src, piece, cur, piece_end,
-                     err != cudaSuccess, /*publish=*/false, r.id, stream);
+    err = IssuePiece(ctx_, static_cast<char*>(dst), src, piece, cur, piece_end, err != cudaSuccess,
+                     /*publish=*/false, r.id, stream);
     if (err != cudaSuccess) return err;
     cur = piece_end;
   }

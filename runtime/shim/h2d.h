@@ -40,8 +40,8 @@ class H2DPath {
   // Copies [src, src+n) (inside region `r`) to device memory `dst` on `stream`. `sync`: the caller
   // synchronizes the stream right after (no piece is handed to the stream still filling: the
   // calling thread helps fill instead).
-  cudaError_t Copy(void* dst, const RegionInfo& r, const char* src, size_t n,
-                   cudaStream_t stream, bool sync);
+  cudaError_t Copy(void* dst, const RegionInfo& r, const char* src, size_t n, cudaStream_t stream,
+                   bool sync);
   // Whether asynchronous copies may return before their last fills.
   bool async() const { return async_; }
 

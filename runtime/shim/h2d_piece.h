@@ -49,8 +49,8 @@ struct H2DPath::Piece {
   // one that finds the other's state there finishes a deferred piece (FinishDeferred).
   enum State { kFilling, kFilled, kDeferred };
   std::atomic<int> state{kFilling};
-  uint64_t region = 0;            // set when deferred
-  int flag = -1;                  // the StreamFlags token its DMAs wait on, once deferred
+  uint64_t region = 0;             // set when deferred
+  int flag = -1;                   // the StreamFlags token its DMAs wait on, once deferred
   Readiness* readiness = nullptr;  // once deferred: a reference to its copy's
   bool ready() const { return !fill || fill->done(); }
 };

@@ -53,9 +53,8 @@ class PolicyPrefetch final : public ShimPrefetch,
   // found no free slot. fetched[i] is set for each handled chunk: whether it was read into a slot.
   size_t PrefetchRun(uint64_t region, uint64_t first, size_t n, bool* fetched) override {
     std::fill(fetched, fetched + n, false);
-    return ctx_.regions->With(region, n, [&](const RegionInfo& r) {
-      return FetchRun(r, first, n, fetched);
-    });
+    return ctx_.regions->With(region, n,
+                              [&](const RegionInfo& r) { return FetchRun(r, first, n, fetched); });
   }
   uint64_t NextUseDistance(uint64_t region, uint64_t chunk) const override {
     const uint64_t d = pf_.NextUseDistance(policy::ChunkKey{region, chunk});
@@ -97,7 +96,8 @@ class PolicyPrefetch final : public ShimPrefetch,
       pinned.push_back(slots[i]);
       bool zero = false;
       uint64_t gen = gens[i];
-      Status st = ctx_.backend->ReadChunk(addr + i * chunk, ctx_.pool->SlotPtr(slots[i]), &zero, &gen);
+      Status st =
+          ctx_.backend->ReadChunk(addr + i * chunk, ctx_.pool->SlotPtr(slots[i]), &zero, &gen);
       if (st.ok() && !zero) {
         items.push_back({slots[i], first + i, gen, resident[i]});
         fetched[i] = true;
@@ -133,4 +133,3 @@ std::unique_ptr<ShimPrefetch> ShimPrefetch::Create(const CopyContext& ctx, const
 }
 
 }  // namespace zrtier
-

@@ -10,12 +10,12 @@
 #include <string>
 
 #include "runtime/base/log.h"
-#include "zrtier/options.h"
 #include "runtime/base/stats.h"
+#include "runtime/base/stats_shm.h"
 #include "runtime/cuda/dma_batch.h"
 #include "runtime/engine/engine.h"
 #include "runtime/os/os.h"
-#include "runtime/base/stats_shm.h"
+#include "zrtier/options.h"
 
 namespace zrtier {
 namespace {
@@ -29,7 +29,7 @@ uint64_t g_min_alloc = 1 << 20;
 Options* g_opts = nullptr;  // parsed once, on the first intercepted allocation; never freed
 
 // ZRTIER_TEST_FAIL_INIT=uffd: the kernel refuses userfaultfd, as with
-// vm.unprivileged_userfaultfd=0 for an unprivileged user (the test machine runs as root).
+// vm.unprivileged_userfaultfd=0 for an unprivileged user (the test suite may run as root).
 class NoUffdOs : public Os {
  public:
   long Userfaultfd(int flags) override { return -EPERM; }

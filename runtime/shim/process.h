@@ -9,9 +9,9 @@
 // The Shim is never destroyed (it lives until the process exits; tearing it down at exit would race
 // with CUDA's own teardown and with threads still copying).
 //
-// The test-only option ZRTIER_TEST_FAIL_INIT=uffd makes the engine see userfaultfd(2) fail with EPERM
-// (through its Os), =pool makes the real cudaHostAlloc of the T0 pool fail; both exercise the real
-// fallback path. Every Hook* preserves errno.
+// The test-only option ZRTIER_TEST_FAIL_INIT=uffd makes the engine see userfaultfd(2) fail with
+// EPERM (through its Os), =pool makes the real cudaHostAlloc of the T0 pool fail; both exercise the
+// real fallback path. Every Hook* preserves errno.
 #pragma once
 
 #include <cuda_runtime_api.h>

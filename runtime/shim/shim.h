@@ -20,11 +20,11 @@
 #include <cstdint>
 #include <memory>
 
-#include "zrtier/options.h"
 #include "runtime/shim/copy_context.h"
 #include "runtime/shim/d2h.h"
 #include "runtime/shim/h2d.h"
 #include "runtime/shim/write_back.h"
+#include "zrtier/options.h"
 
 namespace zrtier {
 

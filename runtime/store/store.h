@@ -12,9 +12,9 @@
 #include <functional>
 #include <memory>
 
+#include "runtime/os/os.h"
 #include "zrtier/options.h"
 #include "zrtier/status.h"
-#include "runtime/os/os.h"
 
 namespace zrtier {
 

@@ -15,9 +15,8 @@ constexpr size_t kMoveBatch = 256;             // entries per mover scan
 constexpr size_t kPrefetchBatch = 32;          // entries per prefetch submission (one group)
 constexpr size_t kPrefetchMinBatch = 8;        // a prefetcher waits up to 200 us for this many
 constexpr uint64_t kBackoffNs = 200'000'000;   // after a failed move
-// Prefetch threads, each with one batch in flight. On the dev box's virtio disk 4 read spilled
-// chunks back faster than 2 in 13 of 14 paired runs, one tie (medians +15 % in random order, +8 %
-// in order; `zrtier bench tiers`, PERFORMANCE.md "Session 7").
+// Prefetch threads, each with one batch in flight: 4 read spilled chunks back faster than 2
+// (docs/decisions.md, "Four prefetch threads, 32-entry batches").
 constexpr int kPrefetchThreads = 4;
 static_assert(TieredStore::kSpareBuffers >= 4 * kPrefetchThreads * kPrefetchBatch,
               "spare read buffers: a few batches' worth of every prefetch thread");

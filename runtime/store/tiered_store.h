@@ -16,8 +16,8 @@
 //     prefetchers' work itself: it reads its entry and the queued ones behind it in one submission
 //     (no thread hand-off on the critical path) and caches the others. The buffers consumed Gets
 //     leave are kept for the next reads (up to kSpareBuffers): a fresh one is new heap memory, a
-//     page fault per 4 KiB, which cost several times the CPU of the rest of the read-back on the
-//     dev box (PERFORMANCE.md, store tiers, "Session 10").
+//     page fault per 4 KiB, which costs several times the CPU of the rest of the read-back
+//     (docs/decisions.md, "Spare read buffers reused").
 //   - A failed move (I/O error, full device) leaves the entry in RAM; the mover backs off for a
 //     while before trying again. Entries are never promoted back up (the engine frees an entry once
 //     it has decoded it into a higher tier of its own).

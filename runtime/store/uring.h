@@ -14,8 +14,8 @@
 #include <mutex>
 #include <vector>
 
-#include "zrtier/status.h"
 #include "runtime/os/os.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

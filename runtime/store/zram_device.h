@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "zrtier/status.h"
 #include "runtime/os/os.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

@@ -2,8 +2,7 @@
 // to slots). One direct table per region -- a vector of slot numbers indexed by chunk, grown on
 // demand to the highest chunk cached -- and the last region looked up remembered, so that the
 // lookups of a copy's run of chunks (one region, consecutive chunks) are array loads instead of a
-// hash of (region, chunk) each (that hash map was ~8 % of the perf samples of `zrtier bench policy
-// --pool` on the dev box, session 25; the pool's ns per chunk fell 3-5 % without it).
+// hash of (region, chunk) each (docs/decisions.md, "Direct chunk-to-slot table").
 //
 // Memory: 4 bytes per chunk up to the highest chunk of a region that is cached (a 4 GiB region
 // of 256 KiB chunks: 64 KiB); a region's table is freed once none of its chunks is cached.

@@ -55,8 +55,8 @@ void PinnedPool::AdoptRun(uint64_t region, const PublishItem* items, size_t n) {
     SlotMeta& s = slots_[slot];
     // A repeated D2H into an owned chunk (the common case: a buffer written every step): the new
     // slot takes the older owned one's place -- the same map entry, the same counts -- and the
-    // older slot goes free. The general path below took 12-16 us for the 17 chunks of a 64 MiB
-    // copy's last piece on the GPU machine, most of that piece's publish (PERFORMANCE.md).
+    // older slot goes free, without the general path's lookups and rekeying (docs/decisions.md,
+    // "Repeated D2H into one buffer").
     const int cached = cache_.Find(region, items[i].chunk);
     SlotMeta* o = cached >= 0 && cached != slot ? &slots_[cached] : nullptr;
     const bool swap = o && o->owned && !o->prefetched && o->gen < items[i].gen && !s.cached &&

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <string>
 
-#include "zrtier/options.h"
 #include "runtime/base/stats.h"
+#include "zrtier/options.h"
 
 namespace zrtier {
 

@@ -51,13 +51,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "zrtier/status.h"
-#include "runtime/t0/chunk_slots.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/event_pool.h"
+#include "runtime/engine/region_backend.h"
+#include "runtime/t0/chunk_slots.h"
 #include "runtime/t0/slot_spread.h"
 #include "runtime/t0/slot_victim.h"
-#include "runtime/engine/region_backend.h"
+#include "zrtier/status.h"
 
 namespace zrtier {
 

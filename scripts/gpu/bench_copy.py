@@ -102,7 +102,7 @@ def timed(fn, iters, before=None, paired=None):
     also the median of paired() timed in the same iterations, just ahead of fn: the baseline sees
     the same state of the machine (clocks, link, other tenants) as the copy it is compared with,
     where a baseline measured once before all cases moved the T0 ratios of one library by up to
-    0.07 between runs (docs/PERFORMANCE.md, sessions 14-15)."""
+    0.07 between runs (docs/decisions.md, "Paired baselines and ten stream passes")."""
     zs, ps = [], []
     for _ in range(iters):
         if paired:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""D2H step by step, for the protection-change costs of docs/PERFORMANCE.md (session 4). Run under
+"""D2H step by step, for the protection-change costs (docs/decisions.md, "Protection changes
+batched per piece"). Run under
 LD_PRELOAD=libzrtier.so (or without, for raw pinned-allocator numbers):
 
   ZRTIER_PINNED_POOL=3G ZRTIER_RESIDENT_LIMIT=8G LD_PRELOAD=... python3 scripts/gpu/d2h_steps.py 1024

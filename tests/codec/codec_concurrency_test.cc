@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "runtime/codec/codec.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

@@ -13,8 +13,8 @@
 #include "runtime/codec/checksum.h"
 #include "runtime/codec/estimate.h"
 #include "runtime/codec/planes.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

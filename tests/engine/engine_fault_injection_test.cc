@@ -12,10 +12,10 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/engine/engine.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/external_holder.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

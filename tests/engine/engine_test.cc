@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/engine.h"
 #include "tests/testutil/external_holder.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

@@ -1,7 +1,8 @@
 // The generation contract under races: a copy of a chunk taken with ReadChunk and stamped with the
 // generation it returned must equal the chunk's content whenever Generation() still returns that
 // stamp -- while CPU stores, Write publishes and evictions hit the same chunks. This is what lets a
-// T0 slot be sent to the GPU without looking at the region (runtime/engine.h, Generation).
+// T0 slot be sent to the GPU without looking at the region (runtime/engine/region_backend.h,
+// Generation).
 #include <gtest/gtest.h>
 
 #include <atomic>

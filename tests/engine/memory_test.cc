@@ -11,8 +11,8 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/engine/engine.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

@@ -1,4 +1,4 @@
-// runtime/region: the arena's range allocator (first fit, merging, ENOMEM), the chunk state word
+// runtime/engine: the arena's range allocator (first fit, merging, ENOMEM), the chunk state word
 // (claims, pins kept across transitions) and the CLOCK victim policy (second chance, skips).
 #include <gtest/gtest.h>
 

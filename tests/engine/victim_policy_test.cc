@@ -1,4 +1,4 @@
-// T1 placement (runtime/region/victim_policy.h) through a real engine: with a next-use oracle the
+// T1 placement (runtime/engine/t1_victim.h) through a real engine: with a next-use oracle the
 // evictor keeps the chunks needed soonest and takes unpredicted ones first; without one it is
 // CLOCK. End to end: CPU loads cycling over a region larger than the resident limit, learned from
 // the engine's own fault reports (Engine::SetFaultObserver) by the policy layer's predictor, fault
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/policy/prefetcher.h"
 #include "tests/testutil/engine.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "tools/bench/synthetic_trace.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/synthetic_trace.h"
 
 namespace zrtier::policy {
 namespace {

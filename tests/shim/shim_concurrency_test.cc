@@ -12,8 +12,8 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/shim/shim.h"
 #include "runtime/engine/engine.h"
+#include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/testutil/heap_backend.h"
 #include "tests/testutil/skip.h"

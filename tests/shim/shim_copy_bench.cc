@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/shim/shim.h"
 #include "runtime/engine/engine.h"
+#include "runtime/shim/shim.h"
+#include "tools/bench/sample_data.h"
 
 using namespace zrtier;
 

@@ -1,4 +1,4 @@
-// The shim's copy paths (runtime/cuda/copy_paths.cc) against the fake CUDA runtime and a heap
+// The shim's copy paths (runtime/shim/h2d.cc, d2h.cc) against the fake CUDA runtime and a heap
 // region backend: exact bytes for H2D/D2H with hits, misses, never-written chunks, partial chunks,
 // unaligned offsets, copies larger than the T0 pool, stream and event ordering, and the pointer
 // queries on regions.
@@ -417,7 +417,7 @@ TEST_F(ShimCopyTest, ReadyInTimeCountsCopiesWhoseFillsBeatTheStream) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
-// Where the driver refuses the mark (the H100 machine's v2 write refused one flag value), a
+// Where the driver refuses the mark (a driver's v2 write may refuse a flag value), a
 // deferred copy still returns before its fills and gives the exact bytes; it just cannot know
 // whether the GPU waited, so it does not count as ready in time (the count falls back to the
 // copies ready at the call).

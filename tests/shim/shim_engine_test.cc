@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/shim/shim.h"
 #include "runtime/engine/engine.h"
+#include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {
@@ -67,8 +67,7 @@ class ShimEngineTest : public ::testing::Test {
     ShimConfig cfg;
     cfg.workers = 2;
     cfg.policy = prefetch;
-    shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine),
-                                   std::move(pool), cfg);
+    shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine), std::move(pool), cfg);
   }
   void TearDown() override {
     if (shim_) {
@@ -550,13 +549,13 @@ TEST_F(ShimEngineTest, OwnedSlotsReadEveryCycleAreWrittenBackToTheStore) {
   EXPECT_GT(r.stored_more, 0u) << "written back into T1, not the store";
   // Belady: 0.5; LRU: 0. 0.375 on an idle machine; 0.25 in some runs on a loaded one (the fake
   // GPU's stream thread lags, more of the copies' pieces are in flight and their slots evict
-  // kept chunks), with the code of before and after session 13 alike.
+  // kept chunks).
   EXPECT_GE(r.hit_ratio, 0.2);
 }
 
 // Once the cycle is learned, the copy of the layer left owned by the fill (half the pool) asks
 // its slots to leave. A copy's write-back job takes Shim::kWantedPerItem per worker; the rest is
-// written back by the fill workers while they are idle (Shim::IdleWriteBack), without waiting
+// written back by the fill workers while they are idle (WriteBack::Idle), without waiting
 // for more copies: here no copy follows, and every wanted slot still leaves.
 TEST_F(ShimEngineTest, IdleWorkersWriteBackWhatTheJobLeft) {
   BuildForOwnedCycle("1");

@@ -16,9 +16,9 @@
 #include "runtime/store/file_store.h"
 #include "runtime/store/ram_store.h"
 #include "runtime/store/tiered_store.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

@@ -18,8 +18,8 @@
 #include "runtime/engine/engine.h"
 #include "runtime/store/tiered_store.h"
 #include "runtime/store/zram_device.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

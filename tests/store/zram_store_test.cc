@@ -15,8 +15,8 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/store/tiered_store.h"
-#include "tools/bench/sample_data.h"
 #include "tests/testutil/skip.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {

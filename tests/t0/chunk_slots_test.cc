@@ -1,4 +1,4 @@
-// Covers ChunkSlots (runtime/cuda/chunk_slots.h): lookups, replacement and removal per (region,
+// Covers ChunkSlots (runtime/t0/chunk_slots.h): lookups, replacement and removal per (region,
 // chunk), a region's table freed with its last entry (and the remembered region forgotten with
 // it), and a long random sequence of operations over interleaved regions checked against a
 // std::map.

@@ -24,8 +24,8 @@
 #include "runtime/t0/slot_spread.h"
 #include "runtime/t0/slot_victim.h"
 
-#include "tools/bench/learned_oracle.h"
 #include "tools/bench/cache_sim.h"
+#include "tools/bench/learned_oracle.h"
 
 namespace zrtier {
 namespace {
@@ -685,7 +685,6 @@ TEST(PinnedPoolPlacement, PassedPredictionsLeaveBeforeFarOnes) {
   pool->Unpin(victim);
   pool->SetOracle(nullptr);
 }
-
 
 // One copy the way the shim issues it: the access reported first (with an oracle), then per piece
 // of `piece` chunks each chunk is a cached hit or Acquire(prev) + fill + Publish at `gen`; the

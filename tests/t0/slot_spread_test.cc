@@ -1,4 +1,4 @@
-// Covers SlotSpread (runtime/cuda/slot_spread.h): the hash sample's share follows the threshold,
+// Covers SlotSpread (runtime/t0/slot_spread.h): the hash sample's share follows the threshold,
 // only non-members beyond the pool's reach are sampled out (and resident members while the copies
 // decode), the first cycle estimate, and the feedback once per cycle (members evicted: fewer
 // members; sampled-out slots to spare, or owned slots written back: more).

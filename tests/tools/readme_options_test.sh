@@ -1,5 +1,5 @@
 # Covers README.md's option table: it must be exactly what `zrtier options --markdown` prints (the
-# option table in runtime/base/options.h is the single source). To regenerate it:
+# option table in include/zrtier/options.h is the single source). To regenerate it:
 #   python3 - <<'PY'
 #   import re, subprocess
 #   t = subprocess.run(["build/tools/zrtier", "options", "--markdown"], capture_output=True, text=True).stdout

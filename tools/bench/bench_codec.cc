@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "zrtier/options.h"
 #include "runtime/codec/codec.h"
-#include "tools/bench/sample_data.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/safetensors.h"
+#include "tools/bench/sample_data.h"
+#include "zrtier/options.h"
 
 namespace zrtier::tools {
 namespace {
@@ -72,7 +72,7 @@ Status Measure(const Codec& codec, const std::vector<Chunk>& chunks, double seco
   r->ratio = encoded ? double(total) / double(encoded) : INFINITY;
 
   // Timed passes go over groups of about 1 MiB of chunks; the speed is the fastest group. Others
-  // only ever slow a group down (the dev box is shared by several jobs), so the fastest group is
+  // only ever slow a group down (a shared machine's other jobs), so the fastest group is
   // the undisturbed single-core speed; a group of 16 chunks still leaves the caches cold.
   using Clock = std::chrono::steady_clock;
   const size_t group = std::max<size_t>(1, std::min(chunks.size(), (1u << 20) / max_len));

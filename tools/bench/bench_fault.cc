@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "zrtier/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/codec/codec.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/engine/engine.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/sample_data.h"
+#include "zrtier/options.h"
 
 namespace zrtier::tools {
 namespace {

@@ -2,8 +2,8 @@
 // 64 KiB chunks at once -- memcpy (what publishing a device-to-host copy costs at best), the
 // streaming copy (CopyStreaming: non-temporal stores, what filling T0 from T1 costs at best) and
 // the chunk codec's decode of bf16, with plain and with streaming stores (what filling T0 from T2
-// costs at best). The GPU copy paths cannot beat these; PERFORMANCE.md reads its copy numbers
-// against them. The last column reads the same chunks back through a real Engine (stored,
+// costs at best). The GPU copy paths cannot beat these; docs/PERFORMANCE.md reads its copy
+// numbers against them. The last column reads the same chunks back through a real Engine (stored,
 // Engine::ReadChunk decodes them into the destination, as the H2D fill does): its gap to the
 // streaming decode is the engine's own cost under that many threads ("-" where the engine cannot
 // start, e.g. without userfaultfd).
@@ -14,13 +14,13 @@
 #include <thread>
 #include <vector>
 
-#include "zrtier/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/stream_copy.h"
 #include "runtime/codec/codec.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/engine/engine.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/sample_data.h"
+#include "zrtier/options.h"
 
 namespace zrtier::tools {
 namespace {

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "zrtier/options.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/engine/engine.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/sample_data.h"
+#include "zrtier/options.h"
 
 namespace zrtier::tools {
 namespace {

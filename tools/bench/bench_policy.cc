@@ -1,9 +1,9 @@
 // `zrtier bench policy`: hit ratios of zrtier's placement (learned next-use distance), LRU and
 // Belady's offline optimum at the same cache capacity, on synthetic layer orders (cyclic inference
 // scans and forward/backward training passes, clean, noisy and with order changes). See
-// runtime/policy/cache_sim.h for the exact rules and docs/PERFORMANCE.md for recorded results.
+// tools/bench/cache_sim.h for the exact rules and docs/PERFORMANCE.md for the current table.
 //
-// `zrtier bench policy --pool`: the same question for the real T0 PinnedPool (runtime/cuda/),
+// `zrtier bench policy --pool`: the same question for the real T0 PinnedPool (runtime/t0/),
 // driven the way the shim's copy path drives it (per layer copy: report the access, then per chunk
 // a cached hit or Acquire(prev) + Publish, unpinned piece by piece) over host memory (no GPU), with
 // the learned predictor in learn-only mode (ZRTIER_POLICY=reuse) or none (lru), beside Belady's
@@ -20,12 +20,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tools/bench/learned_oracle.h"
-#include "runtime/t0/pinned_pool.h"
-#include "tools/bench/cache_sim.h"
 #include "runtime/policy/prefetcher.h"
-#include "tools/bench/synthetic_trace.h"
+#include "runtime/t0/pinned_pool.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/cache_sim.h"
+#include "tools/bench/learned_oracle.h"
+#include "tools/bench/synthetic_trace.h"
 
 namespace zrtier::tools {
 namespace {
@@ -133,7 +133,7 @@ void RunPolicy(const PolicyArgs& args) {
     printf("hit ratio = chunk accesses that found the chunk cached / all chunk accesses\n");
     printf(
         "order_known = Belady's rule on the order in effect without noise and skips (a predictor "
-        "that knew every order from its first access; see runtime/policy/cache_sim.h)\n");
+        "that knew every order from its first access; see tools/bench/cache_sim.h)\n");
     printf(
         "after_learning = zrtier through the first pass, then Belady's rule from the cache it "
         "left (the best any policy can do after zrtier's learning pass)\n");

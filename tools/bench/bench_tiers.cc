@@ -25,13 +25,13 @@
 #include <vector>
 
 #include "runtime/codec/codec.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/store/file_store.h"
 #include "runtime/store/ram_store.h"
 #include "runtime/store/tiered_store.h"
 #include "runtime/store/zram_device.h"
 #include "runtime/store/zram_store.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/sample_data.h"
 
 namespace zrtier::tools {
 namespace {

@@ -27,7 +27,7 @@
 // pass, in which nothing is known and the cache keeps what the placement's heat rule keeps), then
 // Belady's rule from the same cache on. It is the best any policy can do once zrtier's learning
 // pass has chosen what the cache holds: the distance between it and Belady is what that choice
-// costs (a cyclic order whose end is kept instead of its start, see docs/PERFORMANCE.md).
+// costs (docs/decisions.md, "The learning pass keeps what came first").
 #pragma once
 
 #include <cstdint>

@@ -1,14 +1,15 @@
 // LearnedOracle: the T0 pool's SlotOracle answered by the policy layer's learned predictor, for
 // CPU-only uses of the pool (zrtier bench policy --pool, the pool tests). The shim has its own
-// adapter (shim_prefetch.cc) that also prefetches; this one only learns (ahead_bytes = 0).
+// adapter (runtime/shim/prefetch_link.cc) that also prefetches; this one only learns (ahead_bytes =
+// 0).
 //
 // Thread safety: as policy::Prefetcher (OnAccess and NextUseDistance from any thread).
 #pragma once
 
 #include <cstdint>
 
-#include "runtime/t0/slot_victim.h"
 #include "runtime/policy/prefetcher.h"
+#include "runtime/t0/slot_victim.h"
 
 namespace zrtier {
 

@@ -6,9 +6,9 @@
 // While the oracle is learning (no order has come back yet: the first scan), what came first stays:
 // the most recently touched candidate leaves, since neither distances nor counts mean anything
 // yet. On a scan larger than the cache this keeps the scan's start, which a cyclic order reads
-// first when it comes back and a forward/backward one reads last on its way back (docs/decisions.md,
-// "The learning pass keeps what came first"). The runtime's caches (the T0 pool, the T1 evictor)
-// still go by recency in that pass (LRU, CLOCK).
+// first when it comes back and a forward/backward one reads last on its way back
+// (docs/decisions.md, "The learning pass keeps what came first"). The runtime's caches (the T0
+// pool, the T1 evictor) still go by recency in that pass (LRU, CLOCK).
 //
 // Thread safety: all methods may be called concurrently (one internal mutex). The oracle is called
 // with that mutex held, so it must not call back into this object.

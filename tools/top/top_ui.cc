@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <map>
 
-#include "zrtier/stats_reader.h"
 #include "tools/top/terminal.h"
 #include "tools/top/top.h"
 #include "tools/top/view.h"
+#include "zrtier/stats_reader.h"
 
 namespace zrtier::tools {
 namespace {

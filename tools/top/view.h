@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "zrtier/stats_reader.h"
 #include "tools/top/metrics.h"
+#include "zrtier/stats_reader.h"
 
 namespace zrtier::tools {
 

@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "zrtier/options.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/stats_shm.h"
-#include "tools/bench/sample_data.h"
 #include "runtime/engine/engine.h"
+#include "tools/bench/sample_data.h"
 #include "tools/top/format.h"
 #include "tools/zrtier/commands.h"
+#include "zrtier/options.h"
 
 namespace zrtier::tools {
 namespace {

@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "zrtier/options.h"
-#include "zrtier/stats_reader.h"
 #include "runtime/os/uffd_compat.h"
 #include "tools/top/format.h"
 #include "tools/zrtier/commands.h"
+#include "zrtier/options.h"
+#include "zrtier/stats_reader.h"
 
 #ifndef USERFAULTFD_IOC
 #define USERFAULTFD_IOC 0xAA
@@ -269,8 +269,8 @@ void CheckMemlock(Doctor* d) {
 
 // CPU faults on zrtier memory wake the fault handler and then the faulting thread, often on
 // another CPU. In a virtual machine whose idle vCPUs halt at once, each wake-up is a trip through
-// the hypervisor: on the 2-vCPU development VM `zrtier bench fault` gave p50 68-71 us with
-// cpuidle-haltpoll's guest_halt_poll_ns at 0 and 41-52 us with 200000 (docs/PERFORMANCE.md).
+// the hypervisor, which polling before halting avoids (docs/decisions.md, "Idle vCPUs and fault
+// latency").
 void CheckCpuIdle(Doctor* d) {
   const std::string driver = ReadFirstLine("/sys/devices/system/cpu/cpuidle/current_driver");
   if (driver.empty()) {
@@ -285,8 +285,7 @@ void CheckCpuIdle(Doctor* d) {
   if (poll == "0")
     d->Line(Level::kWarn, "cpu idle",
             "virtual machine, haltpoll guest_halt_poll_ns=0: idle vCPUs halt at once, so every "
-            "CPU fault on zrtier memory pays vCPU wake-ups (about 25 us per fault on the "
-            "development VM)",
+            "CPU fault on zrtier memory pays vCPU wake-ups (tens of microseconds per fault)",
             "echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns if CPU access "
             "latency matters (idle vCPUs then poll up to 200 us, which costs the host CPU time)");
   else

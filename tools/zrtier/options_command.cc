@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <string>
 
-#include "zrtier/options.h"
 #include "tools/zrtier/commands.h"
+#include "zrtier/options.h"
 
 namespace zrtier::tools {
 namespace {

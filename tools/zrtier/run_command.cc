@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "zrtier/options.h"
 #include "tools/zrtier/commands.h"
 #include "tools/zrtier/run_args.h"
+#include "zrtier/options.h"
 
 namespace zrtier::tools {
 namespace {

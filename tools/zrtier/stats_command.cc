@@ -1,15 +1,15 @@
 // `zrtier stats [PID...] [--json | --prometheus]`: one snapshot of every process running under
-// zrtier (or the named ones), read from their shared-memory statistics blocks (stats_shm.h).
-// Blocks of processes that are gone are cleaned up on the way. Exit status 1 if a named PID
-// publishes nothing, else 0 (no process at all is not an error).
+// zrtier (or the named ones), read from their shared-memory statistics blocks
+// (zrtier/stats_reader.h). Blocks of processes that are gone are cleaned up on the way. Exit status
+// 1 if a named PID publishes nothing, else 0 (no process at all is not an error).
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "zrtier/stats_reader.h"
 #include "tools/top/format.h"
 #include "tools/top/metrics.h"
 #include "tools/zrtier/commands.h"
+#include "zrtier/stats_reader.h"
 
 namespace zrtier::tools {
 namespace {
