@@ -26,14 +26,12 @@ Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
   regions_ = std::make_unique<RegionMap>(arena_.get(), chunk);
   io_ = std::make_unique<ChunkIo>(std::move(store), cc, chunk);
   budget_ = std::make_unique<ResidentBudget>(regions_.get(), chunk, opts.Size(Opt::kResidentLimit));
-  external_ = std::make_unique<ExternalChunks>(os, regions_.get(), uffd_.get(), io_.get(),
-                                               budget_.get(), parked_.get());
-  region_io_ = std::make_unique<RegionIo>(regions_.get(), uffd_.get(), io_.get(), external_.get(),
-                                          budget_.get(), parked_.get());
-  pager_ = std::make_unique<Pager>(os, regions_.get(), uffd_.get(), io_.get(), external_.get(),
-                                   budget_.get(), parked_.get(), workers);
-  evictor_ = std::make_unique<Evictor>(os, regions_.get(), uffd_.get(), io_.get(), budget_.get(),
-                                       parked_.get(), workers);
+  const EngineParts parts{
+      os, regions_.get(), uffd_.get(), io_.get(), budget_.get(), parked_.get(), chunk};
+  external_ = std::make_unique<ExternalChunks>(parts);
+  region_io_ = std::make_unique<RegionIo>(parts, external_.get());
+  pager_ = std::make_unique<Pager>(parts, external_.get(), workers);
+  evictor_ = std::make_unique<Evictor>(parts, workers);
   watchdog_ = std::make_unique<Watchdog>(regions_.get(), io_->store(), pager_.get());
   evictor_->Start();
   pager_->Start();

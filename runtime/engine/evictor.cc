@@ -7,17 +7,6 @@
 
 namespace zrtier {
 
-Evictor::Evictor(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ResidentBudget* budget,
-                 ParkedFaults* parked, int threads)
-    : os_(os),
-      regions_(regions),
-      uffd_(uffd),
-      io_(io),
-      budget_(budget),
-      parked_(parked),
-      chunk_(regions->chunk()),
-      thread_count_(threads) {}
-
 Evictor::~Evictor() = default;
 
 void Evictor::Start() {
@@ -31,22 +20,22 @@ void Evictor::Stop() {
 }
 
 Status Evictor::StoreChunk(Region* r, Chunk& c, char* p, ChunkState* to) {
-  char* raw = tl_raw.Get(chunk_);
-  CopyFromRegion(raw, p, chunk_);
+  char* raw = tl_raw.Get(e_.chunk);
+  CopyFromRegion(raw, p, e_.chunk);
   char* enc = nullptr;
   size_t enc_len = 0;
-  Status st = io_->Encode(raw, &enc, &enc_len);
+  Status st = e_.io->Encode(raw, &enc, &enc_len);
   if (st.ok() && enc_len == 0) {
     *to = kEmpty;
     StatAdd(Stat::evictions_zero, 1);
     return st;
   }
   StoreHandle h = 0;
-  if (st.ok()) st = io_->store()->Put(enc, enc_len, chunk_, &h);
+  if (st.ok()) st = e_.io->store()->Put(enc, enc_len, e_.chunk, &h);
   if (!st.ok()) {
     c.EndBusy(kClean);  // write-protected, content intact, no store copy
-    parked_->Signal();
-    budget_->SetStalled(true);
+    e_.parked->Signal();
+    e_.budget->SetStalled(true);
     StatAdd(st.code() == ENOSPC ? Stat::store_full : Stat::io_errors, 1);
     ZRTIER_LOG_ONCE(LogLevel::kWarn,
                     "cannot store an evicted chunk (%s); chunks stay resident "
@@ -54,7 +43,7 @@ Status Evictor::StoreChunk(Region* r, Chunk& c, char* p, ChunkState* to) {
                     st.ToString().c_str());
     return st;
   }
-  io_->SetHandle(r, c, h, enc_len);
+  e_.io->SetHandle(r, c, h, enc_len);
   *to = kStored;
   return st;
 }
@@ -69,38 +58,39 @@ Status Evictor::EvictChunk(Region* r, size_t i, uint32_t w) {
     StatAdd(Stat::evictions_clean, 1);  // the store copy is current: no compression
   } else {
     if (s == kDirty) {
-      long rc = uffd_->WriteProtect(p, chunk_, true);  // from now on writers wait in their fault
+      long rc =
+          e_.uffd->WriteProtect(p, e_.chunk, true);  // from now on writers wait in their fault
       if (rc < 0) {
         c.EndBusy(kDirty);
-        parked_->Signal();
+        e_.parked->Signal();
         return Status::Error(static_cast<int>(-rc), "UFFDIO_WRITEPROTECT: " + ErrnoText(rc));
       }
     }
     ZRTIER_RETURN_IF_ERROR(StoreChunk(r, c, p, &to));
   }
-  long rc = os_->Madvise(p, chunk_, MADV_DONTNEED);
+  long rc = e_.os->Madvise(p, e_.chunk, MADV_DONTNEED);
   if (rc < 0) {
     // The pages are still there, write-protected, and any store copy made matches them.
     c.EndBusy(kClean);
-    parked_->Signal();
+    e_.parked->Signal();
     return Status::Error(static_cast<int>(-rc), "madvise(MADV_DONTNEED): " + ErrnoText(rc));
   }
-  regions_->AddResident(r, -static_cast<int64_t>(chunk_));
-  if (to == kStored) regions_->AddStoredRaw(r, static_cast<int64_t>(chunk_));
+  e_.regions->AddResident(r, -static_cast<int64_t>(e_.chunk));
+  if (to == kStored) e_.regions->AddStoredRaw(r, static_cast<int64_t>(e_.chunk));
   c.EndBusy(to);
   StatAdd(Stat::evictions, 1);
-  budget_->SetStalled(false);
-  parked_->Signal();
+  e_.budget->SetStalled(false);
+  e_.parked->Signal();
   return Status::Ok();
 }
 
 Status Evictor::EvictSome(uint64_t target) {
-  std::shared_ptr<Snapshot> snap = regions_->GetSnapshot();
+  std::shared_ptr<Snapshot> snap = e_.regions->GetSnapshot();
   int misses = 0;
-  while (regions_->resident() > target && !stop_.load()) {
+  while (e_.regions->resident() > target && !stop_.load()) {
     Victim v;
     if (!policy_.Next(snap->space, 2 * snap->space.total() + 1, &v)) {
-      snap = regions_->GetSnapshot();
+      snap = e_.regions->GetSnapshot();
       if (++misses > 2) return Status::Error(EAGAIN, "no evictable chunk");
       continue;
     }
@@ -108,7 +98,7 @@ Status Evictor::EvictSome(uint64_t target) {
     if (st.ok() || st.code() == EAGAIN) {
       if (st.ok()) {
         misses = 0;
-        budget_->RoomMade();
+        e_.budget->RoomMade();
       }
       continue;
     }
@@ -119,16 +109,16 @@ Status Evictor::EvictSome(uint64_t target) {
 
 void Evictor::Loop() {
   while (!stop_.load()) {
-    if (!budget_->Exceeded()) {
-      budget_->WaitForWork(std::chrono::milliseconds(20));
+    if (!e_.budget->Exceeded()) {
+      e_.budget->WaitForWork(std::chrono::milliseconds(20));
       continue;
     }
-    Status st = EvictSome(budget_->limit());
+    Status st = EvictSome(e_.budget->limit());
     if (!st.ok()) {
-      if (st.code() == EAGAIN) budget_->SetStalled(true);  // nothing evictable: release throttled
-      parked_->Signal();
-      budget_->RoomMade();
-      budget_->WaitForWork(std::chrono::milliseconds(st.code() == EAGAIN ? 1 : 50));
+      if (st.code() == EAGAIN) e_.budget->SetStalled(true);  // nothing evictable: release throttled
+      e_.parked->Signal();
+      e_.budget->RoomMade();
+      e_.budget->WaitForWork(std::chrono::milliseconds(st.code() == EAGAIN ? 1 : 50));
     }
   }
 }
@@ -137,7 +127,7 @@ Status Evictor::EvictTo(uint64_t target) {
   uint64_t deadline = MonotonicNs() + 10'000'000'000ull;
   for (;;) {
     Status st = EvictSome(target);
-    if (st.ok() && regions_->resident() <= target) return st;
+    if (st.ok() && e_.regions->resident() <= target) return st;
     if (!st.ok() && st.code() != EAGAIN) return st;
     if (MonotonicNs() > deadline)
       return Status::Error(EBUSY, "EvictTo: chunks stayed busy or pinned for 10 s");
@@ -147,7 +137,7 @@ Status Evictor::EvictTo(uint64_t target) {
 
 Status Evictor::EvictRange(const void* p, size_t len) {
   std::shared_ptr<Region> r;
-  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(p, len, &r));
+  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(p, len, &r));
   if (len == 0) return Status::Ok();
   size_t first = r->table.IndexOf(p);
   size_t last = r->table.IndexOf(static_cast<const char*>(p) + len - 1);
@@ -167,7 +157,7 @@ Status Evictor::EvictRange(const void* p, size_t len) {
       if (st.code() != EAGAIN) return st;
     }
   }
-  budget_->RoomMade();
+  e_.budget->RoomMade();
   return Status::Ok();
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/engine/chunk_io.h"
+#include "runtime/engine/engine_parts.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_map.h"
 #include "runtime/engine/resident_budget.h"
@@ -29,9 +30,8 @@ namespace zrtier {
 
 class Evictor {
  public:
-  // Collaborators are not owned and must outlive this object. `threads`: evictor threads.
-  Evictor(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ResidentBudget* budget,
-          ParkedFaults* parked, int threads);
+  // `threads`: evictor threads.
+  Evictor(const EngineParts& parts, int threads) : e_(parts), thread_count_(threads) {}
   // REQUIRES: Stop() was called.
   ~Evictor();
 
@@ -56,13 +56,7 @@ class Evictor {
   Status EvictSome(uint64_t target);
   void Loop();
 
-  Os* os_;
-  RegionMap* regions_;
-  Uffd* uffd_;
-  ChunkIo* io_;
-  ResidentBudget* budget_;
-  ParkedFaults* parked_;
-  size_t chunk_;
+  const EngineParts e_;
   int thread_count_;
   ReusePolicy policy_;
   std::atomic<bool> stop_{false};

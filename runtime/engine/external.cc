@@ -9,16 +9,6 @@
 
 namespace zrtier {
 
-ExternalChunks::ExternalChunks(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io,
-                               ResidentBudget* budget, ParkedFaults* parked)
-    : os_(os),
-      regions_(regions),
-      uffd_(uffd),
-      io_(io),
-      budget_(budget),
-      parked_(parked),
-      chunk_(regions->chunk()) {}
-
 bool ExternalChunks::WithHeld(Region* r, size_t i, uint64_t gen,
                               const std::function<void(const char*)>& use) {
   ExternalCopies* x = holder_.load(std::memory_order_acquire);
@@ -41,7 +31,7 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
       ChunkState s = StateOf(w);
       if (s == kFreed) {
         for (size_t j = 0; j < k; ++j) r->table.chunks[first + j].EndBusy(StateOf(was[j]));
-        parked_->Signal();
+        e_.parked->Signal();
         return false;
       }
       if (s == kBusy || (IsResident(w) && (w & ~kStateMask))) {
@@ -63,7 +53,7 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
     }
     size_t end = k;
     while (end < n && IsResident(was[end])) ++end;
-    long rc = os_->Madvise(r->table.AddressOf(first + k), (end - k) * chunk_, MADV_DONTNEED);
+    long rc = e_.os->Madvise(r->table.AddressOf(first + k), (end - k) * e_.chunk, MADV_DONTNEED);
     if (rc < 0) {
       ZRTIER_LOG_ONCE(LogLevel::kWarn,
                       "adopting chunks: madvise(MADV_DONTNEED) failed (%s); they are copied",
@@ -73,7 +63,7 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
         was[j] = kFreed;  // marks "not adopted" below
       }
     } else {
-      regions_->AddResident(r, -static_cast<int64_t>((end - k) * chunk_));
+      e_.regions->AddResident(r, -static_cast<int64_t>((end - k) * e_.chunk));
     }
     k = end;
   }
@@ -83,7 +73,7 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
 Status ExternalChunks::Adopt(void* p, size_t n, uint64_t* gens,
                              const std::function<void()>& registered) {
   std::shared_ptr<Region> r;
-  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(p, n * chunk_, &r));
+  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(p, n * e_.chunk, &r));
   if (n == 0) return Status::Ok();
   const size_t first = r->table.IndexOf(p);
   if (r->table.AddressOf(first) != p) return Status::Error(EINVAL, "Adopt: not a chunk start");
@@ -101,38 +91,38 @@ Status ExternalChunks::Adopt(void* p, size_t n, uint64_t* gens,
     }
     Chunk& c = r->table.chunks[first + k];
     ChunkState s = StateOf(was[k]);
-    if (s == kStored) regions_->AddStoredRaw(r.get(), -static_cast<int64_t>(chunk_));
-    if (s != kExternal) regions_->AddExternal(chunk_);
-    io_->FreeHandle(r.get(), c);
+    if (s == kStored) e_.regions->AddStoredRaw(r.get(), -static_cast<int64_t>(e_.chunk));
+    if (s != kExternal) e_.regions->AddExternal(e_.chunk);
+    e_.io->FreeHandle(r.get(), c);
     gens[k] = c.gen.fetch_add(1) + 1;
   }
   // 4. The holder records its copies while every chunk is still claimed.
   registered();
   for (size_t k = 0; k < n; ++k)
     if (was[k] != kFreed) r->table.chunks[first + k].EndBusy(kExternal);
-  parked_->Signal();
+  e_.parked->Signal();
   return Status::Ok();
 }
 
 Status ExternalChunks::AttachStored(Region* r, Chunk& c, const char* enc, size_t enc_len) {
   StoreHandle h = 0;
-  Status st = enc_len ? io_->store()->Put(enc, enc_len, chunk_, &h) : Status::Ok();
+  Status st = enc_len ? e_.io->store()->Put(enc, enc_len, e_.chunk, &h) : Status::Ok();
   if (!st.ok()) return st;
   ChunkState to = kEmpty;
   if (enc_len) {
-    io_->SetHandle(r, c, h, enc_len);
-    regions_->AddStoredRaw(r, static_cast<int64_t>(chunk_));
+    e_.io->SetHandle(r, c, h, enc_len);
+    e_.regions->AddStoredRaw(r, static_cast<int64_t>(e_.chunk));
     to = kStored;
   }
-  regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
   c.EndBusy(to);
-  parked_->Signal();
+  e_.parked->Signal();
   return Status::Ok();
 }
 
 Status ExternalChunks::Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed) {
   if (installed) *installed = false;
-  std::shared_ptr<Region> r = regions_->Find(chunk_start);
+  std::shared_ptr<Region> r = e_.regions->Find(chunk_start);
   if (!r) return Status::Ok();  // freed: nothing to give back to
   const size_t i = r->table.IndexOf(chunk_start);
   char* p = r->table.AddressOf(i);
@@ -140,10 +130,10 @@ Status ExternalChunks::Attach(void* chunk_start, uint64_t gen, const void* bytes
   Chunk& c = r->table.chunks[i];
   // No room in T1 for one more chunk: the bytes go to the store, encoded before the chunk is
   // claimed (faults on it do not wait for the codec). An all-zero chunk encodes to nothing.
-  const bool store = !budget_->stalled() && budget_->Room() < chunk_;
+  const bool store = !e_.budget->stalled() && e_.budget->Room() < e_.chunk;
   size_t enc_len = 0;
   char* enc = nullptr;
-  const Status encoded = store ? io_->Encode(bytes, &enc, &enc_len) : Status::Ok();
+  const Status encoded = store ? e_.io->Encode(bytes, &enc, &enc_len) : Status::Ok();
   int spins = 0;
   for (;;) {
     uint32_t w = c.word.load();
@@ -168,18 +158,18 @@ Status ExternalChunks::Attach(void* chunk_start, uint64_t gen, const void* bytes
                     "encoding an adopted chunk failed (%s); it is installed in the region instead",
                     encoded.ToString().c_str());
   }
-  Status st = uffd_->Copy(p, static_cast<const char*>(bytes), chunk_, /*wp=*/true);
+  Status st = e_.uffd->Copy(p, static_cast<const char*>(bytes), e_.chunk, /*wp=*/true);
   if (!st.ok()) {
     c.EndBusy(kExternal);
-    parked_->Signal();
+    e_.parked->Signal();
     return Status::Error(st.code(), "Attach: " + st.message());
   }
-  regions_->AddResident(r.get(), chunk_);
-  regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  e_.regions->AddResident(r.get(), e_.chunk);
+  e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
   c.referenced.store(1, std::memory_order_relaxed);
   c.EndBusy(kClean);
-  parked_->Signal();
-  budget_->Kick();
+  e_.parked->Signal();
+  e_.budget->Kick();
   if (installed) *installed = true;
   return Status::Ok();
 }

@@ -19,6 +19,7 @@
 #include <functional>
 
 #include "runtime/engine/chunk_io.h"
+#include "runtime/engine/engine_parts.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_backend.h"
 #include "runtime/engine/region_map.h"
@@ -31,9 +32,7 @@ namespace zrtier {
 
 class ExternalChunks {
  public:
-  // Collaborators are not owned and must outlive this object.
-  ExternalChunks(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ResidentBudget* budget,
-                 ParkedFaults* parked);
+  explicit ExternalChunks(const EngineParts& parts) : e_(parts) {}
 
   // RegionBackend::SetExternalCopies / Adopt / Attach (contracts in region_backend.h).
   void SetHolder(ExternalCopies* x) { holder_.store(x, std::memory_order_release); }
@@ -55,13 +54,7 @@ class ExternalChunks {
   // Attach's store path: puts the encoded bytes and ends the claimed chunk kStored (or kEmpty).
   Status AttachStored(Region* r, Chunk& c, const char* enc, size_t enc_len);
 
-  Os* os_;
-  RegionMap* regions_;
-  Uffd* uffd_;
-  ChunkIo* io_;
-  ResidentBudget* budget_;
-  ParkedFaults* parked_;
-  size_t chunk_;
+  const EngineParts e_;
   std::atomic<ExternalCopies*> holder_{nullptr};
 };
 

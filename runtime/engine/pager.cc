@@ -19,18 +19,6 @@ constexpr uint64_t kSpinNs = 200'000;
 
 }  // namespace
 
-Pager::Pager(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ExternalChunks* external,
-             ResidentBudget* budget, ParkedFaults* parked, int restorers)
-    : os_(os),
-      regions_(regions),
-      uffd_(uffd),
-      io_(io),
-      external_(external),
-      budget_(budget),
-      parked_(parked),
-      chunk_(regions->chunk()),
-      restorer_count_(restorers) {}
-
 Pager::~Pager() = default;
 
 void Pager::Start() {
@@ -41,7 +29,7 @@ void Pager::Start() {
 
 void Pager::Stop() {
   stop_.store(true);
-  parked_->Poke();
+  e_.parked->Poke();
   if (pager_.joinable()) pager_.join();
   {
     std::lock_guard<std::mutex> lock(restore_mu_);
@@ -66,16 +54,16 @@ void Pager::SetFaultObserver(FaultObserver observer) {
 // any moment, so the check and the poison happen under the region map's lock (a new region clears
 // stale poison under it too), and a page that belongs to a live region by now is only woken.
 void Pager::Stray(uint64_t addr, bool wp) {
-  auto lock = regions_->LockShared();
-  if (wp || regions_->FindLocked(reinterpret_cast<void*>(addr))) {
+  auto lock = e_.regions->LockShared();
+  if (wp || e_.regions->FindLocked(reinterpret_cast<void*>(addr))) {
     lock.unlock();
-    uffd_->Wake(reinterpret_cast<char*>(addr & ~(kPage - 1)), kPage);
+    e_.uffd->Wake(reinterpret_cast<char*>(addr & ~(kPage - 1)), kPage);
     return;
   }
   ZRTIER_LOG_ONCE(LogLevel::kError,
                   "access to zrtier arena memory outside any live region (%p): use after free?",
                   reinterpret_cast<void*>(addr));
-  uffd_->Poison(addr);
+  e_.uffd->Poison(addr);
 }
 
 // A fault raised by a store installs the chunk writable and dirty right away (the write is about
@@ -86,36 +74,36 @@ void Pager::Stray(uint64_t addr, bool wp) {
 Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
   Status st;
   auto install = [&](const char* src) {
-    st = uffd_->Copy(p, src, chunk_, /*wp=*/!write, /*dontwake=*/true);
+    st = e_.uffd->Copy(p, src, e_.chunk, /*wp=*/!write, /*dontwake=*/true);
   };
   if (from == kExternal) {
     if (!external_->WithHeld(r, r->table.IndexOf(p), c.gen.load(), install)) {
       c.EndBusy(from);
-      parked_->Signal();
+      e_.parked->Signal();
       Log(LogLevel::kError,
           "chunk %p is held outside the engine and its holder has no copy: the touching thread "
           "gets SIGBUS",
           static_cast<void*>(p));
-      uffd_->Poison(reinterpret_cast<uint64_t>(p));
+      e_.uffd->Poison(reinterpret_cast<uint64_t>(p));
       return Outcome::kDone;
     }
   } else if (from == kStored) {
-    char* buf = tl_raw.Get(chunk_);
-    Status dec = io_->Decode(c, buf, "restoring a chunk on a page fault");
+    char* buf = tl_raw.Get(e_.chunk);
+    Status dec = e_.io->Decode(c, buf, "restoring a chunk on a page fault");
     if (!dec.ok()) {
       c.EndBusy(from);
       Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
           static_cast<void*>(p), dec.ToString().c_str());
-      uffd_->Poison(reinterpret_cast<uint64_t>(p));
+      e_.uffd->Poison(reinterpret_cast<uint64_t>(p));
       return Outcome::kDone;
     }
     install(buf);
   } else {
-    install(io_->zeros());
+    install(e_.io->zeros());
   }
   if (!st.ok()) {
     c.EndBusy(from);
-    parked_->Signal();
+    e_.parked->Signal();
     if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
     ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
     return Outcome::kPark;
@@ -126,24 +114,25 @@ Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
 
 void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
   c.referenced.store(1, std::memory_order_relaxed);
-  regions_->AddResident(r, chunk_);
-  if (from == kStored) regions_->AddStoredRaw(r, -static_cast<int64_t>(chunk_));
-  if (from == kExternal) regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  e_.regions->AddResident(r, e_.chunk);
+  if (from == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
+  if (from == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
   StatAdd(Stat::faults_missing, 1);
   if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
   if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
   const uint64_t held_gen = c.gen.load();
   if (write) {
     c.gen.fetch_add(1);
-    io_->FreeHandle(r, c);  // the stored copy is garbage now
+    e_.io->FreeHandle(r, c);  // the stored copy is garbage now
   }
   c.EndBusy(write ? kDirty : kClean);
   // The holder hears of it before the touching thread runs on (a thread that faulted an adopted
   // chunk in and then asks the pool finds the slot released).
   if (from == kExternal) external_->Released(r, r->table.IndexOf(p), held_gen);
-  uffd_->Wake(p, chunk_);  // after the state is final, so the woken thread sees a consistent chunk
-  parked_->Signal();
-  budget_->Kick();
+  e_.uffd->Wake(p,
+                e_.chunk);  // after the state is final, so the woken thread sees a consistent chunk
+  e_.parked->Signal();
+  e_.budget->Kick();
   // A never-written chunk's first touch (a program initializing a new buffer) is not observed: it
   // says nothing of reuse, and learned as a pass of its own it kept twice the D2H-filled slots
   // owned in T0 and slowed infer.py's compressed run by 7-18 % (docs/decisions.md).
@@ -155,15 +144,15 @@ void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, ui
 
 Pager::Outcome Pager::ResolveWriteProtect(Region* r, Chunk& c, char* p, uint32_t w) {
   c.gen.fetch_add(1);
-  io_->FreeHandle(r, c);        // the stored copy is garbage now
+  e_.io->FreeHandle(r, c);      // the stored copy is garbage now
   if (c.cleaned.exchange(0)) {  // protected for a cached copy, rewritten: see ReadChunk
     uint16_t n = c.rewrites.load(std::memory_order_relaxed);
     if (n < kMaxRewrites) c.rewrites.store(n + 1, std::memory_order_relaxed);
   }
-  long rc = uffd_->WriteProtect(p, chunk_, false);  // mode 0 also wakes the writers
+  long rc = e_.uffd->WriteProtect(p, e_.chunk, false);  // mode 0 also wakes the writers
   if (rc < 0 && rc != -ENOENT && rc != -ESRCH) {
     c.EndBusy(kClean);
-    parked_->Signal();
+    e_.parked->Signal();
     ZRTIER_LOG_ONCE(LogLevel::kError, "UFFDIO_WRITEPROTECT(clear): %s (retrying)",
                     ErrnoText(rc).c_str());
     return Outcome::kPark;
@@ -171,7 +160,7 @@ Pager::Outcome Pager::ResolveWriteProtect(Region* r, Chunk& c, char* p, uint32_t
   c.referenced.store(1, std::memory_order_relaxed);
   StatAdd(Stat::faults_wp, 1);
   c.EndBusy(kDirty);
-  parked_->Signal();
+  e_.parked->Signal();
   return Outcome::kDone;
 }
 
@@ -194,18 +183,18 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
     }
     if (f.wp) {
       if (s != kClean) {  // already writable, or dropped meanwhile (then it refaults as missing)
-        uffd_->Wake(p, chunk_);
+        e_.uffd->Wake(p, e_.chunk);
         return Outcome::kDone;
       }
       if (!c.TryBusy(w)) continue;
       return ResolveWriteProtect(r, c, p, w);
     }
     if (IsResident(w)) {  // installed meanwhile
-      uffd_->Wake(p, chunk_);
+      e_.uffd->Wake(p, e_.chunk);
       return Outcome::kDone;
     }
-    if (budget_->OverBudget()) {
-      budget_->Kick();
+    if (e_.budget->OverBudget()) {
+      e_.budget->Kick();
       return Outcome::kPark;
     }
     if (!c.TryBusy(w)) continue;
@@ -242,7 +231,7 @@ void Pager::RestoreLoop() {
         std::lock_guard<std::mutex> g(requeue_mu_);
         requeued_.push_back(std::move(j.f));
       }
-      parked_->Poke();
+      e_.parked->Poke();
     } else {
       Finish(j.f);
     }
@@ -258,7 +247,7 @@ void Pager::RetryParked(std::vector<Fault>* parked, std::vector<Fault>* retry) {
   }
   if (parked->empty()) return;
   retry->swap(*parked);
-  parked_->count().store(retry->size());
+  e_.parked->count().store(retry->size());
   for (size_t k = 0; k < retry->size(); ++k) {
     Fault& f = (*retry)[k];
     Outcome o = HandleFault(f, k + 1 < retry->size());
@@ -269,14 +258,14 @@ void Pager::RetryParked(std::vector<Fault>* parked, std::vector<Fault>* retry) {
     }
   }
   retry->clear();
-  parked_->count().store(parked->size());
+  e_.parked->count().store(parked->size());
 }
 
 bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
   uffd_msg msgs[kBatch];
   std::vector<std::pair<uint64_t, bool>> done_chunks;
   for (;;) {
-    long n = os_->Read(uffd_->fd(), msgs, sizeof(msgs));
+    long n = e_.os->Read(e_.uffd->fd(), msgs, sizeof(msgs));
     if (n == -EAGAIN || n == -EINTR) return true;
     if (n < 0) {
       Log(LogLevel::kError, "fault handler: read(userfaultfd) failed (%s); the handler stops",
@@ -294,20 +283,21 @@ bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
       f.wp = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) != 0;
       f.write = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0;
       f.t0 = t0;
-      f.region = regions_->Find(reinterpret_cast<void*>(f.addr));
-      uint64_t key = f.region ? f.region->table.IndexOf(reinterpret_cast<void*>(f.addr)) * chunk_ +
-                                    reinterpret_cast<uint64_t>(f.region->base)
-                              : f.addr;
+      f.region = e_.regions->Find(reinterpret_cast<void*>(f.addr));
+      uint64_t key = f.region
+                         ? f.region->table.IndexOf(reinterpret_cast<void*>(f.addr)) * e_.chunk +
+                               reinterpret_cast<uint64_t>(f.region->base)
+                         : f.addr;
       // Dedupe: the install/unprotect of an earlier event of this batch woke this thread too.
       if (std::find(done_chunks.begin(), done_chunks.end(), std::make_pair(key, f.wp)) !=
           done_chunks.end())
         continue;
-      parked_->count().fetch_add(1);  // before looking at the state: a transition ending signals
+      e_.parked->count().fetch_add(1);  // before looking at the state: a transition ending signals
       Outcome o = HandleFault(f, k + 1 < count);
       if (o == Outcome::kPark) {
         parked->push_back(std::move(f));
       } else {
-        parked_->count().fetch_sub(1);
+        e_.parked->count().fetch_sub(1);
         done_chunks.emplace_back(key, f.wp);  // a queued restore wakes the whole chunk too
         if (o == Outcome::kDone) Finish(f);
       }
@@ -321,18 +311,18 @@ void Pager::PagerLoop() {
   uint64_t last_event = 0;
   while (!stop_.load()) {
     heartbeat_.store(MonotonicNs());
-    pollfd fds[2] = {{uffd_->fd(), POLLIN, 0}, {parked_->fd(), POLLIN, 0}};
+    pollfd fds[2] = {{e_.uffd->fd(), POLLIN, 0}, {e_.parked->fd(), POLLIN, 0}};
     // Right after a batch, poll without sleeping for a few µs: a thread touching chunks in a
     // row faults again within microseconds, and a sleeping handler costs a wake-up each time.
     bool spin = MonotonicNs() - last_event < kSpinNs;
-    long pr = os_->Poll(fds, 2, spin ? 0 : parked.empty() ? 100 : 2);
+    long pr = e_.os->Poll(fds, 2, spin ? 0 : parked.empty() ? 100 : 2);
     if (pr < 0 && pr != -EINTR && pr != -EAGAIN) {
       Log(LogLevel::kError, "fault handler: poll failed (%s); the handler stops",
           ErrnoText(pr).c_str());
       failed_.store(true);
       return;
     }
-    if (fds[1].revents & POLLIN) parked_->Drain();
+    if (fds[1].revents & POLLIN) e_.parked->Drain();
     RetryParked(&parked, &retry);
     if (!ReadEvents(&parked, &last_event)) {
       failed_.store(true);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "runtime/engine/chunk_io.h"
+#include "runtime/engine/engine_parts.h"
 #include "runtime/engine/external.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_backend.h"
@@ -34,9 +35,9 @@ namespace zrtier {
 
 class Pager {
  public:
-  // Collaborators are not owned and must outlive this object. `restorers`: restore worker threads.
-  Pager(Os* os, RegionMap* regions, Uffd* uffd, ChunkIo* io, ExternalChunks* external,
-        ResidentBudget* budget, ParkedFaults* parked, int restorers);
+  // `external` is not owned and must outlive this object. `restorers`: restore worker threads.
+  Pager(const EngineParts& parts, ExternalChunks* external, int restorers)
+      : e_(parts), external_(external), restorer_count_(restorers) {}
   // REQUIRES: Stop() was called.
   ~Pager();
 
@@ -89,14 +90,8 @@ class Pager {
   void Finish(const Fault& f);
   void RestoreLoop();
 
-  Os* os_;
-  RegionMap* regions_;
-  Uffd* uffd_;
-  ChunkIo* io_;
+  const EngineParts e_;
   ExternalChunks* external_;
-  ResidentBudget* budget_;
-  ParkedFaults* parked_;
-  size_t chunk_;
   int restorer_count_;
 
   std::mutex observer_mu_;

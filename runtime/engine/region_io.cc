@@ -27,19 +27,9 @@ uint64_t CacheableGeneration(const Chunk& c) {
 
 }  // namespace
 
-RegionIo::RegionIo(RegionMap* regions, Uffd* uffd, ChunkIo* io, ExternalChunks* external,
-                   ResidentBudget* budget, ParkedFaults* parked)
-    : regions_(regions),
-      uffd_(uffd),
-      io_(io),
-      external_(external),
-      budget_(budget),
-      parked_(parked),
-      chunk_(regions->chunk()) {}
-
 Status RegionIo::Read(const void* src, size_t len, void* dst, bool* zero) {
   std::shared_ptr<Region> r;
-  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(src, len, &r));
+  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(src, len, &r));
   const char* s0 = static_cast<const char*>(src);
   if (len == 0) {
     if (zero) *zero = true;
@@ -57,7 +47,7 @@ Status RegionIo::Read(const void* src, size_t len, void* dst, bool* zero) {
   for (size_t i = first; i <= last; ++i) {
     char* p = r->table.AddressOf(i);
     const char* from = std::max<const char*>(p, s0);
-    const char* to = std::min<const char*>(p + chunk_, s0 + len);
+    const char* to = std::min<const char*>(p + e_.chunk, s0 + len);
     ZRTIER_RETURN_IF_ERROR(ReadPart(r.get(), i, from - p, to - from, out + (from - s0)));
   }
   return Status::Ok();
@@ -95,11 +85,11 @@ Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bo
     }
     if (s == kStored) {
       if (!c.TryBusy(w)) continue;
-      char* buf = n == chunk_ ? d : tl_raw.Get(chunk_);
+      char* buf = n == e_.chunk ? d : tl_raw.Get(e_.chunk);
       uint64_t t0 = MonotonicNs();
-      Status st = io_->Decode(c, buf, "Read", streaming && buf == d);
+      Status st = e_.io->Decode(c, buf, "Read", streaming && buf == d);
       c.EndBusy(kStored);
-      parked_->Signal();
+      e_.parked->Signal();
       if (!st.ok()) {
         char where[64];
         snprintf(where, sizeof(where), " (chunk at %p)", static_cast<void*>(p));
@@ -115,7 +105,7 @@ Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bo
 
 Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
   std::shared_ptr<Region> r;
-  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(chunk_start, chunk_, &r));
+  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(chunk_start, e_.chunk, &r));
   size_t i = r->table.IndexOf(chunk_start);
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
@@ -145,12 +135,12 @@ Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint6
     *zero = StateOf(c.word.load()) == kEmpty;
     if (*zero) return Status::Ok();
   }
-  return ReadPart(r.get(), i, 0, chunk_, static_cast<char*>(dst), /*streaming=*/true);
+  return ReadPart(r.get(), i, 0, e_.chunk, static_cast<char*>(dst), /*streaming=*/true);
 }
 
 Status RegionIo::Write(void* dst, const void* src, size_t len) {
   std::shared_ptr<Region> r;
-  ZRTIER_RETURN_IF_ERROR(regions_->FindRange(dst, len, &r));
+  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(dst, len, &r));
   if (len == 0) return Status::Ok();
   char* d0 = static_cast<char*>(dst);
   const char* in = static_cast<const char*>(src);
@@ -159,8 +149,8 @@ Status RegionIo::Write(void* dst, const void* src, size_t len) {
     Chunk& c = r->table.chunks[i];
     char* p = r->table.AddressOf(i);
     char* from = std::max(p, d0);
-    char* to = std::min(p + chunk_, d0 + len);
-    if (!IsResident(c.word.load())) budget_->WaitForRoom();
+    char* to = std::min(p + e_.chunk, d0 + len);
+    if (!IsResident(c.word.load())) e_.budget->WaitForRoom();
     uint32_t w;
     int spins = 0;
     for (;;) {
@@ -185,10 +175,10 @@ Status RegionIo::WriteChunk(Region* r, size_t i, uint32_t w, size_t off, size_t 
   const ChunkState end = IsResident(w) ? kDirty : kClean;
   if (IsResident(w)) {
     if (was == kClean) {
-      long rc = uffd_->WriteProtect(p, chunk_, false);
+      long rc = e_.uffd->WriteProtect(p, e_.chunk, false);
       if (rc < 0) {
         c.EndBusy(was);
-        parked_->Signal();
+        e_.parked->Signal();
         return Status::Error(static_cast<int>(-rc), "Write: UFFDIO_WRITEPROTECT: " + ErrnoText(rc));
       }
     }
@@ -196,12 +186,12 @@ Status RegionIo::WriteChunk(Region* r, size_t i, uint32_t w, size_t off, size_t 
   } else {
     ZRTIER_RETURN_IF_ERROR(InstallWritten(r, i, was, off, n, s));
   }
-  io_->FreeHandle(r, c);
+  e_.io->FreeHandle(r, c);
   const uint64_t held_gen = c.gen.fetch_add(1);
   c.referenced.store(1, std::memory_order_relaxed);
   c.EndBusy(end);
-  parked_->Signal();
-  budget_->Kick();
+  e_.parked->Signal();
+  e_.budget->Kick();
   if (was == kExternal) external_->Released(r, i, held_gen);
   return Status::Ok();
 }
@@ -212,36 +202,37 @@ Status RegionIo::InstallWritten(Region* r, size_t i, ChunkState was, size_t off,
   char* p = r->table.AddressOf(i);
   auto fail = [&](Status st) {
     c.EndBusy(was);
-    parked_->Signal();
+    e_.parked->Signal();
     return st;
   };
   // A whole chunk is installed straight from the caller's bytes; a partial one is merged.
   const char* bytes = s;
-  if (n != chunk_) {
-    char* buf = tl_raw.Get(chunk_);
+  if (n != e_.chunk) {
+    char* buf = tl_raw.Get(e_.chunk);
     if (was == kStored) {
-      Status st = io_->Decode(c, buf, "Write (merging a partial chunk)");
+      Status st = e_.io->Decode(c, buf, "Write (merging a partial chunk)");
       if (!st.ok()) return fail(st);
     } else if (was == kExternal) {
       // Claimed: the holder keeps its copy at this generation until the chunk moves on.
-      if (!external_->WithHeld(r, i, c.gen.load(), [&](const char* b) { memcpy(buf, b, chunk_); }))
+      if (!external_->WithHeld(r, i, c.gen.load(),
+                               [&](const char* b) { memcpy(buf, b, e_.chunk); }))
         return fail(Status::Error(EIO, "Write: the external copy of the chunk is gone"));
     } else {
-      memset(buf, 0, chunk_);
+      memset(buf, 0, e_.chunk);
     }
     memcpy(buf + off, s, n);
     bytes = buf;
   }
-  Status st = uffd_->Copy(p, bytes, chunk_, /*wp=*/true);
+  Status st = e_.uffd->Copy(p, bytes, e_.chunk, /*wp=*/true);
   if (!st.ok()) return fail(Status::Error(st.code(), "Write: " + st.message()));
-  regions_->AddResident(r, chunk_);
-  if (was == kStored) regions_->AddStoredRaw(r, -static_cast<int64_t>(chunk_));
-  if (was == kExternal) regions_->AddExternal(-static_cast<int64_t>(chunk_));
+  e_.regions->AddResident(r, e_.chunk);
+  if (was == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
+  if (was == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
   return Status::Ok();
 }
 
 long RegionIo::ReprotectClaimed(Region* r, size_t first, size_t end, bool wp) {
-  long rc = uffd_->WriteProtect(r->table.AddressOf(first), (end - first) * chunk_, wp);
+  long rc = e_.uffd->WriteProtect(r->table.AddressOf(first), (end - first) * e_.chunk, wp);
   for (size_t k = first; k < end; ++k) {
     Chunk& c = r->table.chunks[k];
     if (rc < 0) {
@@ -250,23 +241,23 @@ long RegionIo::ReprotectClaimed(Region* r, size_t first, size_t end, bool wp) {
       c.cleaned.store(1, std::memory_order_relaxed);
       c.EndBusy(kClean);
     } else {
-      io_->FreeHandle(r, c);
+      e_.io->FreeHandle(r, c);
       c.referenced.store(1, std::memory_order_relaxed);
       c.EndBusy(kDirty);
     }
   }
   if (rc >= 0 && wp) StatAdd(Stat::chunks_cleaned, end - first);
-  parked_->Signal();
+  e_.parked->Signal();
   return rc;
 }
 
 void RegionIo::Reprotect(const void* p, size_t len, bool wp) {
   std::shared_ptr<Region> r;
-  if (len == 0 || !regions_->FindRange(p, len, &r).ok()) return;
+  if (len == 0 || !e_.regions->FindRange(p, len, &r).ok()) return;
   // Chunks [first, last) lie wholly inside [p, p+len).
   const size_t off = static_cast<const char*>(p) - r->table.AddressOf(0);
-  const size_t first = (off + chunk_ - 1) / chunk_;
-  const size_t last = std::min<size_t>((off + len) / chunk_, r->table.n);
+  const size_t first = (off + e_.chunk - 1) / e_.chunk;
+  const size_t last = std::min<size_t>((off + len) / e_.chunk, r->table.n);
   auto eligible = [&](const Chunk& c, uint32_t w) {
     return wp ? Protectable(c, w) : StateOf(w) == kClean;
   };
@@ -288,7 +279,7 @@ void RegionIo::Reprotect(const void* p, size_t len, bool wp) {
 }
 
 void RegionIo::Generations(const void* p, size_t n, uint64_t* out, bool* resident) const {
-  std::shared_ptr<Region> r = regions_->Find(p);
+  std::shared_ptr<Region> r = e_.regions->Find(p);
   size_t first = r ? r->table.IndexOf(p) : 0;
   for (size_t i = 0; i < n; ++i) {
     const bool in = r && first + i < r->table.n;
@@ -301,7 +292,7 @@ void RegionIo::Generations(const void* p, size_t n, uint64_t* out, bool* residen
 }
 
 uint64_t RegionIo::Generation(const void* p) const {
-  std::shared_ptr<Region> r = regions_->Find(p);
+  std::shared_ptr<Region> r = e_.regions->Find(p);
   if (!r) return 0;
   return CacheableGeneration(r->table.chunks[r->table.IndexOf(p)]);
 }

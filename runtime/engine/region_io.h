@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "runtime/engine/chunk_io.h"
+#include "runtime/engine/engine_parts.h"
 #include "runtime/engine/external.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_map.h"
@@ -24,9 +25,8 @@ namespace zrtier {
 
 class RegionIo {
  public:
-  // Collaborators are not owned and must outlive this object.
-  RegionIo(RegionMap* regions, Uffd* uffd, ChunkIo* io, ExternalChunks* external,
-           ResidentBudget* budget, ParkedFaults* parked);
+  // `external` is not owned and must outlive this object.
+  RegionIo(const EngineParts& parts, ExternalChunks* external) : e_(parts), external_(external) {}
 
   Status Read(const void* src, size_t len, void* dst, bool* zero);
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen);
@@ -54,13 +54,8 @@ class RegionIo {
   // store copy freed. On failure each goes back to its old state. Returns the ioctl's result.
   long ReprotectClaimed(Region* r, size_t first, size_t end, bool wp);
 
-  RegionMap* regions_;
-  Uffd* uffd_;
-  ChunkIo* io_;
+  const EngineParts e_;
   ExternalChunks* external_;
-  ResidentBudget* budget_;
-  ParkedFaults* parked_;
-  size_t chunk_;
 };
 
 }  // namespace zrtier

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/testutil/bytes.h"
 
 extern "C" cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count,
                                             cudaMemcpyKind kind, cudaStream_t stream);
@@ -26,13 +27,7 @@ extern "C" cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t c
 namespace {
 
 std::vector<char> Random(size_t n, uint64_t seed) {
-  std::vector<char> v(n);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t x = rng();
-    memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
-  }
-  return v;
+  return zrtier::testing::RandomBytes(n, seed);
 }
 
 // Allocates pinned memory; *managed says whether zrtier took it (the real runtime -- the fake --
@@ -45,16 +40,9 @@ char* PinnedAlloc(size_t n, unsigned flags, bool* managed) {
 }
 
 char* Device(size_t n) {
-  void* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess);
-  return static_cast<char*>(p);
+  return zrtier::testing::DeviceBuffer(n);
 }
-
-std::vector<char> FromDevice(const char* d, size_t n) {
-  std::vector<char> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);
-  return v;
-}
+using zrtier::testing::FromDevice;
 
 // Captures what the process writes to stderr while `fn` runs.
 template <typename Fn>

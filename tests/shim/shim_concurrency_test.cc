@@ -15,6 +15,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/testutil/bytes.h"
 #include "tests/testutil/heap_backend.h"
 #include "tests/testutil/skip.h"
 
@@ -22,13 +23,7 @@ namespace zrtier {
 namespace {
 
 std::vector<char> Random(size_t n, uint64_t seed) {
-  std::vector<char> v(n);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < n; i += 8) {
-    uint64_t x = rng();
-    memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
-  }
-  return v;
+  return testing::RandomBytes(n, seed);
 }
 
 // `cpu_reads`: the region's memory is its content (the engine), so the CPU may read it directly.

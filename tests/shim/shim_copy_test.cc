@@ -16,6 +16,7 @@
 #include "runtime/cuda/dma_batch.h"
 #include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/testutil/bytes.h"
 #include "tests/testutil/heap_backend.h"
 #include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
@@ -85,15 +86,7 @@ class ShimCopyTest : public ::testing::Test {
     EXPECT_EQ(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking), cudaSuccess);
     return data;
   }
-  static std::vector<char> Random(size_t n, uint64_t seed) {
-    std::vector<char> v(n);
-    std::mt19937_64 rng(seed);
-    for (size_t i = 0; i < n; i += 8) {
-      uint64_t x = rng();
-      memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
-    }
-    return v;
-  }
+  static std::vector<char> Random(size_t n, uint64_t seed) { return testing::RandomBytes(n, seed); }
   std::vector<char> ReadDevice(const char* d, size_t n) {
     std::vector<char> v(n);
     EXPECT_EQ(cudaMemcpy(v.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);

@@ -15,6 +15,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/testutil/bytes.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
@@ -82,16 +83,8 @@ class ShimEngineTest : public ::testing::Test {
     EXPECT_TRUE(engine_->Lookup(p, &r));
     return static_cast<char*>(p);
   }
-  char* Device(size_t n) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess);
-    return static_cast<char*>(p);
-  }
-  std::vector<char> FromDevice(const char* d, size_t n) {
-    std::vector<char> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
+  char* Device(size_t n) { return testing::DeviceBuffer(n); }
+  std::vector<char> FromDevice(const char* d, size_t n) { return testing::FromDevice(d, n); }
   void Junk(char* d, size_t n) {
     std::vector<char> j(n, 0x6B);
     ASSERT_EQ(cudaMemcpy(d, j.data(), n, cudaMemcpyHostToDevice), cudaSuccess);

@@ -18,6 +18,7 @@
 #include "runtime/store/tiered_store.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
+#include "tests/testutil/store_bytes.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
@@ -26,9 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
-  std::vector<unsigned char> v(n);
-  FillSample(SampleKind::kRandom, seed, v.data(), n);
-  return v;
+  return testing::SampleBytes(SampleKind::kRandom, n, seed);
 }
 
 class ExtentCoalescingTest : public ::testing::Test {

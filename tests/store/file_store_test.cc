@@ -17,6 +17,7 @@
 #include "runtime/base/stats.h"
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
+#include "tests/testutil/store_bytes.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
@@ -25,9 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
-  std::vector<unsigned char> v(n);
-  FillSample(SampleKind::kBf16Gaussian, seed, v.data(), n);
-  return v;
+  return testing::SampleBytes(SampleKind::kBf16Gaussian, n, seed);
 }
 
 Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {

@@ -16,15 +16,14 @@
 #include "runtime/base/stats.h"
 #include "runtime/store/tiered_store.h"
 #include "tests/testutil/skip.h"
+#include "tests/testutil/store_bytes.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {
 
 std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
-  std::vector<unsigned char> v(n);
-  FillSample(SampleKind::kBf16Gaussian, seed, v.data(), n);
-  return v;
+  return testing::SampleBytes(SampleKind::kBf16Gaussian, n, seed);
 }
 
 Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
