@@ -4,6 +4,7 @@
 # benchmarks; prints a PASS/FAIL table at the end.
 #   here:   scripts/device-prep.sh          (liburing for the GPU machine, into .device/)
 #   device: scripts/device-check.sh [build] [test] [gpu] [bench]   (default: all; carry .device)
+#           scripts/device-check.sh suite   (not in the default list: the offloading suite, see its stage)
 # Results (logs, JSON) go to $OUT (the device tool's output folder) or /tmp/zrtier-device.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -96,6 +97,108 @@ PYEOF
       # The summary tables (from the copy table on; a stream- or infer-only run has no copy table).
       if grep -q '^H2D / D2H' "$OUT/bench.log"; then sed -n '/^H2D \/ D2H/,$p' "$OUT/bench.log"
       else sed -n '/^Cyclic streaming\|^infer.py tokens/,$p' "$OUT/bench.log"; fi ;;
+    suite)
+      # The suite of real offloading programs (scripts/examples/), each run in four configs: plain
+      # (no zrtier, the baseline, run first), defaults (LD_PRELOAD, no ZRTIER_* option), mem75
+      # (ZRTIER_MEMORY = 75 % of the plain run's pinned_bytes, a per-process budget) and mem40file
+      # (40 %, store ram+file spilling to a fresh directory). One table: bit-identical to plain, speed
+      # and peak RSS as ratios to plain (reported, not asserted); $OUT/suite.txt and suite.jsonl.
+      #   SUITE_PROGRAMS="weight_streaming infer"  SUITE_CONFIGS="plain mem40file"  narrow it (a plain
+      #     run left in $OUT is reused when SUITE_CONFIGS leaves plain out);
+      #   SUITE_SMALL=1: a smoke run (--small, or small sizes for infer.py/train.py);
+      #   SUITE_TIMEOUT: seconds a run may take (default 900).
+      py=python3
+      read -ra suite_progs <<<"${SUITE_PROGRAMS:-weight_streaming save_on_cpu_train fsdp2_offload dataloader_pinned infer train}"
+      read -ra suite_cfgs <<<"${SUITE_CONFIGS:-plain defaults mem75 mem40file}"
+      # No ZRTIER_* variable or LD_PRELOAD of the caller's reaches a run: each config sets its own.
+      suite_clean=(-u LD_PRELOAD)
+      for v in $(compgen -e | grep '^ZRTIER_'); do suite_clean+=(-u "$v"); done
+      ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      if [[ ! -f $LIB && " ${suite_cfgs[*]} " != " plain " ]]; then
+        record "suite: $LIB" "FAIL (not built: run the build stage first)"; continue
+      fi
+      : >"$OUT/suite_runs.tsv"
+      # suite_run PROGRAM CONFIG [ZRTIER_MEMORY]: one run; its log, JSON and comparison with the plain
+      # run go to $OUT/suite_PROGRAM_CONFIG.{log,json,cmp}, a line to suite_runs.tsv; sets suite_ident.
+      suite_run() {
+        local prog=$1 cfg=$2 mem=${3:-} spill="" rc t0=$SECONDS envs=()
+        local json=$OUT/suite_${1}_${2}.json log=$OUT/suite_${1}_${2}.log
+        case $cfg in
+          plain) ;;
+          defaults) envs=("LD_PRELOAD=$LIB") ;;
+          mem75) envs=("LD_PRELOAD=$LIB" "ZRTIER_MEMORY=$mem") ;;
+          mem40file) spill=$(mktemp -d -t zrtier-suite-spill.XXXXXX)
+            envs=("LD_PRELOAD=$LIB" "ZRTIER_MEMORY=$mem" ZRTIER_STORE_BACKEND=ram+file "ZRTIER_SPILL_DIR=$spill") ;;
+        esac
+        rm -f "$json"
+        echo "+ ${envs[*]} ${suite_launch[*]} ${suite_small[*]} --out $json" >"$log"
+        env "${suite_clean[@]}" "${envs[@]}" timeout -k 30 "${SUITE_TIMEOUT:-900}" \
+          "${suite_launch[@]}" "${suite_small[@]}" --out "$json" >>"$log" 2>&1
+        rc=$?
+        [[ -n $spill ]] && rm -rf "$spill"
+        if ((rc == 124 || rc == 137)); then suite_ident="NO (timeout or killed)"
+        elif ((rc != 0)) || [[ ! -s $json ]]; then suite_ident="NO (exit $rc)"
+        elif [[ $cfg == plain ]]; then suite_ident=-
+        elif $py "$suite_script" --compare "$OUT/suite_${prog}_plain.json" "$json" >"$OUT/suite_${prog}_${cfg}.cmp" 2>&1
+        then suite_ident=yes
+        else suite_ident=NO; fi
+        [[ $suite_ident == NO* ]] && tail -5 "$log"
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$prog" "$cfg" "$rc" "$suite_ident" "$((SECONDS - t0))" "${mem:--}" \
+          >>"$OUT/suite_runs.tsv"
+        echo "== suite $prog $cfg: exit $rc, identical $suite_ident, $((SECONDS - t0)) s"
+      }
+      for prog in "${suite_progs[@]}"; do
+        suite_script=scripts/examples/$prog.py
+        name="suite $prog: bit-identical in every config"
+        if [[ ! -f $suite_script ]]; then record "$name" "FAIL (no $suite_script)"; continue; fi
+        suite_launch=("$py" "$suite_script")
+        if [[ $prog == fsdp2_offload ]]; then
+          if ((ngpu < 2)); then record "$name" "SKIP (needs 2 GPUs, found $ngpu)"; continue; fi
+          # torchrun passes the environment (LD_PRELOAD, ZRTIER_*) through to the ranks.
+          suite_launch=("$py" -m torch.distributed.run --standalone --nproc-per-node 2 "$suite_script")
+        fi
+        suite_small=()
+        if [[ ${SUITE_SMALL:-0} == 1 ]]; then
+          case $prog in
+            infer) suite_small=(--layers 2 --new-tokens 4) ;;
+            train) suite_small=(--layers 2 --steps 4) ;;
+            *) suite_small=(--small) ;;
+          esac
+        fi
+        plain_json=$OUT/suite_${prog}_plain.json
+        if [[ " ${suite_cfgs[*]} " == *" plain "* || ! -s $plain_json ]]; then
+          suite_run "$prog" plain
+          if [[ $suite_ident != - ]]; then record "$name" "FAIL (plain run: $suite_ident)"; continue; fi
+        else
+          echo "== suite $prog plain: reusing $plain_json"
+          printf '%s\tplain\t0\t-\t0\t-\n' "$prog" >>"$OUT/suite_runs.tsv"
+        fi
+        pinned=$($py -c 'import json, sys; print(int(json.load(open(sys.argv[1])).get("pinned_bytes") or 0))' \
+                 "$plain_json" 2>/dev/null || echo 0)
+        verdict=PASS; detail=()
+        for cfg in "${suite_cfgs[@]}"; do
+          [[ $cfg == plain ]] && continue
+          case $cfg in
+            defaults) suite_run "$prog" "$cfg" ;;
+            mem75|mem40file)
+              if ((pinned <= 0)); then
+                suite_ident="SKIP (plain run has no pinned_bytes)"
+                printf '%s\t%s\t-\t%s\t0\t-\n' "$prog" "$cfg" "$suite_ident" >>"$OUT/suite_runs.tsv"
+              else
+                pct=75; [[ $cfg == mem40file ]] && pct=40
+                suite_run "$prog" "$cfg" $((pinned * pct / 100))
+              fi ;;
+            *) suite_ident="NO (unknown config)" ;;
+          esac
+          detail+=("$cfg ${suite_ident%% *}")
+          [[ $suite_ident == yes || $suite_ident == SKIP* ]] || verdict=FAIL
+        done
+        ((${#detail[@]})) || detail=("plain only")
+        record "$name ($(IFS=,; echo "${detail[*]}" | sed 's/,/, /g'))" "$verdict"
+      done
+      if [[ -s $OUT/suite_runs.tsv ]]; then
+        echo; $py scripts/examples/suite_util.py table "$OUT" || record "suite table" FAIL
+      fi ;;
     *) echo "device-check: unknown stage $stage" >&2; exit 2 ;;
   esac
 done

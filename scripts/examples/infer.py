@@ -21,6 +21,8 @@ import threading
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suite_util  # noqa: E402  (the suite's JSON keys: speed, pinned bytes, digest)
 
 # zrtier's counters of the copy path, when it is loaded (LD_PRELOAD): where a forward pass's time
 # goes (nanoseconds, summed over the process; fill_ns over every fill worker).
@@ -263,6 +265,19 @@ def main():
         "at_peak": sampler.at_peak,
         "zrtier": bool(os.environ.get("LD_PRELOAD", "").find("libzrtier") >= 0),
     }
+    # The suite's keys (scripts/examples/suite_util.py): the digest is the logits' sha256; the speed is
+    # forward passes per second after the first two (the prompt's and one warm-up pass).
+    steady = result["pass_seconds"][2:] or result["pass_seconds"]
+    stats = suite_util.pinned_stats()
+    pinned, source = suite_util.pinned_bytes(stats, weight_bytes)
+    result.update({"program": "infer", "digest": result["logits_sha256"], "losses": [],
+                   "speed": len(steady) / sum(steady) if sum(steady) > 0 else result["tokens_per_s"],
+                   "speed_unit": "tokens/s", "warmup_steps": 2,
+                   "step_ms": [round(x * 1e3, 3) for x in result["pass_seconds"]],
+                   "pinned_bytes": pinned, "pinned_bytes_source": source, **stats,
+                   "config": {"layers": L, "hidden": H, "intermediate": I, "heads": NH, "vocab": args.vocab,
+                              "prompt": args.prompt, "new_tokens": args.new_tokens, "seed": args.seed},
+                   "zrtier_loaded": suite_util.zrtier_loaded(), "zrtier_env": suite_util.zrtier_env()})
     if len(counters) >= 4:
         # counters[i] is taken at the start of pass i (counters[-1]: after the last pass), and
         # pass_ends[i] is when pass i ended.

@@ -18,6 +18,8 @@ import sys
 import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suite_util  # noqa: E402  (the suite's JSON keys: speed, peak RSS, pinned bytes, digest)
 
 
 def main():
@@ -35,6 +37,8 @@ def main():
     if args.compare:
         a, b = (json.load(open(p)) for p in args.compare)
         same = a["losses"] == b["losses"]
+        if "digest" in a and "digest" in b:  # losses and final weights (files from before it: losses only)
+            same = same and a["digest"] == b["digest"]
         print(json.dumps({"bit_identical": same, "steps": len(a["losses"])}))
         return 0 if same else 1
 
@@ -55,6 +59,7 @@ def main():
     gen.manual_seed(args.seed)
 
     losses = []
+    step_ends = []
     t0 = time.perf_counter()
     for step in range(args.steps):
         x = torch.randn(args.batch, args.seq, args.dim, generator=gen, device=dev)
@@ -66,6 +71,7 @@ def main():
         loss.backward()
         opt.step()
         losses.append(float(loss.item()).hex())
+        step_ends.append(time.perf_counter())
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - t0
 
@@ -80,6 +86,25 @@ def main():
 
     result = {"losses": losses, "steps_per_s": args.steps / elapsed,
               "zrtier": "libzrtier" in os.environ.get("LD_PRELOAD", "")}
+    # The suite's keys (scripts/examples/suite_util.py): steady speed after 2 warm-up steps, every step's
+    # milliseconds, peak RSS, the pinned bytes, a digest over the losses and the final weights.
+    step_ms = [(b - a) * 1e3 for a, b in zip([t0] + step_ends, step_ends)]
+    steady = step_ms[2:] or step_ms
+    digest = suite_util.Digest()
+    for s in losses:
+        digest.text(s)
+    for name, p in model.named_parameters():
+        digest.text(name)
+        digest.tensor(p)
+    stats = suite_util.pinned_stats()
+    pinned, source = suite_util.pinned_bytes(stats, 0)
+    result.update({"program": "train", "digest": digest.hexdigest(), "speed": 1e3 * len(steady) / sum(steady),
+                   "speed_unit": "steps/s", "warmup_steps": 2, "step_ms": [round(m, 3) for m in step_ms],
+                   "peak_rss_bytes": suite_util.peak_rss_bytes(), "pinned_bytes": pinned,
+                   "pinned_bytes_source": source, **stats,
+                   "config": {"steps": args.steps, "layers": args.layers, "dim": args.dim, "batch": args.batch,
+                              "seq": args.seq, "seed": args.seed},
+                   "zrtier_loaded": suite_util.zrtier_loaded(), "zrtier_env": suite_util.zrtier_env()})
     print(json.dumps(result))
     if args.out:
         with open(args.out, "w") as f:
