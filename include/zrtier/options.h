@@ -34,12 +34,21 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "chunk size (power of two, >= page size): unit of faulting, compression and copying")        \
   X(kMinAlloc, "MIN_ALLOC", kSize, "1M", "bytes", "", "min-alloc",                               \
     "pinned allocations smaller than this go to the real runtime")                                \
+  X(kMemory, "MEMORY", kSize, "0", "bytes", "", "memory",                                        \
+    "most host memory zrtier's managed data may occupy: pinned in place, resident, RAM store and " \
+    "T0 pool together (bytes or N% of RAM). 0 = auto: what the machine can spare, leaving "        \
+    "max(1G, RAM/16) free")                                                                      \
+  X(kPinInPlace, "PIN_IN_PLACE", kBool, "1", "", "", "",                                          \
+    "1 = while the memory budget has room, pin regions where they are (cudaHostRegister): copies " \
+    "run at plain pinned speed; 0 = every copy goes through T0 slots")                            \
   X(kArena, "ARENA", kSize, "1T", "bytes", "", "",                                               \
     "virtual address space reserved once for all managed regions")                                \
-  X(kPinnedPool, "PINNED_POOL", kSize, "1G", "bytes", "", "pool",                                \
-    "real pinned memory (T0) for DMA staging and hot chunks")                                     \
-  X(kResidentLimit, "RESIDENT_LIMIT", kSize, "50%", "bytes", "", "resident",                     \
-    "most bytes of region pages kept resident (T1); colder chunks are compressed. 0 = no limit")  \
+  X(kPinnedPool, "PINNED_POOL", kSize, "0", "bytes", "", "pool",                                 \
+    "T0 slots: real pinned memory for copies of chunks not pinned in place. 0 = auto: 1/8 of "     \
+    "ZRTIER_MEMORY between 64M and 1G, 64M with the auto budget")                                 \
+  X(kResidentLimit, "RESIDENT_LIMIT", kSize, "0", "bytes", "", "resident",                       \
+    "a cap on the bytes of region pages kept resident (T1) below what the memory budget gives; "  \
+    "colder chunks are compressed. 0 = the budget decides")                                       \
   X(kStoreLimit, "STORE_LIMIT", kSize, "40%", "bytes", "", "store",                              \
     "most bytes the compressed RAM store (T2) may occupy; past it chunks spill to lower tiers")   \
   X(kStoreBackend, "STORE_BACKEND", kString, "ram", "", "", "backend",                           \

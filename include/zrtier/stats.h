@@ -80,7 +80,13 @@ enum class StatKind { kCounter, kGauge };
   X(fault_blocks_dropped, kCounter, "", "CPU-fault blocks not learned: the predictor's learner was too far behind") \
   X(h2d_deferred_pieces, kCounter, "", "H2D pieces queued behind a stream flag while still filling (ZRTIER_H2D_ASYNC)") \
   X(copies_ready_in_time, kCounter, "", "H2D copies whose chunks were all in T0 before the GPU's DMAs needed them") \
-  X(h2d_pieces_waited_on, kCounter, "", "deferred H2D pieces whose stream reached their DMAs before their fill was done")
+  X(h2d_pieces_waited_on, kCounter, "", "deferred H2D pieces whose stream reached their DMAs before their fill was done") \
+  X(held_bytes, kGauge, "bytes", "bytes of region pages pinned in place: registered with CUDA, copied straight from and to") \
+  X(memory_budget_bytes, kGauge, "bytes", "the budget for zrtier's managed data: pinned in place + resident + RAM store + T0 pool (ZRTIER_MEMORY)") \
+  X(h2d_direct_bytes, kCounter, "bytes", "H2D bytes copied straight from pinned-in-place pages (no T0 slot)") \
+  X(d2h_direct_bytes, kCounter, "bytes", "D2H bytes copied straight into pinned-in-place pages (no T0 slot)") \
+  X(runs_pinned, kCounter, "", "runs of region pages registered with CUDA (pinned in place)") \
+  X(runs_unpinned, kCounter, "", "runs unregistered again to make room under the memory budget")
 // clang-format on
 
 enum class Stat : int {
@@ -130,8 +136,9 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // 2: h2d_dma_ops and the copy-path profile counters; 3: chunks_cleaned; 4: t0_owned_bytes and
 // t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
 // fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces; 11: copies_ready_in_time and
-// h2d_pieces_waited_on
-inline constexpr uint32_t kStatsVersion = 11;
+// h2d_pieces_waited_on; 12: held_bytes, memory_budget_bytes, h2d/d2h_direct_bytes, runs_pinned,
+// runs_unpinned
+inline constexpr uint32_t kStatsVersion = 12;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

@@ -11,11 +11,16 @@
 //   kFreed   the region is being freed.
 //   kExternal not installed, no store entry; the newest copy (current generation) is held outside
 //            the engine (Engine::Adopt: a T0 slot) and read through ExternalCopies.
+//   kHeld    installed writable and held for DMA straight from the region's pages (Engine::Hold:
+//            the shim registered them with CUDA, a pinned run); the pages are the only copy,
+//            `handle` is 0. Never evicted, write-protected or adopted: the GPU writes the pages
+//            unseen, so no generation could vouch for a copy of it.
 // Invariants:
 //   - Only the thread that moved a chunk into kBusy changes `handle`, `enc_len` and the pages; it
 //     leaves kBusy with EndBusy(), which keeps the pin count.
-//   - Pins are taken only in kClean/kDirty (Read copying resident pages) and released in any state;
-//     an eviction starts only from kClean/kDirty with no pins, so pinned pages are never dropped.
+//   - Pins are taken only in resident states (Read copying resident pages) and released in any
+//     state; an eviction starts only from kClean/kDirty with no pins, so pinned pages are never
+//     dropped.
 //   - `gen` only grows (a write to a clean chunk, a publish); a store copy is valid iff it is the
 //     chunk's `handle` (every generation bump frees and clears the handle).
 #pragma once
@@ -41,7 +46,8 @@ enum ChunkState : uint32_t {
   kDirty = 3,
   kBusy = 4,
   kFreed = 5,
-  kExternal = 6
+  kExternal = 6,
+  kHeld = 7
 };
 inline constexpr uint32_t kStateMask = 0xF;
 inline constexpr uint32_t kPin = 0x10;
@@ -52,7 +58,12 @@ inline ChunkState StateOf(uint32_t word) {
 }
 inline bool IsResident(uint32_t word) {
   ChunkState s = StateOf(word);
-  return s == kClean || s == kDirty;
+  return s == kClean || s == kDirty || s == kHeld;
+}
+// Whether the evictor may take a chunk in state word `word`: resident, not held, no pins.
+inline bool IsEvictable(uint32_t word) {
+  ChunkState s = StateOf(word);
+  return (s == kClean || s == kDirty) && (word & ~kStateMask) == 0;
 }
 
 struct Chunk {

@@ -7,6 +7,7 @@
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/evictor.h"
 #include "runtime/engine/external.h"
+#include "runtime/engine/held.h"
 #include "runtime/engine/pager.h"
 #include "runtime/engine/parked_faults.h"
 #include "runtime/engine/region_io.h"
@@ -29,6 +30,7 @@ Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
   const EngineParts parts{
       os, regions_.get(), uffd_.get(), io_.get(), budget_.get(), parked_.get(), chunk};
   external_ = std::make_unique<ExternalChunks>(parts);
+  held_ = std::make_unique<HeldChunks>(parts, external_.get());
   region_io_ = std::make_unique<RegionIo>(parts, external_.get());
   pager_ = std::make_unique<Pager>(parts, external_.get(), workers);
   evictor_ = std::make_unique<Evictor>(parts, workers);
@@ -93,7 +95,7 @@ Status Engine::Free(void* base) {
 
 void Engine::Release(Region* r) {
   r->dead.store(true);
-  uint64_t resident = 0, stored = 0, external = 0;
+  uint64_t resident = 0, stored = 0, external = 0, held = 0;
   for (size_t i = 0; i < r->table.n; ++i) {
     Chunk& c = r->table.chunks[i];
     int spins = 0;
@@ -108,6 +110,7 @@ void Engine::Release(Region* r) {
       if (IsResident(w)) resident += chunk_;
       if (s == kStored) stored += chunk_;
       if (s == kExternal) external += chunk_;
+      if (s == kHeld) held += chunk_;
       break;
     }
     StoreHandle h = c.handle.exchange(0);
@@ -117,6 +120,7 @@ void Engine::Release(Region* r) {
   regions_->AddResident(r, -static_cast<int64_t>(resident));
   regions_->AddStoredRaw(r, -static_cast<int64_t>(stored));
   regions_->AddExternal(-static_cast<int64_t>(external));
+  regions_->AddHeld(-static_cast<int64_t>(held));
   regions_->ReturnRange(r);
   parked_->Signal();
 }
@@ -184,8 +188,24 @@ Status Engine::EvictRange(const void* p, size_t len) {
   return evictor_->EvictRange(p, len);
 }
 
+Status Engine::Hold(void* p, size_t len) {
+  return held_->Hold(p, len);
+}
+
+Status Engine::Unhold(void* p, size_t len) {
+  return held_->Unhold(p, len);
+}
+
 void Engine::SetResidentLimit(uint64_t bytes) {
   budget_->SetLimit(bytes);
+}
+
+BackendMemory Engine::Memory() const {
+  BackendMemory m;
+  m.resident = regions_->resident();
+  m.held = regions_->held();
+  m.store = io_->store()->Usage().memory_bytes;
+  return m;
 }
 
 Status Engine::EvictTo(uint64_t target) {
@@ -200,6 +220,7 @@ EngineUsage Engine::Usage() const {
   u.resident_limit = budget_->limit();
   u.stored_raw_bytes = regions_->stored_raw();
   u.external_bytes = regions_->external();
+  u.held_bytes = regions_->held();
   uint64_t used = u.resident_bytes + u.stored_raw_bytes + u.external_bytes;
   u.empty_bytes = u.region_bytes > used ? u.region_bytes - used : 0;
   u.store = io_->store()->Usage();

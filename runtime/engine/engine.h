@@ -38,6 +38,7 @@ class Arena;
 class ChunkIo;
 class Evictor;
 class ExternalChunks;
+class HeldChunks;
 class Pager;
 class ParkedFaults;
 class RegionIo;
@@ -54,6 +55,7 @@ struct EngineUsage {
   uint64_t resident_limit = 0;    // 0 = none
   uint64_t stored_raw_bytes = 0;  // original bytes of chunks whose newest copy is in the store
   uint64_t external_bytes = 0;    // bytes of chunks whose newest copy is an external one (Adopt)
+  uint64_t held_bytes = 0;        // resident bytes held for DMA from region pages (Hold)
   uint64_t empty_bytes = 0;       // bytes of chunks never written (or evicted as all-zero)
   StoreUsage store;               // the store stack's own accounting
 };
@@ -95,9 +97,12 @@ class Engine final : public RegionBackend {
   void SetPlacementOracle(const policy::NextUseOracle* oracle) override;
   void SetFaultObserver(FaultObserver observer) override;
   Status EvictRange(const void* p, size_t len) override;
+  Status Hold(void* p, size_t len) override;
+  Status Unhold(void* p, size_t len) override;
 
+  BackendMemory Memory() const override;
   // Resident budget (0 = none). Lowering it makes the evictor catch up in the background.
-  void SetResidentLimit(uint64_t bytes);
+  void SetResidentLimit(uint64_t bytes) override;
   // Synchronously evicts chunks of every region until resident bytes <= `target` (0 = all).
   Status EvictTo(uint64_t target_resident_bytes);
   EngineUsage Usage() const;
@@ -121,6 +126,7 @@ class Engine final : public RegionBackend {
   std::unique_ptr<ChunkIo> io_;
   std::unique_ptr<ResidentBudget> budget_;
   std::unique_ptr<ExternalChunks> external_;
+  std::unique_ptr<HeldChunks> held_;
   std::unique_ptr<RegionIo> region_io_;
   std::unique_ptr<Pager> pager_;
   std::unique_ptr<Evictor> evictor_;

@@ -147,7 +147,8 @@ Status Evictor::EvictRange(const void* p, size_t len) {
     for (;;) {
       uint32_t w = c.word.load();
       ChunkState s = StateOf(w);
-      if (s == kEmpty || s == kStored || s == kFreed || s == kExternal) break;
+      // Held chunks stay: the GPU reads and writes their pages (Engine::Hold).
+      if (s == kEmpty || s == kStored || s == kFreed || s == kExternal || s == kHeld) break;
       if (s == kBusy || (w & ~kStateMask)) {
         Backoff(&spins);
         continue;

@@ -8,6 +8,11 @@
 #include "runtime/base/stats.h"
 
 namespace zrtier {
+namespace {
+// Adopt's mark for a chunk it leaves alone (held, or its pages could not be dropped): not claimed
+// (any more), no generation.
+constexpr uint32_t kNotAdopted = ~0u;
+}  // namespace
 
 bool ExternalChunks::WithHeld(Region* r, size_t i, uint64_t gen,
                               const std::function<void(const char*)>& use) {
@@ -22,7 +27,7 @@ void ExternalChunks::Released(Region* r, size_t i, uint64_t gen) {
 
 bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_t* was) {
   // 1. Claim every chunk. A resident one is claimed without pins (its pages are about to go, and
-  //    a pinned Read is copying from them).
+  //    a pinned Read is copying from them). A held one is not adopted (the GPU reads its pages).
   for (size_t k = 0; k < n; ++k) {
     Chunk& c = r->table.chunks[first + k];
     int spins = 0;
@@ -30,9 +35,14 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
       uint32_t w = c.word.load();
       ChunkState s = StateOf(w);
       if (s == kFreed) {
-        for (size_t j = 0; j < k; ++j) r->table.chunks[first + j].EndBusy(StateOf(was[j]));
+        for (size_t j = 0; j < k; ++j)
+          if (was[j] != kNotAdopted) r->table.chunks[first + j].EndBusy(StateOf(was[j]));
         e_.parked->Signal();
         return false;
+      }
+      if (s == kHeld) {
+        was[k] = kNotAdopted;
+        break;
       }
       if (s == kBusy || (IsResident(w) && (w & ~kStateMask))) {
         Backoff(&spins);
@@ -47,12 +57,12 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
   // 2. Drop the pages of the resident ones, one madvise per run. A run whose pages cannot be
   //    dropped keeps its state and gets no generation (the caller writes those chunks instead).
   for (size_t k = 0; k < n;) {
-    if (!IsResident(was[k])) {
+    if (was[k] == kNotAdopted || !IsResident(was[k])) {
       ++k;
       continue;
     }
     size_t end = k;
-    while (end < n && IsResident(was[end])) ++end;
+    while (end < n && was[end] != kNotAdopted && IsResident(was[end])) ++end;
     long rc = e_.os->Madvise(r->table.AddressOf(first + k), (end - k) * e_.chunk, MADV_DONTNEED);
     if (rc < 0) {
       ZRTIER_LOG_ONCE(LogLevel::kWarn,
@@ -60,7 +70,7 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
                       ErrnoText(rc).c_str());
       for (size_t j = k; j < end; ++j) {
         r->table.chunks[first + j].EndBusy(StateOf(was[j]));
-        was[j] = kFreed;  // marks "not adopted" below
+        was[j] = kNotAdopted;
       }
     } else {
       e_.regions->AddResident(r, -static_cast<int64_t>((end - k) * e_.chunk));
@@ -85,7 +95,7 @@ Status ExternalChunks::Adopt(void* p, size_t n, uint64_t* gens,
     return Status::Error(EINVAL, "Adopt: region freed");
   // 3. New generations: every older copy (store entry, cached slot) is garbage from here on.
   for (size_t k = 0; k < n; ++k) {
-    if (was[k] == kFreed) {
+    if (was[k] == kNotAdopted) {
       gens[k] = kNoGeneration;
       continue;
     }
@@ -99,7 +109,7 @@ Status ExternalChunks::Adopt(void* p, size_t n, uint64_t* gens,
   // 4. The holder records its copies while every chunk is still claimed.
   registered();
   for (size_t k = 0; k < n; ++k)
-    if (was[k] != kFreed) r->table.chunks[first + k].EndBusy(kExternal);
+    if (was[k] != kNotAdopted) r->table.chunks[first + k].EndBusy(kExternal);
   e_.parked->Signal();
   return Status::Ok();
 }

@@ -48,8 +48,9 @@ class ExternalChunks {
 
  private:
   // Adopt's steps 1 and 2: claims the `n` chunks from `first` (was[k]: the state word each was
-  // claimed in), then drops the resident ones' pages (a run that cannot be dropped is given back,
-  // was[k] = kFreed). False, with nothing claimed, if the region is being freed.
+  // claimed in; a held chunk is not claimed), then drops the resident ones' pages (a run that
+  // cannot be dropped is given back). Chunks left alone are marked kNotAdopted. False, with nothing
+  // claimed, if the region is being freed.
   bool ClaimForAdoption(Region* r, size_t first, size_t n, uint32_t* was);
   // Attach's store path: puts the encoded bytes and ends the claimed chunk kStored (or kEmpty).
   Status AttachStored(Region* r, Chunk& c, const char* enc, size_t enc_len);

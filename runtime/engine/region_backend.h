@@ -49,6 +49,13 @@ class ExternalCopies {
 // the CPU, for learning. Must not call back into the backend.
 using FaultObserver = std::function<void(uint64_t region, uint64_t chunk)>;
 
+// The host memory a backend's data occupies (for the memory budget, ZRTIER_MEMORY).
+struct BackendMemory {
+  uint64_t resident = 0;  // region pages installed (T1), held ones included
+  uint64_t held = 0;      // of those, held for DMA from the pages (Hold: pinned in place)
+  uint64_t store = 0;     // the store's bytes in host memory (RAM, zram; not spill files)
+};
+
 class RegionBackend {
  public:
   virtual ~RegionBackend() = default;
@@ -124,6 +131,24 @@ class RegionBackend {
   }
   // Bytes the resident budget has left (UINT64_MAX without a limit). A snapshot.
   virtual uint64_t ResidentRoom() const { return UINT64_MAX; }
+
+  // Pinned in place (DESIGN.md section 10): Hold makes the whole chunks of [p, p+len) resident,
+  // writable and held -- never evicted, write-protected or adopted -- so that the caller may
+  // register their pages with CUDA and copy straight from and to them; every older copy of them
+  // becomes garbage. Unhold (once the pages are unregistered) makes them ordinary resident chunks
+  // again. Backends that cannot return ENOTSUP (copies then go through T0 slots).
+  virtual Status Hold(void* p, size_t len) {
+    return Status::Error(ENOTSUP, "this region backend does not pin in place");
+  }
+  virtual Status Unhold(void* p, size_t len) {
+    return Status::Error(ENOTSUP, "this region backend does not pin in place");
+  }
+
+  // The memory the backend's data occupies now (a snapshot), and the most resident bytes it may
+  // keep (0 = no limit; lowering it makes the backend evict in the background). Backends without
+  // tiers report nothing and ignore the limit.
+  virtual BackendMemory Memory() const { return {}; }
+  virtual void SetResidentLimit(uint64_t bytes) {}
 
   // T1 placement by the learned next use (null: CLOCK), and the CPU's faults for learning.
   // Each returns once no call of the previous oracle / observer is in progress. Backends without

@@ -15,14 +15,14 @@ bool Protectable(const Chunk& c, uint32_t w) {
   return StateOf(w) == kDirty && c.rewrites.load(std::memory_order_relaxed) < kMaxRewrites;
 }
 
-// The generation a copy may be stamped with: none while the pages are writable (kDirty) or a
-// transition owns the chunk (kBusy: it may end writable, after its generation bump). The state is
-// read after the generation, so a chunk seen protected was protected at that generation (every
-// move into kDirty bumps it first).
+// The generation a copy may be stamped with: none while the pages are writable (kDirty, kHeld) or
+// a transition owns the chunk (kBusy: it may end writable, after its generation bump). The state
+// is read after the generation, so a chunk seen protected was protected at that generation (every
+// move into kDirty or kHeld bumps it first).
 uint64_t CacheableGeneration(const Chunk& c) {
   uint64_t g = c.gen.load();
   ChunkState s = StateOf(c.word.load());
-  return s == kDirty || s == kBusy ? kNoGeneration : g;
+  return s == kDirty || s == kBusy || s == kHeld ? kNoGeneration : g;
 }
 
 }  // namespace
@@ -169,10 +169,11 @@ Status RegionIo::WriteChunk(Region* r, size_t i, uint32_t w, size_t off, size_t 
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
   const ChunkState was = StateOf(w);
-  // A resident chunk is written in place and left writable (dirty): protecting it again would cost
-  // every repeated publish into the same buffer an ioctl and a TLB flush; ReadChunk protects it
-  // when a copy is to be cached. Any other chunk is installed write-protected (clean).
-  const ChunkState end = IsResident(w) ? kDirty : kClean;
+  // A resident chunk is written in place and left writable (dirty; a held one stays held):
+  // protecting it again would cost every repeated publish into the same buffer an ioctl and a TLB
+  // flush; ReadChunk protects it when a copy is to be cached. Any other chunk is installed
+  // write-protected (clean).
+  const ChunkState end = was == kHeld ? kHeld : IsResident(w) ? kDirty : kClean;
   if (IsResident(w)) {
     if (was == kClean) {
       long rc = e_.uffd->WriteProtect(p, e_.chunk, false);
@@ -286,7 +287,7 @@ void RegionIo::Generations(const void* p, size_t n, uint64_t* out, bool* residen
     out[i] = in ? CacheableGeneration(r->table.chunks[first + i]) : 0;
     if (resident) {
       const uint32_t state = in ? StateOf(r->table.chunks[first + i].word.load()) : kEmpty;
-      resident[i] = state == kClean || state == kDirty;
+      resident[i] = state == kClean || state == kDirty || state == kHeld;
     }
   }
 }

@@ -125,4 +125,13 @@ void RegionMap::AddExternal(int64_t delta) {
   external_.fetch_add(static_cast<uint64_t>(delta));
 }
 
+void RegionMap::AddHeld(int64_t delta) {
+  held_.fetch_add(static_cast<uint64_t>(delta));
+  if (delta >= 0) {
+    StatAdd(Stat::held_bytes, delta);
+  } else {
+    StatSub(Stat::held_bytes, -delta);
+  }
+}
+
 }  // namespace zrtier

@@ -35,7 +35,7 @@ struct Region {
   ChunkTable table;
   int stats_row = -1;
   std::atomic<bool> dead{false};
-  std::atomic<uint64_t> resident{0};      // bytes of kClean/kDirty chunks
+  std::atomic<uint64_t> resident{0};      // bytes of resident chunks (kClean, kDirty, kHeld)
   std::atomic<uint64_t> stored_raw{0};    // bytes of kStored chunks
   std::atomic<uint64_t> stored_bytes{0};  // encoded bytes of live store entries
 };
@@ -91,9 +91,11 @@ class RegionMap {
   void AddResident(Region* r, int64_t delta);
   void AddStoredRaw(Region* r, int64_t delta);  // original bytes of kStored chunks
   void AddExternal(int64_t delta);              // bytes of kExternal chunks, engine-wide
+  void AddHeld(int64_t delta);                  // bytes of kHeld chunks (and the held_bytes gauge)
   uint64_t resident() const { return resident_.load(std::memory_order_relaxed); }
   uint64_t stored_raw() const { return stored_raw_.load(); }
   uint64_t external() const { return external_.load(); }
+  uint64_t held() const { return held_.load(std::memory_order_relaxed); }
   uint64_t regions() const { return regions_count_.load(); }
   uint64_t region_bytes() const { return region_bytes_.load(); }
 
@@ -112,6 +114,7 @@ class RegionMap {
   std::atomic<uint64_t> resident_{0};
   std::atomic<uint64_t> stored_raw_{0};
   std::atomic<uint64_t> external_{0};
+  std::atomic<uint64_t> held_{0};
 };
 
 }  // namespace zrtier

@@ -18,7 +18,7 @@ bool ClockPolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
     size_t i = pos - (t ? space.prefix[t - 1] : 0);
     Chunk& c = table->chunks[i];
     uint32_t w = c.word.load(std::memory_order_acquire);
-    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    if (!IsEvictable(w)) continue;
     if (c.referenced.exchange(0, std::memory_order_relaxed)) continue;  // second chance
     *out = Victim{table, i, w};
     return true;
@@ -43,7 +43,7 @@ bool ReusePolicy::NextInRun(const ChunkSpace& space, Victim* out) {
   while (run_next_ < std::min(run_end_, table->n)) {
     const size_t i = run_next_++;
     const uint32_t w = table->chunks[i].word.load(std::memory_order_acquire);
-    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    if (!IsEvictable(w)) continue;
     if (oracle_->NextUseDistance(policy::ChunkKey{run_region_, i}) < run_min_) continue;
     *out = Victim{table, i, w};
     return true;
@@ -72,7 +72,7 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
     ChunkTable* table = space.tables[t];
     const size_t i = pos - (t ? space.prefix[t - 1] : 0);
     const uint32_t w = table->chunks[i].word.load(std::memory_order_acquire);
-    if (!IsResident(w) || (w & ~kStateMask)) continue;
+    if (!IsEvictable(w)) continue;
     bool dup = false;
     for (int j = 0; j < n && !dup; ++j) dup = cand[j].table == table && cand[j].index == i;
     if (dup) continue;

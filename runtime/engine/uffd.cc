@@ -39,6 +39,33 @@ Status Uffd::Copy(char* dst, const char* src, size_t len, bool wp, bool dontwake
   return Status::Ok();
 }
 
+Status Uffd::ZeroPage(char* p, size_t len, bool dontwake) {
+  size_t done = 0;
+  int again = 0;
+  bool skipped = false;
+  while (done < len) {
+    uffdio_zeropage z{};
+    z.range.start = reinterpret_cast<uint64_t>(p + done);
+    z.range.len = len - done;
+    z.mode = dontwake ? UFFDIO_ZEROPAGE_MODE_DONTWAKE : 0;
+    long r = os_->Ioctl(fd_, UFFDIO_ZEROPAGE, &z);
+    if (r == 0) break;
+    if (z.zeropage > 0) done += static_cast<size_t>(z.zeropage);
+    if (r == -EAGAIN) {
+      if (++again > 100000) return Status::Error(EAGAIN, "UFFDIO_ZEROPAGE keeps returning EAGAIN");
+      continue;
+    }
+    if (r == -EEXIST) {  // a page is already there: it stays
+      done += kPage;
+      skipped = true;
+      continue;
+    }
+    return Status::Error(static_cast<int>(-r), "UFFDIO_ZEROPAGE: " + ErrnoText(r));
+  }
+  if (skipped && !dontwake) Wake(p, len);
+  return Status::Ok();
+}
+
 long Uffd::WriteProtect(char* p, size_t len, bool wp) {
   for (int again = 0;; ++again) {
     uffdio_writeprotect w{};

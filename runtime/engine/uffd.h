@@ -30,6 +30,10 @@ class Uffd {
   // With `dontwake`, the faulting threads are left asleep (the caller wakes them once the chunk
   // state is final).
   Status Copy(char* dst, const char* src, size_t len, bool wp, bool dontwake = false);
+  // Maps the shared zero page at every missing page of [p, p+len) with UFFDIO_ZEROPAGE (no
+  // write-protection: a store breaks the copy-on-write in the kernel, unseen). Same error handling
+  // as Copy.
+  Status ZeroPage(char* p, size_t len, bool dontwake = false);
   // UFFDIO_WRITEPROTECT of [p, p+len) (mode 0 also wakes the writers). Returns 0 or -errno.
   long WriteProtect(char* p, size_t len, bool wp);
   // UFFDIO_WAKE of [p, p+len).

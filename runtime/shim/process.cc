@@ -53,6 +53,16 @@ void Fallback(const std::string& why) {
   Log(LogLevel::kError, "disabled, every CUDA call goes to the real runtime: %s", why.c_str());
 }
 
+// The T0 pool's size: ZRTIER_PINNED_POOL, or (0, auto) an eighth of ZRTIER_MEMORY between 64M and
+// 1G, and 64M with the auto budget (copies of pinned-in-place regions need no slot; the slots
+// serve the chunks the budget could not keep pinned).
+uint64_t PoolBytes(const Options& opts) {
+  if (const uint64_t set = opts.Size(Opt::kPinnedPool)) return set;
+  const uint64_t memory = opts.Size(Opt::kMemory);
+  if (!memory) return 64ull << 20;
+  return std::clamp<uint64_t>(memory / 8, 64ull << 20, 1ull << 30);
+}
+
 // REQUIRES: g_init_mu held, g_state == kWaiting. Builds the shim or moves to kOff.
 void BuildShimLocked() {
   const Options& opts = *g_opts;
@@ -81,7 +91,7 @@ void BuildShimLocked() {
     pool_api = &g_failing_pool_api;
   }
   std::unique_ptr<PinnedPool> pool;
-  st = PinnedPool::Create(pool_api, opts.Size(Opt::kPinnedPool), engine->chunk_size(), &pool);
+  st = PinnedPool::Create(pool_api, PoolBytes(opts), engine->chunk_size(), &pool);
   if (!st.ok()) {
     Fallback(st.ToString());
     g_state.store(kOff, std::memory_order_release);
@@ -92,13 +102,19 @@ void BuildShimLocked() {
   cfg.workers = ResolveWorkers(opts.Int(Opt::kWorkers)) - 1;  // the copying thread is one of them
   cfg.policy = g_opts;
   cfg.async_h2d = opts.Bool(Opt::kH2dAsync);
+  cfg.pin_in_place = opts.Bool(Opt::kPinInPlace);
+  cfg.budget.memory = opts.Size(Opt::kMemory);
+  cfg.budget.resident_cap = opts.Size(Opt::kResidentLimit);
+  cfg.budget.pool_bytes = pool->bytes();
+  cfg.budget.physical = PhysicalMemoryBytes();
   DmaBatch::SetEnabled(opts.Bool(Opt::kDmaBatch));
   Shim* shim = new Shim(api, std::move(engine), std::move(pool), cfg);
   Log(LogLevel::kInfo,
-      "active: chunk %zu, T0 pool %s, min alloc %s, D2H copies end on %s, DMAs queued %s, "
-      "async H2D copies return %s",
-      shim->pool()->slot_size(), FormatSize(shim->pool()->bytes()).c_str(),
-      FormatSize(cfg.min_alloc).c_str(),
+      "active: chunk %zu, memory budget %s, regions pinned in place %s, T0 pool %s, min alloc %s, "
+      "D2H copies end on %s, DMAs queued %s, async H2D copies return %s",
+      shim->pool()->slot_size(), cfg.budget.memory ? FormatSize(cfg.budget.memory).c_str() : "auto",
+      cfg.pin_in_place ? "while the budget has room" : "never",
+      FormatSize(shim->pool()->bytes()).c_str(), FormatSize(cfg.min_alloc).c_str(),
       shim->d2h_ends_on_flags() ? "stream flags" : "host functions",
       DmaBatch::Active(api) ? "in batches" : "one by one",
       shim->h2d_async() ? "before their last fills" : "once filled");

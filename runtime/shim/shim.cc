@@ -45,12 +45,20 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   d2h_ = std::make_unique<D2HPath>(ctx_, write_back_.get());
   backend_->SetExternalCopies(pool_.get());
   workers_->SetIdleWork([this] { return write_back_->Idle(); });
+  runs_ = std::make_unique<PinnedRuns>(api_, backend_.get());
+  if (cfg_.pin_in_place || cfg_.budget.memory) {
+    budget_ = std::make_unique<MemoryBudget>(cfg_.budget, cfg_.os ? cfg_.os : Os::Default(),
+                                             backend_.get(), runs_.get());
+    budget_->Start();
+  }
 }
 
 Shim::~Shim() {
+  budget_.reset();  // the keeper stops first: nothing is pinned or unpinned from here on
   workers_->SetIdleWork(nullptr);
   prefetch_.reset();
   api_->cudaDeviceSynchronize();
+  runs_.reset();          // every run unregistered
   h2d_->DrainDeferred();  // done by now, unless the device is gone
   watcher_.reset();
   write_back_->Wait();
@@ -77,6 +85,11 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
       regions_.Add(r);
+      if (cfg_.pin_in_place && budget_) {
+        MemoryBudget* budget = budget_.get();
+        runs_->AddRegion(r, [budget](size_t len) { return budget->RoomToPin(len); });
+        budget->Kick();
+      }
       *p = r.base;
       return cudaSuccess;
     }
@@ -98,6 +111,7 @@ cudaError_t Shim::FreeHost(void* p) {
     api_->cudaDeviceSynchronize();
     h2d_->DrainDeferred();  // every deferred fill has run by now, unless the device is gone
     regions_.Remove(r.id);  // waits for prefetches and write-backs reading it
+    runs_->RemoveRegion(r.id);
     Status st = backend_->Free(p);
     pool_->DropRegion(r.id);  // after the engine let go of the region's owned slots
     if (!st.ok()) {
@@ -244,8 +258,12 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
       default:
         return cudaErrorInvalidMemcpyDirection;
     }
+    PinnedRuns::Lease lease;
     if (!other_device) {
       err = CopyHostHost(dst, src, n, stream);
+    } else if (sreg ? runs_->Acquire(rs, static_cast<const char*>(src), n, &lease)
+                    : runs_->Acquire(rd, static_cast<const char*>(dst), n, &lease)) {
+      err = CopyDirect(dst, src, n, dreg, sreg ? rs : rd, &lease, stream);
     } else if (sreg) {
       err = h2d_->Copy(dst, rs, static_cast<const char*>(src), n, stream, sync);
       StatAdd(Stat::h2d_copies, 1);
@@ -285,6 +303,33 @@ cudaError_t Shim::Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spi
 void Shim::DropT0(uint64_t region) {
   write_back_->OfRegion(region);
   pool_->DropRegion(region);
+}
+
+cudaError_t Shim::CopyDirect(void* dst, const void* src, size_t n, bool d2h, const RegionInfo& r,
+                             PinnedRuns::Lease* lease, cudaStream_t stream) {
+  const char* host = static_cast<const char*>(d2h ? dst : src);
+  const cudaMemcpyKind kind = d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  cudaError_t err = cudaSuccess;
+  for (const PinnedRuns::Segment& seg : lease->segments()) {
+    const size_t off = seg.p - host;
+    err = d2h ? api_->cudaMemcpyAsync(const_cast<char*>(seg.p), static_cast<const char*>(src) + off,
+                                      seg.len, kind, stream)
+              : api_->cudaMemcpyAsync(static_cast<char*>(dst) + off, seg.p, seg.len, kind, stream);
+    if (err != cudaSuccess) break;
+  }
+  runs_->Fence(stream);
+  lease->End();
+  StatAdd(d2h ? Stat::d2h_copies : Stat::h2d_copies, 1);
+  StatAdd(d2h ? Stat::d2h_bytes : Stat::h2d_bytes, n);
+  StatAdd(d2h ? Stat::d2h_direct_bytes : Stat::h2d_direct_bytes, n);
+  // Learned only while some run is not pinned: with everything pinned in place nothing needs a
+  // prediction, and the copy pays nothing for one.
+  if (prefetch_ && !runs_->all_pinned()) {
+    const char* base = static_cast<const char*>(r.base);
+    const uint64_t first = (host - base) / ctx_.chunk, last = (host + n - 1 - base) / ctx_.chunk;
+    prefetch_->OnAccess(r.id, first, last - first + 1, d2h, stream);
+  }
+  return err;
 }
 
 cudaError_t Shim::CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream) {

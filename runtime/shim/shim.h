@@ -23,7 +23,9 @@
 #include "runtime/shim/copy_context.h"
 #include "runtime/shim/d2h.h"
 #include "runtime/shim/h2d.h"
+#include "runtime/shim/memory_budget.h"
 #include "runtime/shim/write_back.h"
+#include "runtime/t0/pinned_runs.h"
 #include "zrtier/options.h"
 
 namespace zrtier {
@@ -38,6 +40,12 @@ struct ShimConfig {
   // The options the prefetch link reads (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD, ZRTIER_SPREAD,
   // ZRTIER_WORKERS); null = no learning, no prefetching.
   const Options* policy = nullptr;
+  // Pin regions in place while the memory budget has room (ZRTIER_PIN_IN_PLACE). The budget's
+  // keeper runs when this is on or budget.memory is set; otherwise the backend keeps the resident
+  // limit it was made with.
+  bool pin_in_place = false;
+  MemoryBudget::Config budget;
+  Os* os = nullptr;  // for the budget's /proc/meminfo; null = Os::Default()
 };
 
 class Shim {
@@ -90,6 +98,9 @@ class Shim {
 
   RegionBackend* backend() { return backend_.get(); }
   PinnedPool* pool() { return pool_.get(); }
+  PinnedRuns* runs() { return runs_.get(); }
+  // The memory budget's keeper, or null when it does not run (see ShimConfig::pin_in_place).
+  MemoryBudget* budget() { return budget_.get(); }
   // Whether D2H copies end their stream with a wait on a StreamFlags word (else a host function).
   bool d2h_ends_on_flags() const { return d2h_->ends_on_flags(); }
   // Whether asynchronous H2D copies may return before their last fills.
@@ -97,6 +108,10 @@ class Shim {
 
  private:
   cudaError_t CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream);
+  // A copy between device memory and pinned-in-place runs of region `r` (the segments of
+  // `lease`): one real copy per run, then the runs' fence. `host` is the region side of the copy.
+  cudaError_t CopyDirect(void* dst, const void* src, size_t n, bool d2h, const RegionInfo& r,
+                         PinnedRuns::Lease* lease, cudaStream_t stream);
   // Region to region (possibly the same one), through a chunk-sized bounce buffer.
   Status CopyRegionToRegion(void* dst, const void* src, size_t n);
   bool IsDevicePointer(const void* p) const;
@@ -116,6 +131,8 @@ class Shim {
   std::unique_ptr<H2DPath> h2d_;
   std::unique_ptr<D2HPath> d2h_;
   std::unique_ptr<ShimPrefetch> prefetch_;  // null = no learning; destroyed first
+  std::unique_ptr<PinnedRuns> runs_;
+  std::unique_ptr<MemoryBudget> budget_;  // null: no keeper (see ShimConfig::pin_in_place)
 };
 
 }  // namespace zrtier

@@ -310,7 +310,9 @@ void RamStore::Free(StoreHandle h) {
 
 StoreUsage RamStore::Usage() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return usage_;
+  StoreUsage u = usage_;
+  u.memory_bytes = u.used_bytes;
+  return u;
 }
 
 size_t RamStore::SlabCount() const {

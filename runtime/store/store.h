@@ -27,6 +27,7 @@ struct StoreUsage {
   uint64_t payload_bytes = 0;  // encoded bytes of the entries
   uint64_t used_bytes = 0;     // memory or disk the store occupies (payload + waste)
   uint64_t limit_bytes = 0;    // 0 = no limit
+  uint64_t memory_bytes = 0;  // of used_bytes, those in host memory (RAM, a zram device; not files)
 };
 
 class ChunkStore {

@@ -1,6 +1,8 @@
 // The store stack with its mover and prefetch threads (see tiered_store.h).
 #include "runtime/store/tiered_store.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <chrono>
 
@@ -444,6 +446,8 @@ StoreUsage TieredStore::Usage() const {
     sum.payload_bytes += u.payload_bytes;
     sum.used_bytes += u.used_bytes;
     sum.limit_bytes += u.limit_bytes;
+    // RAM and zram occupy host memory; spill files do not.
+    if (t == 0 || strcmp(TierStore(t)->name(), "zram") == 0) sum.memory_bytes += u.used_bytes;
     unlimited = unlimited || u.limit_bytes == 0;
   }
   if (unlimited) sum.limit_bytes = 0;

@@ -65,7 +65,7 @@ TEST(Options, FromEnvironmentWarnsAndKeepsDefault) {
                                             return it == env.end() ? nullptr : it->second.c_str();
                                           });
   EXPECT_EQ(opts.Size(Opt::kChunk), 128u << 10);
-  EXPECT_EQ(opts.Size(Opt::kPinnedPool), 1ull << 30);
+  EXPECT_EQ(opts.Size(Opt::kPinnedPool), 0u) << "the default (auto) is kept";
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("ZRTIER_PINNED_POOL='12Q'"), std::string::npos) << warnings[0];
 }

@@ -21,6 +21,7 @@
 // destroyed, so detached workers can outlive static destruction at exit.
 #include "tests/fake_cuda/fake_cuda.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -353,6 +354,11 @@ FAKE_API int fakecudaOwns(const void* p) {
   std::lock_guard<std::mutex> l(G()->mu);
   return Find(p, 1) != nullptr;
 }
+FAKE_API int fakecudaAllocated(const void* p) {
+  std::lock_guard<std::mutex> l(G()->mu);
+  const Alloc* a = Find(p, 1);
+  return a != nullptr && !a->registered;
+}
 FAKE_API void fakecudaSetCapturing(cudaStream_t stream, int capturing) {
   std::lock_guard<std::mutex> l(G()->mu);
   Resolve(stream)->capturing = capturing != 0;
@@ -412,6 +418,17 @@ FAKE_API cudaError_t cudaFree(void* p) {
 FAKE_API cudaError_t cudaHostRegister(void* p, size_t size, unsigned int flags) {
   ENTER();
   if (!p || !size) return Fail(cudaErrorInvalidValue);
+  // Like the real driver on a userfaultfd range: registering pages that are not populated fails
+  // (the driver's pinning cannot wait for a userfaultfd handler).
+  {
+    const uintptr_t page = 4096, lo = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + size + page - 1) & ~(page - 1);
+    std::vector<unsigned char> in((hi - lo) / page);
+    if (mincore(reinterpret_cast<void*>(lo), hi - lo, in.data()) != 0)
+      return Fail(cudaErrorInvalidValue);
+    for (unsigned char v : in)
+      if (!(v & 1)) return Fail(cudaErrorMemoryAllocation);
+  }
   Global* g = G();
   std::lock_guard<std::mutex> l(g->mu);
   if (Find(p, 1)) return Fail(cudaErrorHostMemoryAlreadyRegistered);

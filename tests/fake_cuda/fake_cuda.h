@@ -19,6 +19,9 @@ uint64_t fakecudaCopyBytes(void);
 uint64_t fakecudaPinnedBytes(void);
 // 1 if `p` lies in memory this runtime allocated or registered (device, pinned or registered).
 int fakecudaOwns(const void* p);
+// 1 if `p` lies in memory this runtime allocated itself (device or cudaHostAlloc; not a range
+// registered with cudaHostRegister).
+int fakecudaAllocated(const void* p);
 // Makes cudaStreamIsCapturing report `capturing` for `stream` (0 = the legacy stream).
 void fakecudaSetCapturing(cudaStream_t stream, int capturing);
 // Host functions launched (cudaLaunchHostFunc) and stream waits on a host word queued

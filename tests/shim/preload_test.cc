@@ -35,7 +35,7 @@ std::vector<char> Random(size_t n, uint64_t seed) {
 char* PinnedAlloc(size_t n, unsigned flags, bool* managed) {
   void* p = nullptr;
   EXPECT_EQ(cudaHostAlloc(&p, n, flags), cudaSuccess);
-  *managed = p && !fakecudaOwns(p);
+  *managed = p && !fakecudaAllocated(p);
   return static_cast<char*>(p);
 }
 

@@ -119,12 +119,23 @@ void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState
   uint64_t pool = s.Value(Stat::pinned_pool_bytes);
   uint64_t res_limit = s.Value(Stat::resident_limit_bytes);
   uint64_t store_limit = s.Value(Stat::store_limit_bytes);
+  const uint64_t held = s.Value(Stat::held_bytes), resident = s.Value(Stat::resident_bytes);
+  const uint64_t budget = s.Value(Stat::memory_budget_bytes);
+  // In host memory: every resident page (pinned in place or not), the T0 pool, and the store's
+  // bytes that are not in spill files.
+  const uint64_t store_used = s.Value(Stat::store_used_bytes), spill = s.Value(Stat::spill_bytes);
+  const uint64_t in_memory = resident + pool + (store_used > spill ? store_used - spill : 0);
+  out->push_back(Printf("Memory  %s in use of %s budget   without zrtier %s pinned",
+                        Bytes(in_memory).c_str(), budget ? Bytes(budget).c_str() : "no",
+                        Bytes(region).c_str()));
   out->push_back(Printf("Tiers  (%llu regions, %s virtual)",
                         static_cast<unsigned long long>(s.Value(Stat::regions)),
                         Bytes(region).c_str()));
-  TierLine(out, st, "T0 pinned", s.Value(Stat::t0_bytes), pool ? pool : region,
+  TierLine(out, st, "T0 in place", held, region, "pinned where they are: copied straight");
+  TierLine(out, st, "T0 slots", s.Value(Stat::t0_bytes), pool ? pool : region,
            pool ? "of " + Bytes(pool) + " pool" : "no pool");
-  TierLine(out, st, "T1 resident", s.Value(Stat::resident_bytes), res_limit ? res_limit : region,
+  TierLine(out, st, "T1 resident", resident > held ? resident - held : 0,
+           res_limit ? res_limit : region,
            res_limit ? "of " + Bytes(res_limit) + " limit" : "no limit");
   TierLine(out, st, "T2 store",
            s.Value(Stat::store_used_bytes) ? s.Value(Stat::store_used_bytes)
@@ -195,7 +206,8 @@ void Help(std::vector<std::string>* out) {
   out->push_back("  s          sort by: pid, resident bytes, H2D rate, faults/s");
   out->push_back("  p          pause/resume sampling");
   out->push_back("  h          this help (any key closes it)");
-  out->push_back("Tiers: T0 = zrtier's real pinned pool, T1 = resident region pages,");
+  out->push_back("Tiers: T0 = pinned: regions pinned in place, and the slots of zrtier's pool;");
+  out->push_back("T1 = other resident region pages;");
   out->push_back("T2 = compressed RAM store, then zram and spill files. Rates are per second");
   out->push_back("over the last interval; latencies come from the runtime's histograms.");
 }

@@ -1,0 +1,89 @@
+// MemoryBudget: the one budget for zrtier's managed data (ZRTIER_MEMORY, DESIGN.md section 10) --
+// the pages pinned in place, the other resident pages, the store's bytes in host memory and the T0
+// pool, together. Users size nothing else: the keeper sizes the tiers from it.
+//
+// The budget B is ZRTIER_MEMORY when set; by default (auto) it is what the managed data occupies
+// now plus what the machine can still give without running short -- MemAvailable minus a reserve
+// (kAutoReserve) -- so that with memory to spare every region stays pinned in place at plain speed,
+// and when the machine runs short zrtier shrinks instead of letting the kernel kill something.
+//
+// Every kTickMs the keeper thread:
+//   - gives the backend its resident limit: L = B - store - pool (and at most ZRTIER_RESIDENT_LIMIT
+//     when that cap is set); the evictor compresses what does not fit;
+//   - keeps the pinned-in-place bytes within L - headroom (room for the chunks the CPU faults in):
+//     past it the least recently used runs are unpinned (PinnedRuns::Unpin); when they fit again
+//     with a margin, and nothing was unpinned for kRepinQuietMs, unpinned runs are pinned again.
+// A new region is pinned only while RoomToPin says the pinned bytes stay within L - headroom.
+//
+// Thread safety: every method may be called from any thread. The keeper calls CUDA (through
+// PinnedRuns) and the backend; it never runs inside a CUDA host function.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "runtime/engine/region_backend.h"
+#include "runtime/os/os.h"
+#include "runtime/t0/pinned_runs.h"
+
+namespace zrtier {
+
+class MemoryBudget {
+ public:
+  static constexpr int kTickMs = 50;
+  static constexpr int kRepinQuietMs = 2000;
+
+  struct Config {
+    uint64_t memory = 0;                 // ZRTIER_MEMORY in bytes; 0 = auto
+    uint64_t resident_cap = 0;           // ZRTIER_RESIDENT_LIMIT; 0 = no cap
+    uint64_t pool_bytes = 0;             // the T0 pool's pinned bytes
+    uint64_t physical = 0;               // physical memory (the auto reserve is a share of it)
+    int repin_quiet_ms = kRepinQuietMs;  // no run is pinned again this soon after an unpin
+  };
+
+  // `backend` and `runs` are not owned and must outlive this object; `os` reads /proc/meminfo.
+  MemoryBudget(const Config& cfg, Os* os, RegionBackend* backend, PinnedRuns* runs);
+  // Stops the keeper.
+  ~MemoryBudget();
+  void Start();
+
+  // The budget now (bytes), and the resident limit it gives the backend.
+  uint64_t budget() const { return budget_.load(std::memory_order_relaxed); }
+  uint64_t resident_limit() const { return limit_.load(std::memory_order_relaxed); }
+  // Whether `bytes` more may be pinned in place now.
+  bool RoomToPin(uint64_t bytes) const;
+  // One step of the keeper, now (tests; the keeper thread runs it every kTickMs). Thread-safe.
+  void Tick();
+  // Makes the keeper look again at once (a region was allocated or freed).
+  void Kick();
+
+  // MemAvailable of `meminfo` (the text of /proc/meminfo) in bytes; false if it has none.
+  static bool ParseMemAvailable(const char* meminfo, uint64_t* out);
+
+ private:
+  // The budget of this tick: ZRTIER_MEMORY, or the auto rule.
+  uint64_t ComputeBudget(const BackendMemory& m) const;
+  // Room left for the chunks the CPU faults in beside the pinned runs.
+  uint64_t Headroom(uint64_t limit) const;
+  void Loop();
+
+  const Config cfg_;
+  Os* os_;
+  RegionBackend* backend_;
+  PinnedRuns* runs_;
+  std::atomic<uint64_t> budget_{UINT64_MAX};
+  std::atomic<uint64_t> limit_{UINT64_MAX};
+  std::mutex tick_mu_;          // one Tick at a time (the keeper, and tests)
+  uint64_t last_unpin_ns_ = 0;  // guarded by tick_mu_
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;    // guarded by mu_
+  bool kicked_ = false;  // guarded by mu_
+  std::thread keeper_;
+};
+
+}  // namespace zrtier

@@ -1,0 +1,256 @@
+#include "runtime/t0/pinned_runs.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <string>
+
+#include "runtime/base/log.h"
+#include "runtime/base/stats.h"
+
+namespace zrtier {
+
+// A run's pin state. `users` counts the leases of copies being issued from it; `closing` turns new
+// leases away while it is unpinned (a lease takes its user first and then checks `closing`, the
+// unpinner sets `closing` first and then waits for the users: one of the two sees the other).
+// `mu` orders the transitions (pin, unpin, the region's removal) of one run.
+struct PinnedRun {
+  char* base = nullptr;
+  size_t len = 0;
+  std::atomic<int> users{0};
+  std::atomic<bool> pinned{false};
+  std::atomic<bool> closing{false};
+  std::atomic<uint64_t> last_use{0};
+  std::mutex mu;
+  bool gone = false;  // the region was removed (guarded by mu)
+};
+
+PinnedRuns::PinnedRuns(const CudaApi* api, RegionBackend* backend) : api_(api), backend_(backend) {}
+
+PinnedRuns::~PinnedRuns() {
+  std::vector<uint64_t> ids;
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    for (auto& [id, rr] : regions_) ids.push_back(id);
+  }
+  for (uint64_t id : ids) RemoveRegion(id);
+  std::lock_guard<std::mutex> l(fence_mu_);
+  for (auto& [stream, ev] : fences_) api_->cudaEventDestroy(ev);
+}
+
+bool PinnedRuns::Pin(PinnedRun* run) {
+  if (broken_.load()) return false;
+  Status st = backend_->Hold(run->base, run->len);
+  if (!st.ok()) {
+    broken_.store(true);
+    if (st.code() != ENOTSUP)
+      ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                      "pinning region pages in place failed (%s): copies go "
+                      "through the T0 pool",
+                      st.ToString().c_str());
+    (void)backend_->Unhold(run->base, run->len);  // the chunks held before the error
+    return false;
+  }
+  const cudaError_t e = api_->cudaHostRegister(run->base, run->len, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
+    broken_.store(true);
+    if (api_->cudaGetLastError) api_->cudaGetLastError();  // not the program's error to see
+    ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                    "cudaHostRegister of region pages failed (CUDA error %d): "
+                    "copies go through the T0 pool",
+                    static_cast<int>(e));
+    (void)backend_->Unhold(run->base, run->len);
+    return false;
+  }
+  run->last_use.store(tick_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  run->pinned.store(true);
+  pinned_bytes_.fetch_add(run->len);
+  StatAdd(Stat::runs_pinned, 1);
+  return true;
+}
+
+void PinnedRuns::Release(PinnedRun* run, bool unhold) {
+  const cudaError_t e = api_->cudaHostUnregister(run->base);
+  if (e != cudaSuccess && api_->cudaGetLastError) api_->cudaGetLastError();
+  run->pinned.store(false);
+  pinned_bytes_.fetch_sub(run->len);
+  if (unhold) (void)backend_->Unhold(run->base, run->len);
+}
+
+size_t PinnedRuns::AddRegion(const RegionInfo& r, const std::function<bool(size_t)>& room) {
+  RegionRuns rr;
+  rr.info = r;
+  char* base = static_cast<char*>(r.base);
+  for (size_t off = 0; off < r.size; off += kRunBytes) {
+    auto run = std::make_shared<PinnedRun>();
+    run->base = base + off;
+    run->len = std::min(kRunBytes, r.size - off);
+    rr.runs.push_back(std::move(run));
+  }
+  std::vector<std::shared_ptr<PinnedRun>> runs = rr.runs;
+  {
+    std::unique_lock<std::shared_mutex> l(mu_);
+    regions_[r.id] = std::move(rr);
+  }
+  total_bytes_.fetch_add(r.size);
+  size_t pinned = 0;
+  for (auto& run : runs) {
+    std::lock_guard<std::mutex> l(run->mu);
+    if (run->gone || !room(run->len) || !Pin(run.get())) break;
+    pinned += run->len;
+  }
+  return pinned;
+}
+
+void PinnedRuns::RemoveRegion(uint64_t id) {
+  RegionRuns rr;
+  {
+    std::unique_lock<std::shared_mutex> l(mu_);
+    auto it = regions_.find(id);
+    if (it == regions_.end()) return;
+    rr = std::move(it->second);
+    regions_.erase(it);
+  }
+  total_bytes_.fetch_sub(rr.info.size);
+  for (auto& run : rr.runs) {
+    std::lock_guard<std::mutex> l(run->mu);
+    run->gone = true;
+    run->closing.store(true);
+    while (run->users.load() > 0) sched_yield();
+    // The region is freed next (the backend drops every chunk, held ones included).
+    if (run->pinned.load()) Release(run.get(), /*unhold=*/false);
+  }
+}
+
+bool PinnedRuns::Acquire(const RegionInfo& r, const char* p, size_t n, Lease* lease) {
+  lease->End();
+  std::shared_lock<std::shared_mutex> l(mu_);
+  auto it = regions_.find(r.id);
+  if (it == regions_.end()) return false;
+  const char* base = static_cast<const char*>(r.base);
+  const size_t first = (p - base) / kRunBytes, last = (p + n - 1 - base) / kRunBytes;
+  const uint64_t now = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  for (size_t i = first; i <= last && i < it->second.runs.size(); ++i) {
+    const std::shared_ptr<PinnedRun>& run = it->second.runs[i];
+    run->last_use.store(now, std::memory_order_relaxed);  // staged copies count as uses too
+    run->users.fetch_add(1);
+    lease->runs_.push_back(run);
+    if (!run->pinned.load() || run->closing.load()) {
+      lease->End();
+      return false;
+    }
+    const char* lo = std::max<const char*>(p, run->base);
+    const char* hi = std::min<const char*>(p + n, run->base + run->len);
+    lease->segments_.push_back(Segment{lo, static_cast<size_t>(hi - lo)});
+  }
+  return !lease->segments_.empty();
+}
+
+void PinnedRuns::Lease::End() {
+  for (auto& run : runs_) run->users.fetch_sub(1);
+  runs_.clear();
+  segments_.clear();
+}
+
+void PinnedRuns::Fence(cudaStream_t stream) {
+  std::lock_guard<std::mutex> l(fence_mu_);
+  cudaEvent_t ev = nullptr;
+  for (auto& [s, e] : fences_)
+    if (s == stream) ev = e;
+  if (!ev) {
+    if (api_->cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+      if (api_->cudaGetLastError) api_->cudaGetLastError();
+      ev = nullptr;
+    }
+    fences_.emplace_back(stream, ev);
+  }
+  if (!ev || api_->cudaEventRecord(ev, stream) != cudaSuccess) {
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    // No fence for this stream: Unpin synchronizes the whole device instead.
+    for (auto& [s, e] : fences_)
+      if (s == stream) e = nullptr;
+  }
+}
+
+void PinnedRuns::SyncFences() {
+  std::vector<cudaEvent_t> events;
+  bool device = false;
+  {
+    std::lock_guard<std::mutex> l(fence_mu_);
+    for (auto& [s, e] : fences_) {
+      if (e)
+        events.push_back(e);
+      else
+        device = true;
+    }
+  }
+  if (device) {
+    api_->cudaDeviceSynchronize();
+    return;
+  }
+  for (cudaEvent_t e : events) api_->cudaEventSynchronize(e);
+}
+
+size_t PinnedRuns::Unpin(size_t bytes) {
+  // The candidates, least recently used first.
+  std::vector<std::shared_ptr<PinnedRun>> runs;
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    for (auto& [id, rr] : regions_)
+      for (auto& run : rr.runs)
+        if (run->pinned.load() && !run->closing.load()) runs.push_back(run);
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+    return a->last_use.load(std::memory_order_relaxed) <
+           b->last_use.load(std::memory_order_relaxed);
+  });
+  std::vector<std::shared_ptr<PinnedRun>> victims;
+  size_t freed = 0;
+  for (auto& run : runs) {
+    if (freed >= bytes) break;
+    run->mu.lock();  // unlocked once released below
+    if (run->gone || !run->pinned.load()) {
+      run->mu.unlock();
+      continue;
+    }
+    run->closing.store(true);
+    victims.push_back(run);
+    freed += run->len;
+  }
+  if (victims.empty()) return 0;
+  for (auto& run : victims)
+    while (run->users.load() > 0) sched_yield();
+  SyncFences();  // every copy issued from the victims has completed
+  for (auto& run : victims) {
+    Release(run.get(), /*unhold=*/true);
+    run->closing.store(false);
+    run->mu.unlock();
+  }
+  StatAdd(Stat::runs_unpinned, victims.size());
+  return freed;
+}
+
+size_t PinnedRuns::Repin(const std::function<bool(size_t)>& room) {
+  std::vector<std::shared_ptr<PinnedRun>> runs;
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    for (auto& [id, rr] : regions_)
+      for (auto& run : rr.runs)
+        if (!run->pinned.load()) runs.push_back(run);
+  }
+  // Most recently used first: what the copies read now is what should be fast.
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+    return a->last_use.load(std::memory_order_relaxed) >
+           b->last_use.load(std::memory_order_relaxed);
+  });
+  size_t pinned = 0;
+  for (auto& run : runs) {
+    std::lock_guard<std::mutex> l(run->mu);
+    if (run->gone || run->pinned.load()) continue;
+    if (!room(run->len) || !Pin(run.get())) break;
+    pinned += run->len;
+  }
+  return pinned;
+}
+
+}  // namespace zrtier

@@ -1,0 +1,126 @@
+// PinnedRuns: T0 in place (DESIGN.md section 10, option (a)). While the memory budget has room, a
+// region's own pages are pinned where they are: the run's chunks are held in the backend
+// (RegionBackend::Hold: installed, writable, never evicted) and the run is registered with the real
+// cudaHostRegister, so copies go straight from and to the program's pages -- plain pinned speed --
+// and the CPU touches them without a fault. Under pressure the coldest runs are unpinned again:
+// the copies issued from them are waited for, the run is unregistered and its chunks unheld, and
+// from then on they are ordinary T1 chunks that the evictor may compress; copies of them go
+// through T0 slots.
+//
+// A region is cut into runs of at most kRunBytes: registration, unregistration and the copies'
+// segments are per run (the driver treats every registration as its own range).
+//
+// Copies: Lease() says whether a range lies wholly in pinned runs and keeps them pinned until the
+// lease ends; the caller issues one real copy per segment, then Fence(stream) records the stream's
+// fence event, which Unpin synchronizes before it unregisters anything.
+//
+// Thread safety: every method may be called from any thread. Unpin and AddRegion call CUDA and the
+// backend: never from a CUDA host function or the fault handler.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/engine/region_backend.h"
+
+namespace zrtier {
+
+// One run of a region's pages (pinned_runs.cc).
+struct PinnedRun;
+
+class PinnedRuns {
+ public:
+  // Runs are cut at this size: small enough that unpinning under pressure frees memory in steps,
+  // large enough that a long copy is a few DMAs (one per run) and registration is per large range.
+  static constexpr size_t kRunBytes = 64 << 20;
+
+  // `api` and `backend` are not owned and must outlive this object.
+  PinnedRuns(const CudaApi* api, RegionBackend* backend);
+  // Unregisters every pinned run. REQUIRES: no copy uses them (the device is idle).
+  ~PinnedRuns();
+
+  // Pins the runs of region `r` in order while `room(run bytes)` allows each (the caller's budget)
+  // and pinning works; returns the bytes pinned. A failure (the backend cannot hold, the driver
+  // refuses the registration) is said once and leaves the rest of the region unpinned.
+  size_t AddRegion(const RegionInfo& r, const std::function<bool(size_t)>& room);
+  // Unregisters the region's pinned runs before it is freed. REQUIRES: no copy of it in flight.
+  void RemoveRegion(uint64_t id);
+
+  // The segments of one direct copy: [p, p+len) of the copy, each inside one pinned run.
+  struct Segment {
+    const char* p;
+    size_t len;
+  };
+  // Keeps the runs of a direct copy pinned while it is issued; released by End() or destruction.
+  class Lease {
+   public:
+    Lease() = default;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    ~Lease() { End(); }
+    const std::vector<Segment>& segments() const { return segments_; }
+    void End();
+
+   private:
+    friend class PinnedRuns;
+    std::vector<Segment> segments_;
+    std::vector<std::shared_ptr<PinnedRun>> runs_;
+  };
+  // True, with `lease` holding the runs, if [p, p+n) (inside region `r`) lies wholly in pinned
+  // runs; false (nothing held) otherwise.
+  bool Acquire(const RegionInfo& r, const char* p, size_t n, Lease* lease);
+  // Records the fence of `stream` behind the copies just issued there from pinned runs.
+  void Fence(cudaStream_t stream);
+
+  // Unpins the least recently used pinned runs until at least `bytes` are unpinned or none is
+  // left; returns the bytes unpinned.
+  size_t Unpin(size_t bytes);
+  // Pins runs that are not pinned, most recently used regions first, while `room(run bytes)`
+  // allows each; returns the bytes pinned.
+  size_t Repin(const std::function<bool(size_t)>& room);
+
+  uint64_t pinned_bytes() const { return pinned_bytes_.load(std::memory_order_relaxed); }
+  // Whether pinning failed once (the backend cannot hold, or the driver refused a registration):
+  // nothing is pinned any more from then on.
+  bool broken() const { return broken_.load(std::memory_order_relaxed); }
+  // Whether every run of every region is pinned (nothing to Repin).
+  bool all_pinned() const {
+    return broken() || pinned_bytes() == total_bytes_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  struct RegionRuns {
+    RegionInfo info;
+    std::vector<std::shared_ptr<PinnedRun>> runs;
+  };
+  // Holds and registers `run`; false (said once) if either fails.
+  bool Pin(PinnedRun* run);
+  // Unregisters and unholds `run`. REQUIRES: its users are gone and its fence synchronized.
+  void Release(PinnedRun* run, bool unhold);
+  // Waits until every fence recorded so far has completed.
+  void SyncFences();
+
+  const CudaApi* api_;
+  RegionBackend* backend_;
+  mutable std::shared_mutex mu_;  // guards regions_ (pins and unpins take it exclusively)
+  std::unordered_map<uint64_t, RegionRuns> regions_;
+  std::atomic<uint64_t> pinned_bytes_{0};
+  std::atomic<uint64_t> total_bytes_{0};
+  std::atomic<bool> broken_{false};
+  std::atomic<uint64_t> tick_{0};  // the use clock of the runs (one tick per lease)
+  std::mutex fence_mu_;            // guards fences_
+  std::vector<std::pair<cudaStream_t, cudaEvent_t>> fences_;  // the last fence per stream
+};
+
+}  // namespace zrtier

@@ -1,0 +1,251 @@
+// Pinned in place and the memory budget (runtime/t0/pinned_runs.h, runtime/shim/memory_budget.h)
+// over the real engine and the fake CUDA runtime: with room, regions are pinned where they are and
+// copies go straight from and to their pages (no T0 slot, exact bytes, CPU stores seen); a budget
+// smaller than the data pins only what fits; when the machine runs short (the auto budget, from a
+// scripted /proc/meminfo) the coldest runs are unpinned and pinned again once it has room; copies
+// stay exact while runs are unpinned under them; freeing a pinned region unregisters it.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/base/stats.h"
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/engine/engine.h"
+#include "runtime/shim/shim.h"
+#include "tests/fake_cuda/fake_cuda.h"
+#include "tests/testutil/bytes.h"
+#include "tests/testutil/skip.h"
+
+namespace zrtier {
+namespace {
+
+// The real kernel, except that /proc/meminfo says what the test sets.
+class MeminfoOs : public Os {
+ public:
+  void SetAvailable(uint64_t bytes) { available_.store(bytes); }
+  long Open(const char* path, int flags, mode_t mode) override {
+    if (strcmp(path, "/proc/meminfo") == 0) return kFd;
+    return Os::Open(path, flags, mode);
+  }
+  long Read(int fd, void* buf, size_t len) override {
+    if (fd != kFd) return Os::Read(fd, buf, len);
+    const std::string text =
+        "MemTotal:       25165824 kB\nMemFree:         1000000 kB\n"
+        "MemAvailable:   " +
+        std::to_string(available_.load() / 1024) + " kB\n";
+    const size_t n = std::min(len, text.size());
+    memcpy(buf, text.data(), n);
+    return static_cast<long>(n);
+  }
+  long Close(int fd) override { return fd == kFd ? 0 : Os::Close(fd); }
+
+ private:
+  static constexpr int kFd = 1 << 20;
+  std::atomic<uint64_t> available_{64ull << 30};
+};
+
+constexpr uint64_t kMiB = 1 << 20, kGiB = 1ull << 30;
+
+class MemoryBudgetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ZRTIER_SKIP_UNLESS_UFFD();
+    ASSERT_TRUE(CudaApiStatus().ok()) << CudaApiStatus().ToString();
+  }
+  // A shim pinning in place with budget `memory` (0 = auto from meminfo_); `physical` sets the
+  // auto reserve (max(1G, physical/16)).
+  void Build(uint64_t memory, uint64_t physical = 16 * kGiB, int repin_quiet_ms = 0) {
+    shim_.reset();
+    Options opts;
+    ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
+    ASSERT_TRUE(opts.Set(Opt::kChunk, "64K").ok());
+    std::unique_ptr<Engine> engine;
+    ASSERT_TRUE(Engine::Create(opts, Os::Default(), nullptr, &engine).ok());
+    engine_ = engine.get();
+    std::unique_ptr<PinnedPool> pool;
+    ASSERT_TRUE(PinnedPool::Create(RealCudaApi(), 64 * 65536, 65536, &pool).ok());
+    ShimConfig cfg;
+    cfg.workers = 2;
+    cfg.pin_in_place = true;
+    cfg.budget.memory = memory;
+    cfg.budget.physical = physical;
+    cfg.budget.pool_bytes = pool->bytes();
+    cfg.budget.repin_quiet_ms = repin_quiet_ms;
+    cfg.os = &meminfo_;
+    shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine), std::move(pool), cfg);
+  }
+  void TearDown() override { shim_.reset(); }
+  char* Region(size_t n) {
+    void* p = nullptr;
+    EXPECT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
+    return static_cast<char*>(p);
+  }
+  // H2D of the whole region, compared with `want`.
+  void ExpectOnDevice(const char* host, const std::vector<char>& want) {
+    char* d = testing::DeviceBuffer(want.size());
+    ASSERT_EQ(shim_->Memcpy(d, host, want.size(), cudaMemcpyHostToDevice, nullptr, true),
+              cudaSuccess);
+    EXPECT_TRUE(testing::FromDevice(d, want.size()) == want);
+    cudaFree(d);
+  }
+  // Waits up to 5 s for `cond`, ticking the keeper.
+  template <typename Cond>
+  bool Eventually(Cond cond) {
+    for (int i = 0; i < 500 && !cond(); ++i) {
+      shim_->budget()->Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return cond();
+  }
+
+  MeminfoOs meminfo_;
+  Engine* engine_ = nullptr;
+  std::unique_ptr<Shim> shim_;
+};
+
+TEST_F(MemoryBudgetTest, WithRoomRegionsArePinnedInPlaceAndCopiedStraight) {
+  Build(/*memory=*/0);
+  const size_t n = 8 * kMiB;
+  char* p = Region(n);
+  EXPECT_EQ(engine_->Usage().held_bytes, n) << "pinned where it is";
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), n);
+  const uint64_t direct = StatGet(Stat::h2d_direct_bytes);
+  const size_t free_slots = shim_->pool()->free_slots();
+  // CPU stores reach the GPU without a fault or a slot.
+  std::vector<char> data = testing::RandomBytes(n, 1);
+  memcpy(p, data.data(), n);
+  ExpectOnDevice(p, data);
+  EXPECT_EQ(StatGet(Stat::h2d_direct_bytes) - direct, n);
+  // A D2H lands in the pages themselves: the CPU reads it after the copy.
+  std::vector<char> back = testing::RandomBytes(n, 2);
+  char* d = testing::DeviceBuffer(n);
+  ASSERT_EQ(cudaMemcpy(d, back.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(p + 4096, d, n - 8192, cudaMemcpyDeviceToHost, nullptr, true),
+            cudaSuccess);
+  EXPECT_EQ(memcmp(p + 4096, back.data(), n - 8192), 0);
+  EXPECT_EQ(memcmp(p, data.data(), 4096), 0) << "bytes around the copy stay";
+  EXPECT_EQ(shim_->pool()->free_slots(), free_slots) << "no T0 slot was used";
+  EXPECT_EQ(fakecudaPageableAsyncCopies(), 0u) << "the copies read registered memory";
+  cudaFree(d);
+  // Freed, the region's pages are unregistered: the same range can be pinned again.
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  EXPECT_EQ(engine_->Usage().held_bytes, 0u);
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), 0u);
+  char* q = Region(n);
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), n);
+  ASSERT_EQ(shim_->FreeHost(q), cudaSuccess);
+}
+
+TEST_F(MemoryBudgetTest, ABudgetSmallerThanTheDataPinsOnlyWhatFits) {
+  // 256 MiB of budget, 4 MiB of pool: a 192 MiB region and a 128 MiB one cannot both stay pinned.
+  Build(/*memory=*/256 * kMiB);
+  char* a = Region(192 * kMiB);
+  char* b = Region(128 * kMiB);
+  const uint64_t limit = shim_->budget()->resident_limit();
+  EXPECT_LE(limit, 256 * kMiB);
+  EXPECT_LE(engine_->Usage().held_bytes, limit);
+  EXPECT_LT(shim_->runs()->pinned_bytes(), 320 * kMiB) << "not everything is pinned";
+  EXPECT_GT(shim_->runs()->pinned_bytes(), 0u) << "what fits is";
+  // Every byte still arrives, pinned or not.
+  std::vector<char> da = testing::RandomBytes(192 * kMiB, 3),
+                    db = testing::RandomBytes(128 * kMiB, 4);
+  memcpy(a, da.data(), da.size());
+  memcpy(b, db.data(), db.size());
+  ExpectOnDevice(a, da);
+  ExpectOnDevice(b, db);
+  // The resident limit is the budget's: the rest is compressed down to it.
+  EXPECT_TRUE(Eventually([&] { return engine_->Usage().resident_bytes <= limit + 16 * kMiB; }))
+      << engine_->Usage().resident_bytes << " resident, limit " << limit;
+  ExpectOnDevice(a, da);
+  ExpectOnDevice(b, db);
+  ASSERT_EQ(shim_->FreeHost(a), cudaSuccess);
+  ASSERT_EQ(shim_->FreeHost(b), cudaSuccess);
+}
+
+TEST_F(MemoryBudgetTest, WhenTheMachineRunsShortRunsAreUnpinnedAndPinnedAgainLater) {
+  // The auto budget: 16 GiB of RAM (reserve 1 GiB), 8 GiB available at first.
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/100);
+  const size_t n = 256 * kMiB;
+  char* p = Region(n);
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), n);
+  std::vector<char> data = testing::RandomBytes(n, 5);
+  memcpy(p, data.data(), n);
+  // Short by 200 MiB below the reserve: the budget shrinks below what is managed, runs unpin.
+  meminfo_.SetAvailable(kGiB - 200 * kMiB);
+  EXPECT_TRUE(Eventually([&] { return shim_->runs()->pinned_bytes() < n; }));
+  EXPECT_GT(StatGet(Stat::runs_unpinned), 0u);
+  EXPECT_LT(shim_->budget()->budget(), n + 64 * kMiB);
+  ExpectOnDevice(p, data);
+  // Room again: after the quiet time everything is pinned again.
+  meminfo_.SetAvailable(8 * kGiB);
+  EXPECT_TRUE(Eventually([&] { return shim_->runs()->pinned_bytes() == n; }));
+  ExpectOnDevice(p, data);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+}
+
+// Threads copy a pinned region both ways and check every byte while the keeper unpins and repins
+// its runs under them.
+TEST_F(MemoryBudgetTest, CopiesStayExactWhileRunsAreUnpinnedUnderThem) {
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/0);
+  const size_t n = 4 * PinnedRuns::kRunBytes;
+  char* p = Region(n);
+  std::vector<char> data = testing::RandomBytes(n, 6);
+  memcpy(p, data.data(), n);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      cudaStream_t s;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      const size_t len = PinnedRuns::kRunBytes / 2;
+      char* d = testing::DeviceBuffer(len);
+      std::vector<char> out(len);
+      uint64_t x = 77 + t;
+      while (!stop.load()) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        const size_t off = ((x >> 20) % (n - len)) & ~size_t{4095};
+        if (shim_->Memcpy(d, p + off, len, cudaMemcpyHostToDevice, s, false) != cudaSuccess ||
+            cudaMemcpyAsync(out.data(), d, len, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess ||
+            memcmp(out.data(), data.data() + off, len) != 0)
+          ++mismatches;
+        // And back into the region: the same bytes, so every reader's expectation holds.
+        if (shim_->Memcpy(p + off, d, len, cudaMemcpyDeviceToHost, s, true) != cudaSuccess)
+          ++mismatches;
+      }
+      cudaFree(d);
+      cudaStreamDestroy(s);
+    });
+  }
+  for (int round = 0; round < 6; ++round) {
+    meminfo_.SetAvailable(round % 2 ? 8 * kGiB : kGiB - 128 * kMiB);
+    for (int i = 0; i < 10; ++i) {
+      shim_->budget()->Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0u);
+  EXPECT_GT(StatGet(Stat::runs_unpinned), 0u);
+  ExpectOnDevice(p, data);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+}
+
+TEST(MemoryBudgetParse, MemAvailable) {
+  uint64_t v = 0;
+  EXPECT_TRUE(MemoryBudget::ParseMemAvailable("MemTotal: 10 kB\nMemAvailable:    2048 kB\n", &v));
+  EXPECT_EQ(v, 2048u * 1024);
+  EXPECT_FALSE(MemoryBudget::ParseMemAvailable("MemTotal: 10 kB\n", &v));
+}
+
+}  // namespace
+}  // namespace zrtier
