@@ -106,7 +106,8 @@ PYEOF
       #   SUITE_PROGRAMS="weight_streaming infer"  SUITE_CONFIGS="plain mem40file"  narrow it (a plain
       #     run left in $OUT is reused when SUITE_CONFIGS leaves plain out);
       #   SUITE_SMALL=1: a smoke run (--small, or small sizes for infer.py/train.py);
-      #   SUITE_TIMEOUT: seconds a run may take (default 900).
+      #   SUITE_TIMEOUT: seconds a run may take (default 900);
+      #   SUITE_ARGS_<program>: more arguments for that program's runs (e.g. "--steps 6").
       py=python3
       read -ra suite_progs <<<"${SUITE_PROGRAMS:-weight_streaming save_on_cpu_train fsdp2_offload dataloader_pinned infer train}"
       read -ra suite_cfgs <<<"${SUITE_CONFIGS:-plain defaults mem75 mem40file}"
@@ -158,6 +159,9 @@ PYEOF
           suite_launch=("$py" -m torch.distributed.run --standalone --nproc-per-node 2 "$suite_script")
         fi
         suite_small=()
+        # SUITE_ARGS_<program>: more arguments for every run of that program (e.g. fewer steps).
+        extra_var=SUITE_ARGS_$prog
+        [[ -n ${!extra_var:-} ]] && read -ra suite_small <<<"${!extra_var}"
         if [[ ${SUITE_SMALL:-0} == 1 ]]; then
           case $prog in
             infer) suite_small=(--layers 2 --new-tokens 4) ;;

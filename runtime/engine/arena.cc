@@ -67,15 +67,21 @@ Status Arena::Create(Os* os, uint64_t size, size_t align, std::unique_ptr<Arena>
   }
   size = (size + align - 1) & ~(uint64_t(align) - 1);
   int err = 0;
-  void* p = os->Mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0, &err);
-  if (p == MAP_FAILED) {
+  // Mapped `align` larger, then trimmed to an `align`-aligned start: every region starts on a
+  // multiple of `align`.
+  void* raw = os->Mmap(nullptr, size + align, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0, &err);
+  if (raw == MAP_FAILED) {
     os->Close(static_cast<int>(fd));
     return Status::Error(ENOMEM, "ZRTIER_ARENA=" + FormatSize(size) +
                                      ": mmap of the arena failed (" + strerror(err) +
                                      "); lower ZRTIER_ARENA or raise ulimit -v");
   }
-  std::unique_ptr<Arena> a(new Arena(os, static_cast<int>(fd), static_cast<char*>(p), size, align));
+  char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + align - 1) & ~(align - 1));
+  const size_t head = p - static_cast<char*>(raw), tail = align - head;
+  if (head) os->Munmap(raw, head);
+  if (tail) os->Munmap(p + size, tail);
+  std::unique_ptr<Arena> a(new Arena(os, static_cast<int>(fd), p, size, align));
   a->features_ = got;
   a->poison_ = poison && (got & UFFD_FEATURE_POISON);
   long r = os->Madvise(p, size, MADV_DONTFORK);

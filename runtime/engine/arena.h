@@ -32,6 +32,8 @@ class Arena {
 
   int uffd() const { return uffd_; }
   char* base() const { return base_; }
+  // Every range Reserve hands out starts on a multiple of this.
+  size_t align() const { return align_; }
   size_t size() const { return size_; }
   bool Contains(const void* p) const {
     return static_cast<const char*>(p) >= base_ && static_cast<const char*>(p) < base_ + size_;

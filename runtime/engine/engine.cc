@@ -3,6 +3,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+
 #include "runtime/engine/arena.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/evictor.h"
@@ -17,6 +19,12 @@
 #include "runtime/engine/watchdog.h"
 
 namespace zrtier {
+namespace {
+// Regions start and end on multiples of 2 MiB (padded in the arena): CUDA refuses a registration
+// that overlaps another one (cudaErrorHostMemoryAlreadyRegistered) when the pinned runs of two
+// regions carved back to back share a 2 MiB block, as they did with chunk-aligned regions.
+constexpr size_t kRegionAlign = 2 << 20;
+}  // namespace
 
 Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
                std::unique_ptr<ChunkStore> store, const CodecConfig& cc, size_t chunk, int efd)
@@ -60,7 +68,8 @@ Status Engine::Create(const Options& opts, Os* os, std::unique_ptr<ChunkStore> s
   cc.level = static_cast<int>(opts.Int(Opt::kZstdLevel));
   cc.verify = opts.Bool(Opt::kVerify);
   std::unique_ptr<Arena> arena;
-  ZRTIER_RETURN_IF_ERROR(Arena::Create(os, opts.Size(Opt::kArena), chunk, &arena));
+  ZRTIER_RETURN_IF_ERROR(
+      Arena::Create(os, opts.Size(Opt::kArena), std::max<size_t>(chunk, kRegionAlign), &arena));
   if (!store) ZRTIER_RETURN_IF_ERROR(CreateStore(opts, os, &store));
   long efd = os->Eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (efd < 0) return Status::Error(static_cast<int>(-efd), "eventfd: " + ErrnoText(efd));

@@ -33,8 +33,10 @@ Status RegionMap::FindRange(const void* p, size_t len, std::shared_ptr<Region>* 
 Status RegionMap::Add(size_t len, const std::function<void(char*, size_t)>& clear,
                       std::shared_ptr<Region>* out) {
   char* base = nullptr;
-  ZRTIER_RETURN_IF_ERROR(arena_->Reserve(len, &base));
-  auto r = std::make_shared<Region>(next_id_.fetch_add(1) + 1, base, len, chunk_);
+  const size_t align = arena_->align();
+  const size_t reserved = (len + align - 1) & ~(align - 1);
+  ZRTIER_RETURN_IF_ERROR(arena_->Reserve(reserved, &base));
+  auto r = std::make_shared<Region>(next_id_.fetch_add(1) + 1, base, len, reserved, chunk_);
   r->stats_row = StatsRegionAcquire(reinterpret_cast<uint64_t>(base), len);
   {
     std::unique_lock<std::shared_mutex> lock(mu_);
@@ -77,7 +79,7 @@ void RegionMap::ReturnRange(Region* r) {
   regions_count_.fetch_sub(1);
   StatSub(Stat::regions, 1);
   StatSub(Stat::region_bytes, r->size);
-  arena_->Release(r->base, r->size);
+  arena_->Release(r->base, r->reserved);
 }
 
 void RegionMap::RebuildSnapshotLocked() {

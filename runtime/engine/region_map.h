@@ -25,13 +25,18 @@
 namespace zrtier {
 
 struct Region {
-  Region(uint64_t id_in, char* base_in, size_t size_in, size_t chunk)
-      : id(id_in), base(base_in), size(size_in), table(base_in, chunk, size_in / chunk) {
+  Region(uint64_t id_in, char* base_in, size_t size_in, size_t reserved_in, size_t chunk)
+      : id(id_in),
+        base(base_in),
+        size(size_in),
+        reserved(reserved_in),
+        table(base_in, chunk, size_in / chunk) {
     table.owner = this;
   }
   uint64_t id;
   char* base;
   size_t size;
+  size_t reserved;  // the arena range it holds: size rounded up to the arena's alignment
   ChunkTable table;
   int stats_row = -1;
   std::atomic<bool> dead{false};

@@ -39,6 +39,7 @@ PinnedRuns::~PinnedRuns() {
 }
 
 bool PinnedRuns::Pin(PinnedRun* run) {
+  if (run->pinned.load()) return true;
   if (broken_.load()) return false;
   Status st = backend_->Hold(run->base, run->len);
   if (!st.ok()) {
@@ -96,7 +97,9 @@ size_t PinnedRuns::AddRegion(const RegionInfo& r, const std::function<bool(size_
   size_t pinned = 0;
   for (auto& run : runs) {
     std::lock_guard<std::mutex> l(run->mu);
-    if (run->gone || !room(run->len) || !Pin(run.get())) break;
+    if (run->gone) break;
+    // The keeper may have pinned it meanwhile (Repin sees the region as soon as it is listed).
+    if (!run->pinned.load() && (!room(run->len) || !Pin(run.get()))) break;
     pinned += run->len;
   }
   return pinned;

@@ -240,6 +240,20 @@ TEST_F(MemoryBudgetTest, CopiesStayExactWhileRunsAreUnpinnedUnderThem) {
   ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
 }
 
+// A region of many runs is pinned by its allocation while the keeper pins runs of it too (it sees
+// the region as soon as it is listed): each run is pinned once, nothing is registered twice.
+TEST_F(MemoryBudgetTest, ARegionPinnedWhileTheKeeperRepinsIsPinnedOnce) {
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/0);
+  for (int round = 0; round < 3; ++round) {
+    const size_t n = 24 * PinnedRuns::kRunBytes;
+    char* p = Region(n);
+    EXPECT_FALSE(shim_->runs()->broken()) << "a registration failed";
+    EXPECT_TRUE(Eventually([&] { return shim_->runs()->pinned_bytes() == n; }));
+    EXPECT_EQ(engine_->Usage().held_bytes, n);
+    ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  }
+}
+
 TEST(MemoryBudgetParse, MemAvailable) {
   uint64_t v = 0;
   EXPECT_TRUE(MemoryBudget::ParseMemAvailable("MemTotal: 10 kB\nMemAvailable:    2048 kB\n", &v));
