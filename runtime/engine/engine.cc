@@ -135,6 +135,9 @@ void Engine::Release(Region* r) {
 }
 
 bool Engine::Lookup(const void* p, RegionInfo* out) const {
+  // Every region lies in the arena: any other pointer (device memory, the program's own) is
+  // answered without the region map's lock -- the hooks ask for every copy the program makes.
+  if (!arena_->Contains(p)) return false;
   std::shared_ptr<Region> r = regions_->Find(p);
   if (!r) return false;
   if (out) *out = RegionInfo{r->base, r->size, r->id};

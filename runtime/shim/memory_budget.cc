@@ -101,6 +101,8 @@ void MemoryBudget::Tick() {
   const uint64_t headroom = Headroom(limit);
   const uint64_t target = limit > headroom ? limit - headroom : 0;
   const uint64_t now = MonotonicNs();
+  // Copies fence their runs once an unpin may come: within an eighth of the budget of the target.
+  runs_->SetFencing(m.held + budget / 8 > target || budget < m.resident + m.store);
   if (m.held > target) {
     if (runs_->Unpin(m.held - target) > 0) last_unpin_ns_ = now;
     return;

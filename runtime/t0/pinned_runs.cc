@@ -156,6 +156,10 @@ void PinnedRuns::Lease::End() {
 }
 
 void PinnedRuns::Fence(cudaStream_t stream) {
+  if (!fencing_.load(std::memory_order_relaxed)) {
+    if (!unfenced_.load(std::memory_order_relaxed)) unfenced_.store(true);
+    return;
+  }
   std::lock_guard<std::mutex> l(fence_mu_);
   cudaEvent_t ev = nullptr;
   for (auto& [s, e] : fences_)
@@ -177,7 +181,7 @@ void PinnedRuns::Fence(cudaStream_t stream) {
 
 void PinnedRuns::SyncFences() {
   std::vector<cudaEvent_t> events;
-  bool device = false;
+  bool device = unfenced_.exchange(false);
   {
     std::lock_guard<std::mutex> l(fence_mu_);
     for (auto& [s, e] : fences_) {

@@ -80,8 +80,12 @@ class PinnedRuns {
   // True, with `lease` holding the runs, if [p, p+n) (inside region `r`) lies wholly in pinned
   // runs; false (nothing held) otherwise.
   bool Acquire(const RegionInfo& r, const char* p, size_t n, Lease* lease);
-  // Records the fence of `stream` behind the copies just issued there from pinned runs.
+  // Records the fence of `stream` behind the copies just issued there from pinned runs -- while
+  // fencing is on; otherwise only notes that a copy went unfenced (an Unpin then synchronizes the
+  // device instead: the per-copy event is only worth its cost while unpinning may come soon).
   void Fence(cudaStream_t stream);
+  // Whether copies record fences (the memory budget turns it on near its limit).
+  void SetFencing(bool on) { fencing_.store(on, std::memory_order_relaxed); }
 
   // Unpins the least recently used pinned runs until at least `bytes` are unpinned or none is
   // left; returns the bytes unpinned.
@@ -118,8 +122,10 @@ class PinnedRuns {
   std::atomic<uint64_t> pinned_bytes_{0};
   std::atomic<uint64_t> total_bytes_{0};
   std::atomic<bool> broken_{false};
-  std::atomic<uint64_t> tick_{0};  // the use clock of the runs (one tick per lease)
-  std::mutex fence_mu_;            // guards fences_
+  std::atomic<bool> fencing_{true};
+  std::atomic<bool> unfenced_{false};  // a copy was issued without a fence since the last sync
+  std::atomic<uint64_t> tick_{0};      // the use clock of the runs (one tick per lease)
+  std::mutex fence_mu_;                // guards fences_
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> fences_;  // the last fence per stream
 };
 
