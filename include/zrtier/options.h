@@ -69,6 +69,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "0", "bytes", "", "prefetch",                       \
     "bytes of predicted chunks decoded into T0 ahead of the copies. 0 = off (docs/decisions.md, " \
     "\"Prefetcher off by default\")")                                                            \
+  X(kReadahead, "READAHEAD", kSize, "8M", "bytes", "", "readahead",                              \
+    "bytes of stored chunks restored ahead of a sequential or strided CPU scan, in parallel on "   \
+    "the workers (at most 1/8 of the resident limit). 0 = off")                                   \
   X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
     "NUMA node for the RAM store's memory. -1 = not placed (the pinned pool never is)")          \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \

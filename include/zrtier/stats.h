@@ -86,7 +86,8 @@ enum class StatKind { kCounter, kGauge };
   X(h2d_direct_bytes, kCounter, "bytes", "H2D bytes copied straight from pinned-in-place pages (no T0 slot)") \
   X(d2h_direct_bytes, kCounter, "bytes", "D2H bytes copied straight into pinned-in-place pages (no T0 slot)") \
   X(runs_pinned, kCounter, "", "runs of region pages registered with CUDA (pinned in place)") \
-  X(runs_unpinned, kCounter, "", "runs unregistered again to make room under the memory budget")
+  X(runs_unpinned, kCounter, "", "runs unregistered again to make room under the memory budget") \
+  X(readahead_chunks, kCounter, "", "stored chunks restored ahead of a sequential or strided CPU scan")
 // clang-format on
 
 enum class Stat : int {
@@ -137,7 +138,7 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
 // fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces; 11: copies_ready_in_time and
 // h2d_pieces_waited_on; 12: held_bytes, memory_budget_bytes, h2d/d2h_direct_bytes, runs_pinned,
-// runs_unpinned
+// runs_unpinned, readahead_chunks
 inline constexpr uint32_t kStatsVersion = 12;
 inline constexpr int kStatsMaxRegions = 64;
 

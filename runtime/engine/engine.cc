@@ -40,7 +40,7 @@ Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
   external_ = std::make_unique<ExternalChunks>(parts);
   held_ = std::make_unique<HeldChunks>(parts, external_.get());
   region_io_ = std::make_unique<RegionIo>(parts, external_.get());
-  pager_ = std::make_unique<Pager>(parts, external_.get(), workers);
+  pager_ = std::make_unique<Pager>(parts, external_.get(), workers, opts.Size(Opt::kReadahead));
   evictor_ = std::make_unique<Evictor>(parts, workers);
   watchdog_ = std::make_unique<Watchdog>(regions_.get(), io_->store(), pager_.get());
   evictor_->Start();

@@ -71,7 +71,8 @@ void Pager::Stray(uint64_t addr, bool wp) {
 // and clean. An external chunk is installed straight from its holder's copy (no decode, no scratch
 // copy). Never-written chunks get real zero pages the same way: UFFDIO_ZEROPAGE has no WP mode and
 // a write would go unseen.
-Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
+Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
+                           bool readahead) {
   Status st;
   auto install = [&](const char* src) {
     st = e_.uffd->Copy(p, src, e_.chunk, /*wp=*/!write, /*dontwake=*/true);
@@ -90,6 +91,11 @@ Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
   } else if (from == kStored) {
     char* buf = tl_raw.Get(e_.chunk);
     Status dec = e_.io->Decode(c, buf, "restoring a chunk on a page fault");
+    if (!dec.ok() && readahead) {
+      c.EndBusy(from);  // left stored: a demand fault reports it
+      e_.parked->Signal();
+      return Outcome::kDone;
+    }
     if (!dec.ok()) {
       c.EndBusy(from);
       Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
@@ -108,18 +114,23 @@ Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
     ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
     return Outcome::kPark;
   }
-  Loaded(r, c, p, from, write, t0);
+  Loaded(r, c, p, from, write, t0, readahead);
   return Outcome::kDone;
 }
 
-void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0) {
+void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
+                   bool readahead) {
   c.referenced.store(1, std::memory_order_relaxed);
   e_.regions->AddResident(r, e_.chunk);
   if (from == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
   if (from == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
-  StatAdd(Stat::faults_missing, 1);
-  if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
-  if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  if (readahead) {
+    StatAdd(Stat::readahead_chunks, 1);
+  } else {
+    StatAdd(Stat::faults_missing, 1);
+    if (from == kEmpty) StatAdd(Stat::faults_zero, 1);
+    if (from == kStored) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  }
   const uint64_t held_gen = c.gen.load();
   if (write) {
     c.gen.fetch_add(1);
@@ -136,7 +147,7 @@ void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, ui
   // A never-written chunk's first touch (a program initializing a new buffer) is not observed: it
   // says nothing of reuse, and learned as a pass of its own it kept twice the D2H-filled slots
   // owned in T0 and slowed infer.py's compressed run by 7-18 % (docs/decisions.md).
-  if (from != kEmpty && has_observer_.load(std::memory_order_relaxed)) {
+  if (from != kEmpty && !readahead && has_observer_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(observer_mu_);
     if (observer_) observer_(r->id, r->table.IndexOf(p));
   }
@@ -198,16 +209,83 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
       return Outcome::kPark;
     }
     if (!c.TryBusy(w)) continue;
+    if (s == kStored) NoteStoredFault(f.region, i);
     if (may_defer && s == kStored &&
         restore_queued_.load(std::memory_order_relaxed) < static_cast<size_t>(restorer_count_)) {
       restore_queued_.fetch_add(1);
       std::lock_guard<std::mutex> lock(restore_mu_);
-      restore_q_.push_back(RestoreJob{f, &c, p, s});
+      restore_q_.push_front(RestoreJob{f, &c, p, s});  // before queued readahead
       restore_cv_.notify_one();
       return Outcome::kQueued;
     }
     return Load(r, c, p, s, f.write, f.t0);
   }
+}
+
+void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i) {
+  if (restorer_count_ == 0 || readahead_bytes_ == 0) return;
+  ++stored_faults_;
+  // The stream this fault continues: same region, past its last fault by its stride, or inside
+  // (or just past) what was scheduled ahead of it; else a new stream replaces the oldest.
+  Stream* s = nullptr;
+  Stream* oldest = &streams_[0];
+  for (Stream& st : streams_) {
+    const bool near = st.run > 0 && st.region == r->id && i > st.last &&
+                      (i - st.last <= 64 || (st.ahead > st.last && i <= st.ahead + st.stride));
+    if (near && (!s || i - st.last == st.stride)) s = &st;
+    if (st.used < oldest->used) oldest = &st;
+  }
+  if (!s) {
+    *oldest = Stream{r->id, i, 0, 1, i, stored_faults_};
+    return;
+  }
+  // Continuing: one stride on, or (readahead running) inside or just past the scheduled window.
+  const bool continuing =
+      s->stride && (i - s->last == s->stride || (s->ahead > s->last && i <= s->ahead + s->stride));
+  if (continuing) {
+    ++s->run;
+  } else {
+    s->stride = i - s->last;
+    s->run = 1;
+  }
+  s->last = i;
+  s->used = stored_faults_;
+  // Three faults a stride apart start readahead (two happen by chance in a random order).
+  if (s->run < 3) return;
+  // The window: ZRTIER_READAHEAD, within an eighth of the resident limit (the evictor makes room
+  // for it behind the scan).
+  size_t window = readahead_bytes_ / e_.chunk;
+  if (const uint64_t limit = e_.budget->limit())
+    window = std::min<size_t>(window, limit / 8 / e_.chunk);
+  if (window < 2) return;
+  const size_t stride = s->stride, end = i + window * stride;
+  size_t from = std::max(s->ahead, i) + stride;
+  from = i + (from - i + stride - 1) / stride * stride;  // on the stride
+  if (from >= end) return;
+  Readahead(r, from, stride, (end - from) / stride);
+  s->ahead = end - stride;
+}
+
+void Pager::Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count) {
+  // The middle chunk is left to the scan: its fault is the signal to schedule the next window
+  // while the second half is still being read (a window that ran dry would stall the scan).
+  const size_t trigger = count / 2;
+  std::lock_guard<std::mutex> lock(restore_mu_);
+  for (size_t k = 0; k < count; ++k) {
+    const size_t j = first + k * stride;
+    if (j >= r->table.n) break;
+    if (k == trigger && count >= 4) continue;
+    Chunk& c = r->table.chunks[j];
+    const uint32_t w = c.word.load();
+    if (StateOf(w) != kStored || !c.TryBusy(w)) continue;
+    Fault f;
+    f.region = r;
+    f.addr = reinterpret_cast<uint64_t>(r->table.AddressOf(j));
+    f.t0 = MonotonicNs();
+    readahead_queued_.fetch_add(1);
+    restore_q_.push_back(RestoreJob{std::move(f), &c, r->table.AddressOf(j), kStored, true});
+  }
+  restore_cv_.notify_all();
 }
 
 void Pager::Finish(const Fault& f) {
@@ -224,6 +302,12 @@ void Pager::RestoreLoop() {
     RestoreJob j = std::move(restore_q_.front());
     restore_q_.pop_front();
     lock.unlock();
+    if (j.readahead) {
+      Load(j.f.region.get(), *j.c, j.p, j.from, false, j.f.t0, /*readahead=*/true);
+      readahead_queued_.fetch_sub(1);
+      lock.lock();
+      continue;
+    }
     restore_queued_.fetch_sub(1);
     Outcome o = Load(j.f.region.get(), *j.c, j.p, j.from, j.f.write, j.f.t0);
     if (o == Outcome::kPark) {

@@ -7,6 +7,14 @@
 // budget, are parked and retried when woken. When more faults wait behind a restore, the decode
 // and install go to a restore worker, so several chunks are restored at once.
 //
+// Readahead: CPU scans (an optimizer step over offloaded parameters, a reload of activations)
+// fault chunk after chunk. A missing fault on a stored chunk that continues a stream -- the same
+// region, the previous fault's chunk plus the stream's stride, three times in a row -- schedules
+// the stored chunks of the next window (ZRTIER_READAHEAD) of that stride on the restore workers
+// (decoded and installed clean, in parallel), so that the scan runs at the workers' aggregate
+// decode rate instead of one fault at a time. kStreams streams are followed at once (one per
+// scanning thread); demand restores go before readahead in the workers' queue.
+//
 // The pager thread touches region memory only through uffd ioctls and never calls CUDA (DESIGN.md
 // section 6). Thread safety: Start/Stop from the owner; SetFaultObserver and the accessors from any
 // thread.
@@ -36,8 +44,12 @@ namespace zrtier {
 class Pager {
  public:
   // `external` is not owned and must outlive this object. `restorers`: restore worker threads.
-  Pager(const EngineParts& parts, ExternalChunks* external, int restorers)
-      : e_(parts), external_(external), restorer_count_(restorers) {}
+  // `readahead_bytes`: the readahead window (0 = none).
+  Pager(const EngineParts& parts, ExternalChunks* external, int restorers, size_t readahead_bytes)
+      : e_(parts),
+        external_(external),
+        restorer_count_(restorers),
+        readahead_bytes_(readahead_bytes) {}
   // REQUIRES: Stop() was called.
   ~Pager();
 
@@ -69,7 +81,19 @@ class Pager {
     Chunk* c;
     char* p;
     ChunkState from;
+    bool readahead = false;  // no fault waits: installed ahead of a scan
   };
+  // A scan followed by readahead: the last stored chunk faulted in `region`, the stride to the one
+  // before, how many faults in a row kept that stride, and the last chunk scheduled ahead.
+  struct Stream {
+    uint64_t region = 0;
+    size_t last = 0;
+    size_t stride = 0;
+    uint32_t run = 0;
+    size_t ahead = 0;
+    uint64_t used = 0;  // when the stream last matched (the pager's fault count)
+  };
+  static constexpr int kStreams = 16;
 
   void PagerLoop();
   // Retries the parked faults once; those still waiting go back into `parked`.
@@ -82,9 +106,17 @@ class Pager {
   // A write-protect fault on a clean chunk (state word `w`): makes it dirty.
   Outcome ResolveWriteProtect(Region* r, Chunk& c, char* p, uint32_t w);
   // Missing fault on a chunk claimed (kBusy) from `from` (kEmpty, kStored or kExternal).
-  Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0);
+  // `readahead`: no thread waits on it (not counted as a fault, not learned; a chunk that cannot be
+  // restored is left stored for the demand fault to report).
+  Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
+               bool readahead = false);
   // Load's end once the chunk is installed: accounting, state, wake-up, observer.
-  void Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0);
+  void Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
+              bool readahead);
+  // Follows the streams of missing faults on stored chunks; schedules readahead (pager thread).
+  void NoteStoredFault(const std::shared_ptr<Region>& r, size_t i);
+  // Claims the stored chunks among `count` chunks from `first` with `stride` and queues them.
+  void Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count);
   // A fault outside any live region (see pager.cc).
   void Stray(uint64_t addr, bool wp);
   void Finish(const Fault& f);
@@ -93,6 +125,7 @@ class Pager {
   const EngineParts e_;
   ExternalChunks* external_;
   int restorer_count_;
+  size_t readahead_bytes_;  // bytes restored ahead of a stream at most (ZRTIER_READAHEAD)
 
   std::mutex observer_mu_;
   FaultObserver observer_;  // guarded by observer_mu_
@@ -105,9 +138,12 @@ class Pager {
   std::vector<std::thread> restorers_;
   std::mutex restore_mu_;
   std::condition_variable restore_cv_;
-  std::deque<RestoreJob> restore_q_;  // guarded by restore_mu_
-  bool restore_stop_ = false;         // guarded by restore_mu_
-  std::atomic<size_t> restore_queued_{0};
+  std::deque<RestoreJob> restore_q_;         // guarded by restore_mu_
+  bool restore_stop_ = false;                // guarded by restore_mu_
+  std::atomic<size_t> restore_queued_{0};    // demand restores queued
+  std::atomic<size_t> readahead_queued_{0};  // readahead restores queued
+  Stream streams_[kStreams];                 // pager thread only
+  uint64_t stored_faults_ = 0;               // pager thread only
   std::mutex requeue_mu_;
   std::vector<Fault> requeued_;  // restores that must be retried; guarded by requeue_mu_
 };
