@@ -215,12 +215,9 @@ size_t PinnedRuns::Unpin(size_t bytes) {
   size_t freed = 0;
   for (auto& run : runs) {
     if (freed >= bytes) break;
-    run->mu.lock();  // unlocked once released below
-    if (run->gone || !run->pinned.load()) {
-      run->mu.unlock();
-      continue;
-    }
-    run->closing.store(true);
+    std::lock_guard<std::mutex> l(run->mu);
+    if (run->gone || !run->pinned.load() || run->closing.load()) continue;
+    run->closing.store(true);  // no new lease from here on
     victims.push_back(run);
     freed += run->len;
   }
@@ -228,12 +225,16 @@ size_t PinnedRuns::Unpin(size_t bytes) {
   for (auto& run : victims)
     while (run->users.load() > 0) sched_yield();
   SyncFences();  // every copy issued from the victims has completed
+  size_t released = 0;
   for (auto& run : victims) {
-    Release(run.get(), /*unhold=*/true);
+    std::lock_guard<std::mutex> l(run->mu);
+    if (!run->gone && run->pinned.load()) {  // else the region was removed meanwhile
+      Release(run.get(), /*unhold=*/true);
+      ++released;
+    }
     run->closing.store(false);
-    run->mu.unlock();
   }
-  StatAdd(Stat::runs_unpinned, victims.size());
+  StatAdd(Stat::runs_unpinned, released);
   return freed;
 }
 

@@ -111,7 +111,8 @@ TEST(PagerTest, ReadaheadRacesWritersAndEvictionsAndTheRegionsFree) {
   ASSERT_TRUE(s.e);
   char* base = static_cast<char*>(s.r.base);
   // Each chunk's first word is its index plus 1 << 32 times the number of writes to it; writers
-  // own disjoint chunks (the odd ones) so that the value is known to them.
+  // own disjoint chunks (the odd ones) so that the value is known to them. The word is loaded and
+  // stored atomically: the program's own accesses race by design, the engine's must not.
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> bad{0};
   std::vector<std::thread> ts;
@@ -119,7 +120,8 @@ TEST(PagerTest, ReadaheadRacesWritersAndEvictionsAndTheRegionsFree) {
     ts.emplace_back([&, t] {  // scanners
       for (int pass = 0; pass < 4 && !stop.load(); ++pass)
         for (size_t i = t; i < s.n; i += 2) {
-          const uint64_t w = *reinterpret_cast<volatile uint64_t*>(base + i * s.cs);
+          const uint64_t w =
+              __atomic_load_n(reinterpret_cast<uint64_t*>(base + i * s.cs), __ATOMIC_RELAXED);
           if ((w & 0xffffffffu) != i) ++bad;
           // The bytes after the tag word never change.
           if (memcmp(base + i * s.cs + 64, s.data.data() + i * s.cs + 64, 1024) != 0) ++bad;
@@ -129,7 +131,8 @@ TEST(PagerTest, ReadaheadRacesWritersAndEvictionsAndTheRegionsFree) {
   ts.emplace_back([&] {  // writer of the odd chunks
     for (int round = 1; round < 6; ++round)
       for (size_t i = 1; i < s.n; i += 2)
-        *reinterpret_cast<volatile uint64_t*>(base + i * s.cs) = i | (uint64_t(round) << 32);
+        __atomic_store_n(reinterpret_cast<uint64_t*>(base + i * s.cs), i | (uint64_t(round) << 32),
+                         __ATOMIC_RELAXED);
   });
   ts.emplace_back([&] {  // evictions
     for (int k = 0; k < 20 && !stop.load(); ++k) {
