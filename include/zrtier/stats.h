@@ -138,8 +138,9 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // t0_writebacks; 5: d2h_dma_ops; 6: h2d_t0_hit_bytes; 7: t0_spread_permille; 8:
 // fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces; 11: copies_ready_in_time and
 // h2d_pieces_waited_on; 12: held_bytes, memory_budget_bytes, h2d/d2h_direct_bytes, runs_pinned,
-// runs_unpinned, readahead_chunks
-inline constexpr uint32_t kStatsVersion = 12;
+// runs_unpinned, readahead_chunks; 13: pid_ns (the header word that was `reserved`): the writer's
+// pid namespace, so that a reader judges a block's pid only in the namespace it belongs to
+inline constexpr uint32_t kStatsVersion = 13;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).
@@ -157,7 +158,9 @@ struct StatsBlock {
   uint32_t version;
   uint32_t size;  // sizeof(StatsBlock) of the writer
   int32_t pid;
-  uint32_t reserved;
+  // The inode of the writer's /proc/self/ns/pid (0: unknown): `pid` is a pid of that namespace. A
+  // reader in another namespace (containers sharing /dev/shm) never judges the block by `pid`.
+  uint32_t pid_ns;
   uint64_t start_unix_ns;
   std::atomic<uint64_t> heartbeat_unix_ns;  // refreshed by the runtime about once a second
   char cmdline[256];

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "runtime/base/stats_shm.h"
+
 namespace zrtier {
 namespace {
 
@@ -81,6 +83,7 @@ void InitStatsBlock(StatsBlock* block) {
   block->version = kStatsVersion;
   block->size = sizeof(StatsBlock);
   block->pid = static_cast<int32_t>(getpid());
+  block->pid_ns = CurrentPidNamespace();
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   block->start_unix_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;

@@ -106,6 +106,52 @@ std::string StatsPath(const std::string& dir, pid_t pid) {
   return dir + "/zrtier." + std::to_string(pid);
 }
 
+namespace {
+
+// Why the file at `path` (there before we created ours) may not be replaced: "" when it is a
+// statistics block of this zrtier version, of our user, written in our pid namespace by a process
+// with our pid -- which, as we hold that pid now, is dead. Everything else (another user's file, a
+// symlink, a FIFO, a block of another namespace or version, anything that is no block) is left
+// alone. On "", *dev and *ino identify the checked file.
+std::string WhyNotStale(const std::string& path, dev_t* dev, ino_t* ino) {
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return strerror(errno);
+  std::string why;
+  struct stat st;
+  StatsBlock* b = nullptr;
+  if (fstat(fd, &st) != 0) {
+    why = strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "not a regular file";
+  } else if (st.st_uid != geteuid()) {
+    why = "owned by uid " + std::to_string(st.st_uid);
+  } else if (st.st_size != static_cast<off_t>(sizeof(StatsBlock))) {
+    why = "not a statistics block of this zrtier version (size)";
+  } else {
+    b = new StatsBlock();
+    if (pread(fd, b, sizeof(*b), 0) != static_cast<ssize_t>(sizeof(*b)) ||
+        b->magic != kStatsMagic || b->version != kStatsVersion || b->size != sizeof(StatsBlock))
+      why = "not a statistics block of this zrtier version";
+    else if (b->pid_ns == 0 || b->pid_ns != CurrentPidNamespace())
+      why = "written in another pid namespace";
+    else if (b->pid != getpid())
+      why = "the block of pid " + std::to_string(b->pid);
+  }
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  delete b;
+  close(fd);
+  return why;
+}
+
+}  // namespace
+
+uint32_t CurrentPidNamespace() {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<uint32_t>(st.st_ino);
+}
+
 Status PublishStats(Os* os) {
   if (os == nullptr) os = Os::Default();
   std::lock_guard<std::mutex> lock(g_publish_mu);
@@ -113,11 +159,36 @@ Status PublishStats(Os* os) {
   std::string path = StatsPath(StatsDir(), getpid());
   if (path.size() >= sizeof(g_path))
     return Status::Error(ENAMETOOLONG, "stats path too long: " + path);
-  long fd = os->Open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Only a file this call creates is used: O_EXCL (and O_NOFOLLOW) refuse whatever is at the path
+  // already -- a symlink to a file of ours, a file another user could truncate under our mapping.
+  const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
+  long fd = os->Open(path.c_str(), flags, 0600);
+  if (fd == -EEXIST) {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::string why = WhyNotStale(path, &dev, &ino);
+    if (!why.empty())
+      return Status::Error(EEXIST, path + " exists and is not a stale statistics block of this " +
+                                       "user (" + why + "): statistics are not published");
+    // Still the file we checked (only its owner or root can replace it in a sticky /dev/shm).
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino)
+      os->Unlink(path.c_str());
+    fd = os->Open(path.c_str(), flags, 0600);
+  }
   if (fd < 0)
     return Status::Error(static_cast<int>(-fd),
                          "cannot create " + path + " (is /dev/shm mounted and writable?)");
-  long r = os->Ftruncate(static_cast<int>(fd), sizeof(StatsBlock));
+  struct stat st;
+  if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      st.st_nlink != 1 || st.st_size != 0) {
+    os->Close(static_cast<int>(fd));
+    return Status::Error(EEXIST,
+                         path + " is not the file just created: statistics are not published");
+  }
+  // Blocks allocated now, not at first touch: a full /dev/shm fails here, not with SIGBUS later.
+  long r = os->Fallocate(static_cast<int>(fd), 0, 0, sizeof(StatsBlock));
+  if (r == -EOPNOTSUPP) r = os->Ftruncate(static_cast<int>(fd), sizeof(StatsBlock));
   if (r < 0) {
     os->Close(static_cast<int>(fd));
     os->Unlink(path.c_str());
@@ -131,8 +202,8 @@ Status PublishStats(Os* os) {
     os->Unlink(path.c_str());
     return Status::Error(err, "cannot map " + path);
   }
-  // The file is zero-filled by ftruncate: a zero block is what InitStatsBlock expects. The magic is
-  // written last so a reader never accepts a half-initialized header.
+  // The file is zero-filled (fallocate, ftruncate): a zero block is what InitStatsBlock expects.
+  // The magic is written last so a reader never accepts a half-initialized header.
   auto* block = static_cast<StatsBlock*>(mem);
   InitStatsBlock(block);
   uint64_t magic = block->magic;

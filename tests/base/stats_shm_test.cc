@@ -1,16 +1,19 @@
 // Covers the shared-memory statistics block: one process publishes, another reads the values,
-// histograms and region rows; header validation; and detection/cleanup of blocks whose process died
-// or whose pid was reused.
+// histograms and region rows; header validation; detection/cleanup of blocks whose process died or
+// whose pid was reused; and hostile files at the path a writer will use: it follows no symlink and
+// uses no file it did not create (mode 0600).
 #include "runtime/base/stats_shm.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 
 namespace zrtier {
@@ -41,6 +44,47 @@ class StatsShmTest : public ::testing::Test {
   bool Exists(pid_t pid) { return access(StatsPath(dir_, pid).c_str(), F_OK) == 0; }
   std::string dir_;
 };
+
+// Runs `fn` in a forked child (PublishStats works once per process) and returns its wait status.
+// The child is killed by SIGALRM after `timeout_s`: a hang fails the test instead of blocking it.
+int InChild(const std::function<int()>& fn, unsigned timeout_s = 20) {
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(timeout_s);
+    _exit(fn());
+  }
+  int status = -1;
+  if (pid > 0) waitpid(pid, &status, 0);
+  return status;
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::string out;
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW);
+  if (fd < 0) return "<" + std::string(strerror(errno)) + ">";
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+  ASSERT_GE(fd, 0) << path << ": " << strerror(errno);
+  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ASSERT_EQ(fchmod(fd, mode), 0);
+  close(fd);
+}
+
+constexpr uid_t kNobody = 65534;
 
 // Forks a child that publishes, records known values, tells the parent (pipe) and waits for the
 // parent to say go; then exits through exit() (unlinking) or _exit() (leaving a stale file).
@@ -82,6 +126,11 @@ TEST_F(StatsShmTest, OneProcessPublishesAnotherReads) {
   std::vector<pid_t> pids = ListStatsPids(dir_);
   ASSERT_EQ(pids.size(), 1u);
   EXPECT_EQ(pids[0], pid);
+  struct stat st;
+  ASSERT_EQ(lstat(StatsPath(dir_, pid).c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "the command line is for the owner's eyes only";
+  EXPECT_EQ(st.st_uid, geteuid());
   StatsSnapshot snap;
   Status s = ReadStats(pid, &snap, dir_);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -186,6 +235,98 @@ TEST_F(StatsShmTest, HeaderIsValidated) {
   EXPECT_TRUE(ReadAllStats(false, &errors, dir_).empty());
   EXPECT_EQ(errors.size(), 1u) << "the bad block of pid 1 is reported";
   delete block;
+}
+
+// Issue row 2: a symlink planted at the path the writer will use points at a file the writer's user
+// may write (root's, say). The writer must not follow it: the target keeps its bytes, the link
+// stays, and the process does not publish.
+TEST_F(StatsShmTest, WriterFollowsNoSymlink) {
+  const std::string victim = dir_ + "/victim";
+  WriteFile(victim, "precious bytes of another file", 0644);
+  int status = InChild([&] {
+    std::string path = StatsPath(dir_, getpid());
+    if (symlink(victim.c_str(), path.c_str()) != 0) return 20;
+    Status s = PublishStats();
+    if (s.ok()) return 21;
+    if (s.message().find(path) == std::string::npos) return 22;  // the message names the path
+    if (!PublishedStatsPath().empty()) return 23;
+    StatAdd(Stat::faults_missing, 1);  // the private block still counts
+    return StatGet(Stat::faults_missing) == 1 ? 0 : 24;
+  });
+  EXPECT_EQ(Describe(status), "exit 0") << "21: published through the symlink";
+  EXPECT_EQ(ReadFile(victim), "precious bytes of another file") << "the symlink was followed";
+  std::vector<pid_t> pids = ListStatsPids(dir_);
+  ASSERT_EQ(pids.size(), 1u);
+  struct stat st;
+  ASSERT_EQ(lstat(StatsPath(dir_, pids[0]).c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the planted link is left alone";
+}
+
+// Issue row 3: a file pre-created at the writer's path by another user (who could truncate it under
+// the writer's mapping: SIGBUS) is not used: not truncated, not written, and nothing is published.
+TEST_F(StatsShmTest, WriterUsesNoFileOfAnotherUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "chown to another user needs root";
+  int status = InChild([&] {
+    std::string path = StatsPath(dir_, getpid());
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) return 20;
+    if (write(fd, "theirs", 6) != 6 || fchmod(fd, 0666) != 0 || fchown(fd, kNobody, kNobody) != 0)
+      return 21;
+    close(fd);
+    Status s = PublishStats();
+    if (s.ok()) return 22;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || st.st_uid != kNobody || st.st_size != 6) return 23;
+    return ReadFile(path) == "theirs" ? 0 : 24;
+  });
+  EXPECT_EQ(Describe(status), "exit 0")
+      << "22: published into another user's file; 23/24: the file was changed";
+}
+
+// A block left by a dead process of our user whose pid we now have is replaced by ours.
+TEST_F(StatsShmTest, WriterReplacesItsUsersStaleBlockOfItsPid) {
+  int status = InChild([&] {
+    auto* old = new StatsBlock();
+    InitStatsBlock(old);  // our pid, our namespace, our user
+    old->start_unix_ns -= 3600ull * 1000000000ull;
+    std::string path = StatsPath(dir_, getpid());
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || write(fd, old, sizeof(*old)) != static_cast<ssize_t>(sizeof(*old))) return 20;
+    close(fd);
+    Status s = PublishStats();
+    if (!s.ok()) return 21;
+    StatsSnapshot snap;
+    if (!ReadStats(getpid(), &snap, dir_).ok()) return 22;
+    if (snap.start_unix_ns == old->start_unix_ns) return 23;  // still the old block
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || (st.st_mode & 07777) != 0600) return 24;
+    return 0;
+  });
+  EXPECT_EQ(Describe(status), "exit 0");
+}
+
+// A block of our user and pid but of another pid namespace (a container sharing /dev/shm) may
+// belong to a live process there: it is left alone, and this process does not publish.
+TEST_F(StatsShmTest, WriterLeavesABlockOfAnotherNamespaceAlone) {
+  int status = InChild([&] {
+    auto* other = new StatsBlock();
+    InitStatsBlock(other);
+    other->pid_ns += 1;
+    std::string path = StatsPath(dir_, getpid());
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || write(fd, other, sizeof(*other)) != static_cast<ssize_t>(sizeof(*other)))
+      return 20;
+    close(fd);
+    Status s = PublishStats();
+    if (s.ok()) return 21;
+    if (s.message().find("namespace") == std::string::npos) return 22;
+    StatsBlock now;
+    fd = open(path.c_str(), O_RDONLY);
+    if (fd < 0 || read(fd, &now, sizeof(now)) != static_cast<ssize_t>(sizeof(now))) return 23;
+    close(fd);
+    return now.pid_ns == other->pid_ns && now.start_unix_ns == other->start_unix_ns ? 0 : 24;
+  });
+  EXPECT_EQ(Describe(status), "exit 0") << "21: replaced; 24: written into";
 }
 
 }  // namespace
