@@ -1,10 +1,13 @@
 // Reading the statistics blocks of zrtier processes (the ABI is zrtier/stats.h) -- for `zrtier
 // stats`, zrtier-top and the tests. ListStatsPids finds the blocks, ReadStatsFile checks magic,
-// version and size and copies the values out. Values are single aligned 64-bit words, so a reader
-// sees each one whole; region rows are copied under their sequence word (retried while odd or
-// changing). A block whose process is gone (kill(pid, 0) == ESRCH) or whose pid now belongs to a
-// newer process (/proc/<pid>/stat start time later than the block's start) is stale; readers skip
-// it and CleanStaleStats() unlinks it.
+// version and size and copies the values out. A block is opened with O_NOFOLLOW | O_NONBLOCK (a
+// symlink is refused, a FIFO cannot stop the reader), only a regular file of the block's exact size
+// is read, and it is read with pread into the reader's memory, never mapped: a block truncated
+// while it is read gives a short read (retried, then skipped), not SIGBUS. Values are single
+// aligned 64-bit words; region rows are taken from a copy only if their sequence word was even and
+// unchanged in the copies read just before and after it. A block whose process is gone (kill(pid,
+// 0) == ESRCH) or whose pid now belongs to a newer process (/proc/<pid>/stat start time later than
+// the block's start) is stale; readers skip it and CleanStaleStats() unlinks it.
 //
 // The directory is /dev/shm unless ZRTIER_TEST_STATS_DIR names another one (tests only).
 #pragma once
@@ -27,7 +30,8 @@ std::string StatsPath(const std::string& dir, pid_t pid);
 
 // A consistent-enough copy of one process's block.
 struct StatsSnapshot {
-  pid_t pid = 0;
+  pid_t pid = 0;        // in the writer's pid namespace
+  uint32_t pid_ns = 0;  // that namespace (StatsBlock::pid_ns)
   uint32_t version = 0;
   uint64_t start_unix_ns = 0;
   uint64_t heartbeat_unix_ns = 0;
@@ -43,8 +47,10 @@ struct StatsSnapshot {
   uint64_t Value(Stat s) const { return values[static_cast<int>(s)]; }
 };
 
-// Copies the block at `path` into *out. Fails with EINVAL ("not a zrtier statistics block"),
-// EPROTO ("written by zrtier stats version N, this reader knows M") or the open/mmap errno.
+// Copies the block at `path` into *out. Fails with EINVAL ("not a zrtier statistics block", also for
+// anything but a regular file), ELOOP (a symlink), EPROTO ("written by zrtier stats version N, this
+// reader knows M", or the wrong size), EAGAIN (it kept changing size while being read) or the
+// open errno.
 Status ReadStatsFile(const std::string& path, StatsSnapshot* out);
 // ReadStatsFile(StatsPath(dir, pid)); ENOENT if that process publishes nothing.
 Status ReadStats(pid_t pid, StatsSnapshot* out, const std::string& dir = StatsDir());

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -108,40 +109,156 @@ std::string StatsPath(const std::string& dir, pid_t pid) {
 
 namespace {
 
+// The header: what a reader checks before it trusts the rest (magic, version, size, ...).
+constexpr size_t kHeaderBytes = offsetof(StatsBlock, heartbeat_unix_ns);
+// Rounds of re-reading for region rows that were being written during a read.
+constexpr int kRowRounds = 64;
+// Whole copies attempted while the file changes size under the reader.
+constexpr int kCopyAttempts = 4;
+
+// Reads exactly `len` bytes at `off`; false on a short read (the file shrank) or an error.
+bool PreadAll(int fd, void* buf, size_t len, off_t off) {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    ssize_t n = pread(fd, p, len, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    off += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Opens `path` for reading without following a symlink and without blocking (a FIFO, a lease),
+// and accepts only a regular file; *st is its fstat.
+Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
+  int f = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (f < 0) {
+    int e = errno;
+    if (e == ELOOP) return Status::Error(e, path + ": a symbolic link, not a statistics block");
+    return Status::Error(e, "cannot open " + path + ": " + strerror(e));
+  }
+  if (fstat(f, st) != 0) {
+    int e = errno;
+    close(f);
+    return Status::Error(e, "cannot stat " + path);
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(f);
+    return Status::Error(EINVAL, path + ": not a regular file, not a statistics block");
+  }
+  *fd = f;
+  return Status::Ok();
+}
+
+Status CheckHeader(const StatsBlock& b, off_t file_size, const std::string& path) {
+  if (b.magic != kStatsMagic)
+    return Status::Error(EINVAL, path + ": not a zrtier statistics block (bad magic)");
+  if (b.version != kStatsVersion)
+    return Status::Error(EPROTO, path + ": written by zrtier stats version " +
+                                     std::to_string(b.version) + ", this reader knows " +
+                                     std::to_string(kStatsVersion));
+  if (b.size != sizeof(StatsBlock) || file_size != static_cast<off_t>(sizeof(StatsBlock)))
+    return Status::Error(EPROTO, path + ": block size " + std::to_string(b.size) + " (file " +
+                                     std::to_string(file_size) + "), expected " +
+                                     std::to_string(sizeof(StatsBlock)));
+  return Status::Ok();
+}
+
+// Copies the block open at `fd` into *out with pread (never mapped: a file truncated meanwhile
+// gives a short read, not SIGBUS). Values, histograms and the header come from one copy; a region
+// row is taken from a copy only if its sequence word was even and unchanged in the copies read just
+// before and just after it (no write began or ended in between: a seqlock whose reads are whole
+// preads); rows that never hold still are left out. A short read is retried, then EAGAIN.
+Status CopyBlock(int fd, const struct stat& st, const std::string& path, StatsSnapshot* out) {
+  if (static_cast<size_t>(st.st_size) < kHeaderBytes)
+    return Status::Error(EINVAL, path + ": not a zrtier statistics block (too short)");
+  std::unique_ptr<StatsBlock> header(new StatsBlock());
+  if (!PreadAll(fd, header.get(), kHeaderBytes, 0))
+    return Status::Error(EINVAL, path + ": not a zrtier statistics block (too short)");
+  ZRTIER_RETURN_IF_ERROR(CheckHeader(*header, st.st_size, path));
+
+  std::unique_ptr<StatsBlock[]> copies(new StatsBlock[3]());
+  StatsBlock* before = &copies[0];
+  StatsBlock* cur = &copies[1];
+  StatsBlock* after = &copies[2];
+  auto read = [&](StatsBlock* b) { return PreadAll(fd, b, sizeof(StatsBlock), 0); };
+  bool whole = false;
+  for (int attempt = 0; attempt < kCopyAttempts && !whole; ++attempt)
+    whole = read(before) && read(cur) && read(after) && CheckHeader(*cur, st.st_size, path).ok();
+  if (!whole)
+    return Status::Error(EAGAIN, path + ": changed while being read (truncated?); skipped");
+
+  out->pid = cur->pid;
+  out->pid_ns = cur->pid_ns;
+  out->version = cur->version;
+  out->start_unix_ns = cur->start_unix_ns;
+  out->heartbeat_unix_ns = cur->heartbeat_unix_ns.load(std::memory_order_relaxed);
+  out->taken_unix_ns = RealtimeNs();
+  out->cmdline.assign(cur->cmdline, strnlen(cur->cmdline, sizeof(cur->cmdline)));
+  for (int i = 0; i < kStatCount; ++i)
+    out->values[i] = cur->values[i].load(std::memory_order_relaxed);
+  for (int h = 0; h < kHistCount; ++h)
+    for (int k = 0; k < kHistBuckets; ++k)
+      out->hist[h][k] = cur->hist[h].buckets[k].load(std::memory_order_relaxed);
+
+  StatsSnapshot::Region rows[kStatsMaxRegions];
+  bool taken[kStatsMaxRegions] = {};
+  int left = kStatsMaxRegions;
+  for (int round = 0; left > 0 && round < kRowRounds; ++round) {
+    if (round > 0) {
+      // The copy read last was read before the next `cur` is: it is the new `before`.
+      std::swap(before, after);
+      if (round >= 4) sched_yield();
+      if (!read(cur) || !read(after)) break;  // shrank meanwhile: the rows left are left out
+    }
+    for (int i = 0; i < kStatsMaxRegions; ++i) {
+      if (taken[i]) continue;
+      uint64_t s1 = before->regions[i].seq.load(std::memory_order_relaxed);
+      uint64_t s2 = after->regions[i].seq.load(std::memory_order_relaxed);
+      if ((s1 & 1) || s1 != s2) continue;
+      const StatsRegionRow& row = cur->regions[i];
+      rows[i] = {row.base.load(std::memory_order_relaxed), row.size.load(std::memory_order_relaxed),
+                 row.resident_bytes.load(std::memory_order_relaxed),
+                 row.stored_raw_bytes.load(std::memory_order_relaxed),
+                 row.stored_bytes.load(std::memory_order_relaxed)};
+      taken[i] = true;
+      --left;
+    }
+  }
+  out->regions.clear();
+  for (int i = 0; i < kStatsMaxRegions; ++i)
+    if (taken[i] && rows[i].base != 0 && rows[i].size != 0) out->regions.push_back(rows[i]);
+  return Status::Ok();
+}
+
+// Opens and copies the block at `path`; *st is the file's fstat.
+Status ReadBlock(const std::string& path, StatsSnapshot* out, struct stat* st) {
+  int fd = -1;
+  ZRTIER_RETURN_IF_ERROR(OpenBlockFile(path, &fd, st));
+  Status s = CopyBlock(fd, *st, path, out);
+  close(fd);
+  return s;
+}
+
 // Why the file at `path` (there before we created ours) may not be replaced: "" when it is a
 // statistics block of this zrtier version, of our user, written in our pid namespace by a process
 // with our pid -- which, as we hold that pid now, is dead. Everything else (another user's file, a
 // symlink, a FIFO, a block of another namespace or version, anything that is no block) is left
 // alone. On "", *dev and *ino identify the checked file.
 std::string WhyNotStale(const std::string& path, dev_t* dev, ino_t* ino) {
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) return strerror(errno);
-  std::string why;
+  StatsSnapshot snap;
   struct stat st;
-  StatsBlock* b = nullptr;
-  if (fstat(fd, &st) != 0) {
-    why = strerror(errno);
-  } else if (!S_ISREG(st.st_mode)) {
-    why = "not a regular file";
-  } else if (st.st_uid != geteuid()) {
-    why = "owned by uid " + std::to_string(st.st_uid);
-  } else if (st.st_size != static_cast<off_t>(sizeof(StatsBlock))) {
-    why = "not a statistics block of this zrtier version (size)";
-  } else {
-    b = new StatsBlock();
-    if (pread(fd, b, sizeof(*b), 0) != static_cast<ssize_t>(sizeof(*b)) ||
-        b->magic != kStatsMagic || b->version != kStatsVersion || b->size != sizeof(StatsBlock))
-      why = "not a statistics block of this zrtier version";
-    else if (b->pid_ns == 0 || b->pid_ns != CurrentPidNamespace())
-      why = "written in another pid namespace";
-    else if (b->pid != getpid())
-      why = "the block of pid " + std::to_string(b->pid);
-  }
+  Status s = ReadBlock(path, &snap, &st);
+  if (!s.ok()) return s.message();
+  if (st.st_uid != geteuid()) return "owned by uid " + std::to_string(st.st_uid);
+  if (snap.pid_ns == 0 || snap.pid_ns != CurrentPidNamespace())
+    return "written in another pid namespace";
+  if (snap.pid != getpid()) return "the block of pid " + std::to_string(snap.pid);
   *dev = st.st_dev;
   *ino = st.st_ino;
-  delete b;
-  close(fd);
-  return why;
+  return "";
 }
 
 }  // namespace
@@ -250,75 +367,8 @@ std::string PublishedStatsPath() {
 }
 
 Status ReadStatsFile(const std::string& path, StatsSnapshot* out) {
-  Os* os = Os::Default();
-  long fd = os->Open(path.c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return Status::Error(static_cast<int>(-fd), "cannot open " + path);
   struct stat st;
-  if (fstat(static_cast<int>(fd), &st) != 0) {
-    int e = errno;
-    os->Close(static_cast<int>(fd));
-    return Status::Error(e, "cannot stat " + path);
-  }
-  // Check the header before mapping the whole block: a short file would SIGBUS the reader.
-  constexpr size_t kHeader = offsetof(StatsBlock, heartbeat_unix_ns);
-  if (static_cast<size_t>(st.st_size) < kHeader) {
-    os->Close(static_cast<int>(fd));
-    return Status::Error(EINVAL, path + ": not a zrtier statistics block (too short)");
-  }
-  int err = 0;
-  void* mem = os->Mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED,
-                       static_cast<int>(fd), 0, &err);
-  os->Close(static_cast<int>(fd));
-  if (mem == MAP_FAILED) return Status::Error(err, "cannot map " + path);
-  const auto* b = static_cast<const StatsBlock*>(mem);
-  Status result;
-  uint64_t magic = __atomic_load_n(&b->magic, __ATOMIC_ACQUIRE);
-  if (magic != kStatsMagic) {
-    result = Status::Error(EINVAL, path + ": not a zrtier statistics block (bad magic)");
-  } else if (b->version != kStatsVersion) {
-    result = Status::Error(EPROTO, path + ": written by zrtier stats version " +
-                                       std::to_string(b->version) + ", this reader knows " +
-                                       std::to_string(kStatsVersion));
-  } else if (b->size != sizeof(StatsBlock) ||
-             static_cast<size_t>(st.st_size) < sizeof(StatsBlock)) {
-    result = Status::Error(EPROTO, path + ": block size " + std::to_string(b->size) + " (file " +
-                                       std::to_string(st.st_size) + "), expected " +
-                                       std::to_string(sizeof(StatsBlock)));
-  } else {
-    out->pid = b->pid;
-    out->version = b->version;
-    out->start_unix_ns = b->start_unix_ns;
-    out->heartbeat_unix_ns = b->heartbeat_unix_ns.load(std::memory_order_relaxed);
-    out->taken_unix_ns = RealtimeNs();
-    out->cmdline.assign(b->cmdline, strnlen(b->cmdline, sizeof(b->cmdline)));
-    for (int i = 0; i < kStatCount; ++i)
-      out->values[i] = b->values[i].load(std::memory_order_relaxed);
-    for (int h = 0; h < kHistCount; ++h)
-      for (int k = 0; k < kHistBuckets; ++k)
-        out->hist[h][k] = b->hist[h].buckets[k].load(std::memory_order_relaxed);
-    out->regions.clear();
-    for (int i = 0; i < kStatsMaxRegions; ++i) {
-      const StatsRegionRow& row = b->regions[i];
-      // A row being rewritten is retried; a row that never holds still is left out of this copy.
-      for (int attempt = 0; attempt < 1000; ++attempt) {
-        if (attempt >= 16) sched_yield();
-        uint64_t s1 = row.seq.load(std::memory_order_acquire);
-        if (s1 & 1) continue;
-        // Acquire loads keep the re-check of seq below after every field load (no fence:
-        // TSan cannot model fences).
-        StatsSnapshot::Region r{row.base.load(std::memory_order_acquire),
-                                row.size.load(std::memory_order_acquire),
-                                row.resident_bytes.load(std::memory_order_acquire),
-                                row.stored_raw_bytes.load(std::memory_order_acquire),
-                                row.stored_bytes.load(std::memory_order_acquire)};
-        if (row.seq.load(std::memory_order_relaxed) != s1) continue;
-        if (r.base != 0 && r.size != 0) out->regions.push_back(r);
-        break;
-      }
-    }
-  }
-  os->Munmap(mem, static_cast<size_t>(st.st_size));
-  return result;
+  return ReadBlock(path, out, &st);
 }
 
 Status ReadStats(pid_t pid, StatsSnapshot* out, const std::string& dir) {

@@ -1,11 +1,17 @@
 // Covers reading a published statistics block while the runtime writes it: region rows copied under
 // their sequence word are never torn (every copy is one writer update, all fields agree), counters
-// only grow, and the heartbeat thread keeps the block's heartbeat fresh.
+// only grow, and the heartbeat thread keeps the block's heartbeat fresh; and reading a block that
+// another process truncates and regrows meanwhile: the reader fails or succeeds, never crashes.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <thread>
 
 #include "runtime/base/stats_shm.h"
@@ -86,6 +92,58 @@ TEST(StatsShmRace, ReaderNeverSeesATornRegionRow) {
   UnpublishStats();
   EXPECT_TRUE(ListStatsPids(tmpl).empty());
   rmdir(tmpl);
+}
+
+// Issue row 7: a block truncated while a reader read it killed the reader with SIGBUS (its pages
+// were mapped). The reader runs in a child so that a SIGBUS fails this test instead of ending it.
+TEST(StatsShmRace, TruncationDuringReadIsNoCrash) {
+  char tmpl[] = "/tmp/zrtier_stats_trunc.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const pid_t pid = getpid();
+  const std::string path = StatsPath(dir, pid);
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, block, sizeof(*block), 0), static_cast<ssize_t>(sizeof(*block)));
+
+  const int seconds = testing::StressSeconds(2);
+  fflush(nullptr);
+  pid_t reader = fork();
+  if (reader == 0) {
+    alarm(static_cast<unsigned>(seconds) + 30);
+    uint64_t ok = 0, failed = 0;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      StatsSnapshot snap;
+      (ReadStats(pid, &snap, dir).ok() ? ok : failed)++;
+      ReadAllStats(/*clean_stale=*/false, nullptr, dir);
+    }
+    printf("reader: %llu whole reads, %llu refused\n", static_cast<unsigned long long>(ok),
+           static_cast<unsigned long long>(failed));
+    fflush(stdout);
+    _exit(ok + failed > 0 ? 0 : 3);
+  }
+  ASSERT_GT(reader, 0);
+  // Cut the block short (down to nothing, or through the middle of the counters) and grow it back,
+  // rewriting its bytes, until the reader is done.
+  uint64_t cuts = 0;
+  int status = 0;
+  while (waitpid(reader, &status, WNOHANG) == 0) {
+    ASSERT_EQ(ftruncate(fd, (cuts & 1) ? 0 : 4096), 0);
+    ASSERT_EQ(ftruncate(fd, sizeof(*block)), 0);
+    ASSERT_EQ(pwrite(fd, block, sizeof(*block), 0), static_cast<ssize_t>(sizeof(*block)));
+    ++cuts;
+  }
+  close(fd);
+  printf("%llu truncations\n", static_cast<unsigned long long>(cuts));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? std::string("reader killed by ") + strsignal(WTERMSIG(status))
+                              : "reader exit " + std::to_string(WEXITSTATUS(status)));
+  unlink(path.c_str());
+  rmdir(tmpl);
+  delete block;
 }
 
 }  // namespace

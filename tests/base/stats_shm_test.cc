@@ -1,7 +1,7 @@
 // Covers the shared-memory statistics block: one process publishes, another reads the values,
 // histograms and region rows; header validation; detection/cleanup of blocks whose process died or
-// whose pid was reused; and hostile files at the path a writer will use: it follows no symlink and
-// uses no file it did not create (mode 0600).
+// whose pid was reused; and hostile files at a block's path: the writer follows no symlink and uses
+// no file it did not create (mode 0600), readers do not hang on a FIFO.
 #include "runtime/base/stats_shm.h"
 
 #include <fcntl.h>
@@ -327,6 +327,26 @@ TEST_F(StatsShmTest, WriterLeavesABlockOfAnotherNamespaceAlone) {
     return now.pid_ns == other->pid_ns && now.start_unix_ns == other->start_unix_ns ? 0 : 24;
   });
   EXPECT_EQ(Describe(status), "exit 0") << "21: replaced; 24: written into";
+}
+
+// Issue row 7: a FIFO named like a block made `zrtier stats` and zrtier-top hang in open(2).
+TEST_F(StatsShmTest, ReadersDoNotHangOnAFifo) {
+  const pid_t pid = getpid();
+  ASSERT_EQ(mkfifo(StatsPath(dir_, pid).c_str(), 0666), 0);
+  int status = InChild(
+      [&] {
+        StatsSnapshot snap;
+        if (ReadStats(pid, &snap, dir_).ok()) return 20;
+        std::vector<std::string> errors;
+        if (!ReadAllStats(true, &errors, dir_).empty()) return 21;
+        CleanStaleStats(dir_);
+        return 0;
+      },
+      /*timeout_s=*/5);
+  EXPECT_EQ(Describe(status), "exit 0") << "a reader blocked on the FIFO";
+  struct stat st;
+  ASSERT_EQ(lstat(StatsPath(dir_, pid).c_str(), &st), 0) << "the FIFO is not ours to delete";
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
 }
 
 }  // namespace
