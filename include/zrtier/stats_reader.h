@@ -5,9 +5,16 @@
 // is read, and it is read with pread into the reader's memory, never mapped: a block truncated
 // while it is read gives a short read (retried, then skipped), not SIGBUS. Values are single
 // aligned 64-bit words; region rows are taken from a copy only if their sequence word was even and
-// unchanged in the copies read just before and after it. A block whose process is gone (kill(pid,
-// 0) == ESRCH) or whose pid now belongs to a newer process (/proc/<pid>/stat start time later than
-// the block's start) is stale; readers skip it and CleanStaleStats() unlinks it.
+// unchanged in the copies read just before and after it.
+//
+// Whose blocks: a reader shows a block owned by its own user, or by the user of the process the
+// block names. Liveness is judged in the block's pid namespace (StatsBlock::pid_ns): a block of
+// this reader's namespace whose process is gone (kill(pid, 0) == ESRCH) or whose pid now belongs to
+// a newer process (/proc/<pid>/stat start time later than the block's start) is stale; a block of
+// another namespace is never judged by its pid (it is shown while its heartbeat is younger than
+// 10 s, and never deleted). Deleting: only a stale block -- right magic and version, a regular
+// file, owned by the reader's user, of the reader's namespace -- is ever unlinked; symlinks,
+// FIFOs, other users' files and files that are no block are left alone.
 //
 // The directory is /dev/shm unless ZRTIER_TEST_STATS_DIR names another one (tests only).
 #pragma once
@@ -47,10 +54,10 @@ struct StatsSnapshot {
   uint64_t Value(Stat s) const { return values[static_cast<int>(s)]; }
 };
 
-// Copies the block at `path` into *out. Fails with EINVAL ("not a zrtier statistics block", also for
-// anything but a regular file), ELOOP (a symlink), EPROTO ("written by zrtier stats version N, this
-// reader knows M", or the wrong size), EAGAIN (it kept changing size while being read) or the
-// open errno.
+// Copies the block at `path` into *out. Fails with EINVAL ("not a zrtier statistics block", also
+// for anything but a regular file), ELOOP (a symlink), EPROTO ("written by zrtier stats version N,
+// this reader knows M", or the wrong size), EAGAIN (it kept changing size while being read), EPERM
+// (owned by neither this user nor the user of the process it names) or the open errno.
 Status ReadStatsFile(const std::string& path, StatsSnapshot* out);
 // ReadStatsFile(StatsPath(dir, pid)); ENOENT if that process publishes nothing.
 Status ReadStats(pid_t pid, StatsSnapshot* out, const std::string& dir = StatsDir());
@@ -58,16 +65,18 @@ Status ReadStats(pid_t pid, StatsSnapshot* out, const std::string& dir = StatsDi
 // The pids with a block in `dir` (by file name), ascending. Includes stale ones.
 std::vector<pid_t> ListStatsPids(const std::string& dir = StatsDir());
 
-// True if the block of `pid`, created at `start_unix_ns`, belongs to a process that no longer runs
-// (gone, or the pid was reused by a process started later).
+// True if the block of `pid` (a pid of this process's namespace), created at `start_unix_ns`,
+// belongs to a process that no longer runs (gone, or the pid was reused by a process started
+// later).
 bool StatsProcessGone(pid_t pid, uint64_t start_unix_ns);
 
-// Reads every live block in `dir`; stale ones are unlinked when `clean_stale` (else skipped);
-// unreadable ones are skipped (and reported through *errors when non-null, one line each).
+// Reads every live block in `dir`; stale ones of ours are unlinked when `clean_stale` (else
+// skipped); unreadable or foreign ones are skipped (and reported through *errors when non-null,
+// one line each -- except blocks of other users that this user may not open: EACCES is silent).
 std::vector<StatsSnapshot> ReadAllStats(bool clean_stale,
                                         std::vector<std::string>* errors = nullptr,
                                         const std::string& dir = StatsDir());
-// Unlinks the blocks of processes that are gone; returns how many.
+// Unlinks the stale blocks of ours (see above) of processes that are gone; returns how many.
 int CleanStaleStats(const std::string& dir = StatsDir());
 
 // CLOCK_REALTIME in ns.

@@ -116,6 +116,10 @@ constexpr int kRowRounds = 64;
 // Whole copies attempted while the file changes size under the reader.
 constexpr int kCopyAttempts = 4;
 
+// A block of another pid namespace counts as live while its heartbeat (about once a second) is
+// younger than this.
+constexpr uint64_t kForeignHeartbeatNs = 10ull * 1000000000ull;
+
 // Reads exactly `len` bytes at `off`; false on a short read (the file shrank) or an error.
 bool PreadAll(int fd, void* buf, size_t len, off_t off) {
   auto* p = static_cast<char*>(buf);
@@ -233,6 +237,31 @@ Status CopyBlock(int fd, const struct stat& st, const std::string& path, StatsSn
   return Status::Ok();
 }
 
+// True if the block was written in this process's pid namespace, so that its pid is one of ours.
+bool SameNamespace(const StatsSnapshot& s) {
+  return s.pid_ns != 0 && s.pid_ns == CurrentPidNamespace();
+}
+
+// True if process `pid` (of our namespace) runs with `uid` as its real, effective, saved or file
+// system uid (/proc/<pid>/status).
+bool ProcessHasUid(pid_t pid, uid_t uid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/status", static_cast<int>(pid));
+  FILE* f = fopen(path, "re");
+  if (!f) return false;
+  char line[256];
+  bool has = false;
+  while (fgets(line, sizeof(line), f)) {
+    unsigned long ids[4];
+    if (sscanf(line, "Uid: %lu %lu %lu %lu", &ids[0], &ids[1], &ids[2], &ids[3]) == 4) {
+      for (unsigned long id : ids) has = has || id == uid;
+      break;
+    }
+  }
+  fclose(f);
+  return has;
+}
+
 // Opens and copies the block at `path`; *st is the file's fstat.
 Status ReadBlock(const std::string& path, StatsSnapshot* out, struct stat* st) {
   int fd = -1;
@@ -253,8 +282,7 @@ std::string WhyNotStale(const std::string& path, dev_t* dev, ino_t* ino) {
   Status s = ReadBlock(path, &snap, &st);
   if (!s.ok()) return s.message();
   if (st.st_uid != geteuid()) return "owned by uid " + std::to_string(st.st_uid);
-  if (snap.pid_ns == 0 || snap.pid_ns != CurrentPidNamespace())
-    return "written in another pid namespace";
+  if (!SameNamespace(snap)) return "written in another pid namespace";
   if (snap.pid != getpid()) return "the block of pid " + std::to_string(snap.pid);
   *dev = st.st_dev;
   *ino = st.st_ino;
@@ -368,7 +396,12 @@ std::string PublishedStatsPath() {
 
 Status ReadStatsFile(const std::string& path, StatsSnapshot* out) {
   struct stat st;
-  return ReadBlock(path, out, &st);
+  ZRTIER_RETURN_IF_ERROR(ReadBlock(path, out, &st));
+  if (st.st_uid == geteuid() || (SameNamespace(*out) && ProcessHasUid(out->pid, st.st_uid)))
+    return Status::Ok();
+  return Status::Error(EPERM, path + ": owned by uid " + std::to_string(st.st_uid) +
+                                  ", neither this user nor the owner of process " +
+                                  std::to_string(out->pid));
 }
 
 Status ReadStats(pid_t pid, StatsSnapshot* out, const std::string& dir) {
@@ -401,26 +434,72 @@ bool StatsProcessGone(pid_t pid, uint64_t start_unix_ns) {
   return proc_start != 0 && start_unix_ns != 0 && proc_start > start_unix_ns + 2000000000ull;
 }
 
+namespace {
+
+// What a reader makes of the file of `pid` in `dir`.
+enum class Verdict { kLive, kDead, kSkip };
+
+// Reads the file named for `pid` and judges it: kLive (shown), kDead (a block of ours whose
+// process is gone: it may be deleted), kSkip (not shown, never deleted; *why says why when that is
+// worth a line). A block of another pid namespace is never judged by its pid: it is shown while
+// its heartbeat is fresh and it is ours, and is never dead.
+Verdict Judge(const std::string& dir, pid_t pid, StatsSnapshot* snap, struct stat* st,
+              std::string* why) {
+  const std::string path = StatsPath(dir, pid);
+  Status s = ReadBlock(path, snap, st);
+  if (!s.ok()) {
+    // Gone meanwhile, or another user's block this user may not read: nothing to say.
+    if (s.code() != ENOENT && s.code() != EACCES) *why = s.ToString();
+    return Verdict::kSkip;
+  }
+  const bool ours = st->st_uid == geteuid();
+  if (!SameNamespace(*snap)) {
+    bool fresh = snap->heartbeat_unix_ns + kForeignHeartbeatNs > snap->taken_unix_ns;
+    return ours && fresh ? Verdict::kLive : Verdict::kSkip;
+  }
+  if (snap->pid != pid) {
+    *why = path + ": the block of pid " + std::to_string(snap->pid) + ", skipped";
+    return Verdict::kSkip;
+  }
+  if (StatsProcessGone(pid, snap->start_unix_ns)) return ours ? Verdict::kDead : Verdict::kSkip;
+  if (!ours && !ProcessHasUid(pid, st->st_uid)) {
+    *why = path + ": owned by uid " + std::to_string(st->st_uid) +
+           ", neither this user nor the owner of process " + std::to_string(pid) + ", skipped";
+    return Verdict::kSkip;
+  }
+  return Verdict::kLive;
+}
+
+// Unlinks `path` if it still is the regular file of ours that was judged (`judged`): a name
+// replaced meanwhile is left alone. True if unlinked.
+bool UnlinkIfSame(const std::string& path, const struct stat& judged) {
+  struct stat now;
+  if (lstat(path.c_str(), &now) != 0 || !S_ISREG(now.st_mode) || now.st_uid != geteuid() ||
+      now.st_dev != judged.st_dev || now.st_ino != judged.st_ino)
+    return false;
+  return Os::Default()->Unlink(path.c_str()) == 0;
+}
+
+}  // namespace
+
 std::vector<StatsSnapshot> ReadAllStats(bool clean_stale, std::vector<std::string>* errors,
                                         const std::string& dir) {
   std::vector<StatsSnapshot> result;
   for (pid_t pid : ListStatsPids(dir)) {
-    std::string path = StatsPath(dir, pid);
     StatsSnapshot snap;
-    Status s = ReadStatsFile(path, &snap);
-    if (!s.ok()) {
-      // A half-written file of a process that is gone is garbage too.
-      if (s.code() != ENOENT && StatsProcessGone(pid, 0) && clean_stale)
-        unlink(path.c_str());
-      else if (errors && s.code() != ENOENT)
-        errors->push_back(s.ToString());
-      continue;
+    struct stat st;
+    std::string why;
+    switch (Judge(dir, pid, &snap, &st, &why)) {
+      case Verdict::kLive:
+        result.push_back(std::move(snap));
+        break;
+      case Verdict::kDead:
+        if (clean_stale) UnlinkIfSame(StatsPath(dir, pid), st);
+        break;
+      case Verdict::kSkip:
+        if (errors && !why.empty()) errors->push_back(why);
+        break;
     }
-    if (snap.pid != pid || StatsProcessGone(pid, snap.start_unix_ns)) {
-      if (clean_stale) Os::Default()->Unlink(path.c_str());
-      continue;
-    }
-    result.push_back(std::move(snap));
   }
   return result;
 }
@@ -428,12 +507,12 @@ std::vector<StatsSnapshot> ReadAllStats(bool clean_stale, std::vector<std::strin
 int CleanStaleStats(const std::string& dir) {
   int removed = 0;
   for (pid_t pid : ListStatsPids(dir)) {
-    std::string path = StatsPath(dir, pid);
     StatsSnapshot snap;
-    Status s = ReadStatsFile(path, &snap);
-    bool gone = s.ok() ? (snap.pid != pid || StatsProcessGone(pid, snap.start_unix_ns))
-                       : (s.code() != ENOENT && StatsProcessGone(pid, 0));
-    if (gone && Os::Default()->Unlink(path.c_str()) == 0) ++removed;
+    struct stat st;
+    std::string why;
+    if (Judge(dir, pid, &snap, &st, &why) == Verdict::kDead &&
+        UnlinkIfSame(StatsPath(dir, pid), st))
+      ++removed;
   }
   return removed;
 }

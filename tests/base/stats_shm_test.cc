@@ -1,7 +1,9 @@
 // Covers the shared-memory statistics block: one process publishes, another reads the values,
 // histograms and region rows; header validation; detection/cleanup of blocks whose process died or
 // whose pid was reused; and hostile files at a block's path: the writer follows no symlink and uses
-// no file it did not create (mode 0600), readers do not hang on a FIFO.
+// no file it did not create (mode 0600), readers do not hang on a FIFO, read only blocks of their
+// user or of the process's owner, judge a pid only in its own pid namespace, and delete nothing
+// that is not a block of theirs.
 #include "runtime/base/stats_shm.h"
 
 #include <fcntl.h>
@@ -82,6 +84,15 @@ void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
   ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
   ASSERT_EQ(fchmod(fd, mode), 0);
   close(fd);
+}
+
+// A pid with no process: a child that has exited and been reaped.
+pid_t DeadPid() {
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status;
+  waitpid(pid, &status, 0);
+  return pid;
 }
 
 constexpr uid_t kNobody = 65534;
@@ -347,6 +358,91 @@ TEST_F(StatsShmTest, ReadersDoNotHangOnAFifo) {
   struct stat st;
   ASSERT_EQ(lstat(StatsPath(dir_, pid).c_str(), &st), 0) << "the FIFO is not ours to delete";
   EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+// A symlink named like a block is not read through (nor deleted), whatever it points at.
+TEST_F(StatsShmTest, ReadersFollowNoSymlink) {
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  const std::string target = dir_ + "/elsewhere";
+  WriteFile(target, std::string(reinterpret_cast<const char*>(block), sizeof(*block)), 0600);
+  const pid_t dead = DeadPid();
+  ASSERT_EQ(symlink(target.c_str(), StatsPath(dir_, getpid()).c_str()), 0);
+  ASSERT_EQ(symlink(target.c_str(), StatsPath(dir_, dead).c_str()), 0);
+  StatsSnapshot snap;
+  EXPECT_FALSE(ReadStats(getpid(), &snap, dir_).ok());
+  EXPECT_TRUE(ReadAllStats(true, nullptr, dir_).empty());
+  EXPECT_EQ(CleanStaleStats(dir_), 0);
+  EXPECT_TRUE(Exists(dead)) << "a symlink is not ours to delete";
+  EXPECT_EQ(access(target.c_str(), F_OK), 0);
+  delete block;
+}
+
+// Issue row 8: `zrtier stats` deleted any file named zrtier.<dead pid>: another user's, and files
+// that are no statistics block at all.
+TEST_F(StatsShmTest, NothingOfAnotherUserIsDeleted) {
+  if (geteuid() != 0) GTEST_SKIP() << "chown to another user needs root";
+  const pid_t dead = DeadPid();
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  block->pid = dead;
+  WriteBlock(dead, block, sizeof(*block));
+  ASSERT_EQ(chown(StatsPath(dir_, dead).c_str(), kNobody, kNobody), 0);
+  EXPECT_TRUE(ReadAllStats(true, nullptr, dir_).empty());
+  EXPECT_EQ(CleanStaleStats(dir_), 0);
+  EXPECT_TRUE(Exists(dead)) << "another user's file was deleted";
+  delete block;
+}
+
+// A block of another pid namespace (a container sharing /dev/shm) names a pid of that namespace:
+// whether a process of ours has that pid says nothing. It is never judged dead nor deleted; it is
+// shown while its heartbeat is fresh.
+TEST_F(StatsShmTest, BlockOfAnotherNamespaceIsNeverJudgedDead) {
+  const pid_t dead = DeadPid();  // no such process here
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  block->pid = dead;
+  block->pid_ns += 1;
+  WriteBlock(dead, block, sizeof(*block));
+  std::vector<StatsSnapshot> all = ReadAllStats(true, nullptr, dir_);
+  ASSERT_EQ(all.size(), 1u) << "a fresh heartbeat: live in its namespace";
+  EXPECT_EQ(all[0].pid, dead);
+  EXPECT_EQ(all[0].pid_ns, block->pid_ns);
+  EXPECT_EQ(CleanStaleStats(dir_), 0);
+  EXPECT_TRUE(Exists(dead));
+
+  block->heartbeat_unix_ns = RealtimeNs() - 3600ull * 1000000000ull;
+  WriteBlock(dead, block, sizeof(*block));
+  EXPECT_TRUE(ReadAllStats(true, nullptr, dir_).empty()) << "a stopped heartbeat: not shown";
+  EXPECT_EQ(CleanStaleStats(dir_), 0);
+  EXPECT_TRUE(Exists(dead)) << "but not deleted either";
+  delete block;
+}
+
+// A block of another user is shown only if that user owns the process it names.
+TEST_F(StatsShmTest, BlockOfAnotherUserIsReadOnlyForItsProcess) {
+  if (geteuid() != 0) GTEST_SKIP() << "chown to another user needs root";
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);  // our pid: a process of root
+  WriteBlock(getpid(), block, sizeof(*block));
+  ASSERT_EQ(chown(StatsPath(dir_, getpid()).c_str(), kNobody, kNobody), 0);
+  StatsSnapshot snap;
+  EXPECT_EQ(ReadStats(getpid(), &snap, dir_).code(), EPERM);
+  std::vector<std::string> errors;
+  EXPECT_TRUE(ReadAllStats(true, &errors, dir_).empty()) << "nobody's block for root's process";
+  EXPECT_EQ(errors.size(), 1u);
+  EXPECT_TRUE(Exists(getpid()));
+  delete block;
+}
+
+TEST_F(StatsShmTest, FilesThatAreNoBlockAreNotDeleted) {
+  const pid_t dead = DeadPid();
+  WriteFile(StatsPath(dir_, dead), "not a statistics block, but somebody's data", 0600);
+  std::vector<std::string> errors;
+  EXPECT_TRUE(ReadAllStats(true, &errors, dir_).empty());
+  EXPECT_EQ(errors.size(), 1u) << "reported, not deleted";
+  EXPECT_EQ(CleanStaleStats(dir_), 0);
+  EXPECT_TRUE(Exists(dead));
 }
 
 }  // namespace
