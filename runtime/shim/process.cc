@@ -103,6 +103,7 @@ void BuildShimLocked() {
   cfg.policy = g_opts;
   cfg.async_h2d = opts.Bool(Opt::kH2dAsync);
   cfg.pin_in_place = opts.Bool(Opt::kPinInPlace);
+  cfg.keep_budget = true;  // the auto budget protects the machine with or without pinning
   cfg.budget.memory = opts.Size(Opt::kMemory);
   cfg.budget.resident_cap = opts.Size(Opt::kResidentLimit);
   cfg.budget.pool_bytes = pool->bytes();

@@ -46,7 +46,7 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   backend_->SetExternalCopies(pool_.get());
   workers_->SetIdleWork([this] { return write_back_->Idle(); });
   runs_ = std::make_unique<PinnedRuns>(api_, backend_.get());
-  if (cfg_.pin_in_place || cfg_.budget.memory) {
+  if (cfg_.keep_budget || cfg_.pin_in_place || cfg_.budget.memory) {
     budget_ = std::make_unique<MemoryBudget>(cfg_.budget, cfg_.os ? cfg_.os : Os::Default(),
                                              backend_.get(), runs_.get());
     budget_->Start();

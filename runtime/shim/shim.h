@@ -40,10 +40,11 @@ struct ShimConfig {
   // The options the prefetch link reads (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD, ZRTIER_SPREAD,
   // ZRTIER_WORKERS); null = no learning, no prefetching.
   const Options* policy = nullptr;
-  // Pin regions in place while the memory budget has room (ZRTIER_PIN_IN_PLACE). The budget's
-  // keeper runs when this is on or budget.memory is set; otherwise the backend keeps the resident
-  // limit it was made with.
+  // Pin regions in place while the memory budget has room (ZRTIER_PIN_IN_PLACE).
   bool pin_in_place = false;
+  // Run the memory budget's keeper (the process always does; a test that builds a Shim without it,
+  // and without pin_in_place or budget.memory, keeps the backend's own resident limit).
+  bool keep_budget = false;
   MemoryBudget::Config budget;
   Os* os = nullptr;  // for the budget's /proc/meminfo; null = Os::Default()
 };

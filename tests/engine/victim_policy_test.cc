@@ -25,7 +25,14 @@ namespace zrtier {
 namespace {
 
 using testing::MakeTestEngine;
-using testing::TestEngineOptions;
+
+// The engine of these tests: TestEngineOptions without readahead, so that every chunk a scan
+// touches out of T1 is one fault (the placement is read from the fault counts).
+Options TestEngineOptions() {
+  Options o = testing::TestEngineOptions();
+  EXPECT_TRUE(o.Set(Opt::kReadahead, "0").ok());
+  return o;
+}
 
 // Next use by a fixed table per chunk index (kNeverUsed where none).
 class TableOracle : public policy::NextUseOracle {

@@ -58,6 +58,8 @@ class ShimEngineTest : public ::testing::Test {
     // The piece sizes and DMA counts these tests expect are those of 64 KiB chunks.
     ASSERT_TRUE(opts.Set(Opt::kChunk, "64K").ok());
     ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
+    // The CPU-fault counts these tests read are one per chunk touched: no readahead.
+    ASSERT_TRUE(opts.Set(Opt::kReadahead, "0").ok());
     std::unique_ptr<Engine> engine;
     Status st = Engine::Create(opts, &os_, nullptr, &engine);
     ASSERT_TRUE(st.ok()) << st.ToString();
