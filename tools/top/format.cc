@@ -75,19 +75,75 @@ std::string HumanCountRate(double r) {
   return buf;
 }
 
+namespace {
+
+// The UTF-8 sequence at s[i]: its length (0: not valid UTF-8 -- a stray byte, a cut or overlong
+// sequence, a surrogate) and its code point.
+size_t Utf8At(const std::string& s, size_t i, uint32_t* cp) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const unsigned char c = p[i];
+  const size_t len = c < 0x80             ? 1
+                     : (c & 0xE0) == 0xC0 ? 2
+                     : (c & 0xF0) == 0xE0 ? 3
+                     : (c & 0xF8) == 0xF0 ? 4
+                                          : 0;
+  if (len == 0 || i + len > s.size()) return 0;
+  uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < len; ++k) {
+    if ((p[i + k] & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (p[i + k] & 0x3F);
+  }
+  static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < kMin[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  *cp = v;
+  return len;
+}
+
+// C0 controls, DEL and C1 controls (U+0080..U+009F: 0x9B alone is CSI to some terminals).
+bool IsControl(uint32_t cp) {
+  return cp < 0x20 || cp == 0x7F || (cp >= 0x80 && cp <= 0x9F);
+}
+
+}  // namespace
+
 std::string JsonEscape(const std::string& s) {
   std::string out;
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    size_t len = Utf8At(s, i, &cp);
+    if (len == 0) {  // JSON text is UTF-8: a stray byte becomes U+FFFD
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
+    if (cp == '"' || cp == '\\') {
       out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
+      out += static_cast<char>(cp);
+    } else if (IsControl(cp)) {
       char buf[8];
-      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(cp));
       out += buf;
     } else {
-      out += static_cast<char>(c);
+      out.append(s, i, len);
     }
+    i += len;
+  }
+  return out;
+}
+
+std::string PrintableText(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp = 0;
+    size_t len = Utf8At(s, i, &cp);
+    if (len == 0 || IsControl(cp)) {
+      out += '?';
+      i += len == 0 ? 1 : len;
+      continue;
+    }
+    out.append(s, i, len);
+    i += len;
   }
   return out;
 }

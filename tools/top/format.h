@@ -1,5 +1,5 @@
-// Number formatting shared by `zrtier stats`, `zrtier demo` and zrtier-top: compact human units
-// and JSON string escaping. Pure functions.
+// Number formatting shared by `zrtier stats`, `zrtier demo` and zrtier-top: compact human units,
+// JSON string escaping and terminal-safe text. Pure functions.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,12 @@ std::string HumanDuration(double seconds);
 std::string HumanRate(double bytes_per_second);
 // Counts per second -> "1.2k/s", "35/s", "3.4M/s".
 std::string HumanCountRate(double per_second);
-// Escapes `s` for a JSON string body (no surrounding quotes).
+// Escapes `s` for a JSON string body (no surrounding quotes): quotes, backslashes and control
+// characters (C0, DEL, C1) escaped, bytes that are not valid UTF-8 as U+FFFD.
 std::string JsonEscape(const std::string& s);
+// `s` made safe to print on a terminal: every control character (C0, DEL, C1 -- the start of an
+// escape sequence) and every byte that is not part of valid UTF-8 becomes '?'. For text that comes
+// from another process (its command line).
+std::string PrintableText(const std::string& s);
 
 }  // namespace zrtier::tools

@@ -112,7 +112,7 @@ void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState
       (static_cast<double>(s.taken_unix_ns) - static_cast<double>(s.heartbeat_unix_ns)) / 1e9;
   std::string title =
       Printf("pid %d  up %s  heartbeat %ds ago  %s", s.pid, HumanDuration(up).c_str(),
-             beat < 0 ? 0 : static_cast<int>(beat), s.cmdline.c_str());
+             beat < 0 ? 0 : static_cast<int>(beat), PrintableText(s.cmdline).c_str());
   out->push_back(st.terminal ? std::string(kBold) + title + kReset : title);
 
   uint64_t region = s.Value(Stat::region_bytes);
@@ -310,7 +310,7 @@ std::vector<std::string> RenderLines(const std::vector<ProcessView>& procs, cons
     size_t space = cmd.find(' ');
     size_t slash = cmd.rfind('/', space == std::string::npos ? std::string::npos : space);
     if (slash != std::string::npos) cmd = cmd.substr(slash + 1);
-    cmd = cmd.substr(0, 22);
+    cmd = PrintableText(cmd.substr(0, 22));  // from the process: no escape sequence gets through
     std::string row = Printf(
         "%c %7d %-22s %7llu %9s %9s %6s %10s %9s %8s", i == selected ? '>' : ' ', s.pid,
         cmd.c_str(), static_cast<unsigned long long>(s.Value(Stat::regions)),

@@ -31,8 +31,9 @@ void PrintText(const StatsSnapshot& s) {
   double up = (static_cast<double>(s.taken_unix_ns) - static_cast<double>(s.start_unix_ns)) / 1e9;
   double beat =
       (static_cast<double>(s.taken_unix_ns) - static_cast<double>(s.heartbeat_unix_ns)) / 1e9;
+  // The command line comes from the process: printed with its control characters replaced.
   printf("pid %d  up %s  heartbeat %.1fs ago  %s\n", s.pid, HumanDuration(up).c_str(),
-         beat < 0 ? 0.0 : beat, s.cmdline.c_str());
+         beat < 0 ? 0.0 : beat, PrintableText(s.cmdline).c_str());
   Rates r = RatesSinceStart(s);
   double ratio = CompressionRatio(s);
   double hit = PrefetchHitPercent(s), in_time = ReadyInTimePercent(s);
@@ -107,9 +108,11 @@ std::string Json(const StatsSnapshot& s) {
   return o;
 }
 
+// A label value: quotes, backslashes and newlines escaped (the format's rules), other control
+// characters replaced (they would reach a terminal raw).
 std::string PromLabel(const std::string& s) {
   std::string out;
-  for (char c : s) {
+  for (char c : PrintableText(s)) {
     if (c == '"' || c == '\\') out += '\\';
     if (c == '\n') {
       out += "\\n";
