@@ -98,7 +98,8 @@ class ExtentStore : public ChunkStore {
   // Opens segment `index`: *fd and *capacity (a multiple of 4 KiB). ENOSPC: no more segments.
   // Called with mu_ held.
   virtual Status OpenSegment(uint32_t index, int* fd, uint64_t* capacity) = 0;
-  // Closes segment `index` (files: and deletes it). Called with mu_ held, or from CloseAll.
+  // Closes segment `index` (files: their blocks are freed; they have no name). Called with mu_
+  // held, or from CloseAll.
   virtual void CloseSegment(uint32_t index, int fd) = 0;
   // Closes every segment. The subclass's destructor calls it (virtual calls do not reach the
   // subclass from ~ExtentStore).

@@ -28,8 +28,10 @@ int MakeDirs(const std::string& dir) {
   return 0;
 }
 
-// Deletes spill files left by processes that died without destroying their store (a crash, kill
-// -9): zrtier-<pid>-*.spill whose pid no longer exists. A live pid (even a reused one) keeps its
+// Deletes spill files left by processes that died in the instant between creating a named spill
+// file and unlinking it (only where O_TMPFILE is refused), or by older versions that kept them
+// named: zrtier-<pid>-*.spill whose pid no longer exists, and only regular files of our user -- a
+// symlink or another user's file is not ours to delete. A live pid (even a reused one) keeps its
 // files. Directory listing is outside Os: a failure here only means nothing is cleaned.
 void RemoveStaleSpillFiles(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
@@ -43,6 +45,10 @@ void RemoveStaleSpillFiles(const std::string& dir) {
     long pid = strtol(n + 7, nullptr, 10);
     if (pid <= 0 || pid == getpid()) continue;
     if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != geteuid())
+      continue;
     if (unlinkat(dirfd(d), n, 0) == 0) removed++;
   }
   closedir(d);
@@ -94,11 +100,27 @@ std::string FileStore::SegmentPath(uint32_t index) const {
          std::to_string(index) + ".spill";
 }
 
-Status FileStore::OpenSegment(uint32_t index, int* fd, uint64_t* capacity) {
+long FileStore::OpenNameless(uint32_t index, int flags) {
+  // An O_TMPFILE file never has a name; where the file system refuses it (EOPNOTSUPP; EISDIR from
+  // kernels that predate it), a new name is unlinked before a byte is written.
+  long r = tmpfile_ ? os_->Open(dir_.c_str(), flags | O_TMPFILE, 0600) : -EOPNOTSUPP;
+  if (r != -EOPNOTSUPP && r != -EISDIR) return r;
+  tmpfile_ = false;
   std::string path = SegmentPath(index);
-  const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
+  r = os_->Open(path.c_str(), flags | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+  if (r < 0) return r;
+  long u = os_->Unlink(path.c_str());
+  if (u < 0) {  // a file we cannot unlink would outlive us with the program's data: not used
+    os_->Close(static_cast<int>(r));
+    return u;
+  }
+  return r;
+}
+
+Status FileStore::OpenSegment(uint32_t index, int* fd, uint64_t* capacity) {
+  const int flags = O_RDWR | O_CLOEXEC;
   long r = -EINVAL;
-  if (direct_) r = os_->Open(path.c_str(), flags | O_DIRECT, 0600);
+  if (direct_) r = OpenNameless(index, flags | O_DIRECT);
   if (r == -EINVAL) {
     if (direct_)
       ZRTIER_LOG_ONCE(LogLevel::kWarn,
@@ -106,26 +128,24 @@ Status FileStore::OpenSegment(uint32_t index, int* fd, uint64_t* capacity) {
                       "(ZRTIER_SPILL_DIR)",
                       dir_.c_str());
     direct_ = false;
-    r = os_->Open(path.c_str(), flags, 0600);
+    r = OpenNameless(index, flags);
   }
   if (r < 0)
     return Status::Error(static_cast<int>(-r), "ZRTIER_SPILL_DIR=" + dir_ + " is not writable: " +
-                                                   path + ": " + strerror(static_cast<int>(-r)));
+                                                   strerror(static_cast<int>(-r)));
   long t = os_->Ftruncate(static_cast<int>(r), static_cast<off_t>(segment_bytes_));
   if (t < 0) {
     os_->Close(static_cast<int>(r));
-    os_->Unlink(path.c_str());
-    return Status::Error(static_cast<int>(-t),
-                         "file store: ftruncate " + path + ": " + strerror(static_cast<int>(-t)));
+    return Status::Error(static_cast<int>(-t), "file store: ftruncate of a spill file in " + dir_ +
+                                                   ": " + strerror(static_cast<int>(-t)));
   }
   *fd = static_cast<int>(r);
   *capacity = segment_bytes_;
   return Status::Ok();
 }
 
-void FileStore::CloseSegment(uint32_t index, int fd) {
-  os_->Close(fd);
-  os_->Unlink(SegmentPath(index).c_str());
+void FileStore::CloseSegment(uint32_t /*index*/, int fd) {
+  os_->Close(fd);  // the file has no name: closing it frees its blocks
 }
 
 }  // namespace zrtier

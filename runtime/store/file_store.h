@@ -1,10 +1,15 @@
-// FileStore: the T3 spill tier. Encoded chunks are packed into segment files
-// (<ZRTIER_SPILL_DIR>/zrtier-<pid>-<n>-<seg>.spill, 64 MiB each, sparse) through io_uring with
-// registered buffers, O_DIRECT where the file system allows it (otherwise buffered I/O, said once
-// on stderr). Disk blocks are allocated per extent (fallocate) before the write, so a full disk is
-// found before any byte is written; freed extents are punched and reused; empty segment files are
-// deleted, and every file is deleted when the store is destroyed; files left by a process that died
-// are deleted by the next store created in the directory. See extent_store.h.
+// FileStore: the T3 spill tier. Encoded chunks are packed into segment files in ZRTIER_SPILL_DIR
+// (64 MiB each, sparse) through io_uring with registered buffers, O_DIRECT where the file system
+// allows it (otherwise buffered I/O, said once on stderr). Disk blocks are allocated per extent
+// (fallocate) before the write, so a full disk is found before any byte is written; freed extents
+// are punched and reused; empty segment files are closed.
+//
+// Nothing is left behind: a segment file has no name while it is open -- O_TMPFILE, or where the
+// file system refuses that, zrtier-<pid>-<n>-<seg>.spill unlinked right after open, before a byte
+// is written -- so its blocks are freed when the process closes it, whatever the exit (return from
+// main with the store alive, a crash, kill -9). Named files left by a process that died inside
+// that instant (or by older versions) are deleted by the next store created in the directory:
+// regular files of our user whose pid is gone. See extent_store.h.
 #pragma once
 
 #include <memory>
@@ -33,10 +38,13 @@ class FileStore : public ExtentStore {
  private:
   FileStore(const std::string& dir, uint64_t limit, Os* os);
   std::string SegmentPath(uint32_t index) const;
+  // Opens a new segment file that has no name in dir_ (see above); the fd or -errno.
+  long OpenNameless(uint32_t index, int flags);
 
   std::string dir_;
   uint64_t segment_bytes_;
-  int id_;  // distinguishes stores of one process in file names
+  int id_;               // distinguishes stores of one process in file names
+  bool tmpfile_ = true;  // false once dir_ refused O_TMPFILE
 };
 
 }  // namespace zrtier

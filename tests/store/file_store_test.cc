@@ -1,10 +1,12 @@
 // Covers the spill-file tier: exact round trips (single and batched, staged and oversized), the
 // spill directory (created, not writable), ZRTIER_SPILL_LIMIT, free-space reuse and hole punching,
-// files removed on destroy, the buffered fallback when O_DIRECT is refused, and device faults
-// injected through FaultyOs (fallocate, submission, CQE results) and a real full tmpfs.
+// spill files that have no name while the store is open (nothing left by an exit or a kill), the
+// buffered fallback when O_DIRECT is refused, and device faults injected through FaultyOs
+// (fallocate, submission, CQE results) and a real full tmpfs.
 #include "runtime/store/file_store.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -54,6 +56,16 @@ class FileStoreTest : public ::testing::Test {
       for (auto& e : fs::directory_iterator(d)) n += e.is_regular_file();
     return n;
   }
+  // The spill files this process holds open in `d` (they have no name there): /proc/self/fd/<n>.
+  std::vector<std::string> OpenSpillFiles(const std::string& d) {
+    std::vector<std::string> out;
+    for (auto& e : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      std::string target = fs::read_symlink(e.path(), ec).string();
+      if (!ec && target.rfind(d + "/", 0) == 0) out.push_back(e.path().string());
+    }
+    return out;
+  }
   std::string dir_;
 };
 
@@ -79,9 +91,49 @@ TEST_F(FileStoreTest, RoundTripsExactBytesAndRemovesFiles) {
     EXPECT_EQ(u.entries, items.size());
     EXPECT_GE(u.used_bytes, u.payload_bytes);
     EXPECT_EQ(u.used_bytes % 4096, 0u);
-    EXPECT_GE(FilesIn(dir), 1u);
+    EXPECT_GE(OpenSpillFiles(dir).size(), 1u);
+    EXPECT_EQ(FilesIn(dir), 0u) << "spill files have no name";
   }
-  EXPECT_EQ(FilesIn(dir), 0u) << "spill files are removed with the store";
+  EXPECT_EQ(OpenSpillFiles(dir).size(), 0u) << "spill files are closed with the store";
+  EXPECT_EQ(FilesIn(dir), 0u);
+}
+
+// Issue row 6: spill files (with the program's data) stayed in the directory after a normal exit
+// that did not destroy the store, and after a kill. They have no name while the store is open, so
+// no way out of the process leaves them behind.
+TEST_F(FileStoreTest, SpillFilesHaveNoNameSoNoExitLeavesThem) {
+  auto d = Bytes(100000, 3);
+  for (bool killed : {false, true}) {
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(ready[0]);
+      alarm(60);
+      std::unique_ptr<FileStore> store;
+      if (!FileStore::Create(dir_, 0, Os::Default(), &store).ok()) _exit(10);
+      StoreHandle h;
+      if (!store->Put(d.data(), d.size(), 2 * d.size(), &h).ok()) _exit(11);
+      if (FilesIn(dir_) != 0) _exit(12);  // named while open
+      store.release();  // as a program that returns from main with the shim's store alive
+      if (write(ready[1], "r", 1) != 1) _exit(13);
+      if (killed) pause();
+      exit(0);
+    }
+    ASSERT_GT(pid, 0);
+    close(ready[1]);
+    char c;
+    EXPECT_EQ(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    if (killed) kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    if (!killed) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+    EXPECT_EQ(FilesIn(dir_), 0u) << (killed ? "after SIGKILL" : "after exit()");
+  }
 }
 
 TEST_F(FileStoreTest, GaugesAndCountersFollowUsage) {
@@ -117,12 +169,39 @@ TEST_F(FileStoreTest, StaleFilesOfDeadProcessesAreRemoved) {
   std::string dead = dir_ + "/zrtier-" + std::to_string(child) + "-0-0.spill";
   std::string live = dir_ + "/zrtier-1-0-0.spill";  // pid 1 exists
   std::string other = dir_ + "/keep.spill";
-  for (const std::string& f : {dead, live, other}) fclose(fopen(f.c_str(), "w"));
+  std::string theirs = dir_ + "/zrtier-" + std::to_string(child) + "-1-0.spill";
+  for (const std::string& f : {dead, live, other, theirs}) fclose(fopen(f.c_str(), "w"));
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  }
+  std::string link = dir_ + "/zrtier-" + std::to_string(child) + "-2-0.spill";
+  ASSERT_EQ(symlink(other.c_str(), link.c_str()), 0);
   std::unique_ptr<FileStore> store;
   ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));
   EXPECT_TRUE(fs::exists(other));
+  if (geteuid() == 0) {
+    EXPECT_TRUE(fs::exists(theirs)) << "another user's file is not ours to delete";
+  }
+  EXPECT_TRUE(fs::is_symlink(link)) << "a symlink is no spill file of ours";
+}
+
+// Where the file system refuses O_TMPFILE, a named file is unlinked as soon as it is open.
+TEST_F(FileStoreTest, NamedSpillFilesAreUnlinkedWhereTmpfileIsRefused) {
+  FaultyOs os;
+  os.Fail(OsCall::kOpen, EOPNOTSUPP, 0, 1);  // the O_TMPFILE open
+  std::unique_ptr<FileStore> store;
+  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  EXPECT_EQ(os.Count(OsCall::kUnlink), 1);
+  auto d = Bytes(70000, 12);
+  StoreHandle h;
+  ASSERT_TRUE(store->Put(d.data(), d.size(), 2 * d.size(), &h).ok());
+  std::vector<unsigned char> got;
+  ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
+  EXPECT_EQ(got, d);
+  EXPECT_EQ(OpenSpillFiles(dir_).size(), 1u);
+  EXPECT_EQ(FilesIn(dir_), 0u);
 }
 
 TEST_F(FileStoreTest, BatchesRoundTrip) {
@@ -184,8 +263,9 @@ TEST_F(FileStoreTest, LimitGivesEnospcAndFreedSpaceIsReusedAndPunched) {
   ASSERT_EQ(s.code(), ENOSPC);
   EXPECT_NE(s.message().find("ZRTIER_SPILL_LIMIT"), std::string::npos) << s.ToString();
   EXPECT_EQ(hs.size(), (1u << 20) / (15 * 4096));
-  std::string seg;
-  for (auto& e : fs::directory_iterator(dir_)) seg = e.path();
+  std::vector<std::string> segs = OpenSpillFiles(dir_);
+  ASSERT_EQ(segs.size(), 1u);
+  const std::string seg = segs[0];
   struct stat st;
   ASSERT_EQ(stat(seg.c_str(), &st), 0);
   uint64_t blocks_full = st.st_blocks;
