@@ -2,11 +2,13 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/top/top.h"
+#include "zrtier/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "zrtier-top: live view of every process running under zrtier\n"
       "keys: q quit, up/down select, s sort, p pause, h help"};
+  app.set_version_flag("--version", std::string("zrtier-top ") + zrtier::Version());
   zrtier::tools::TopOptions opts;
   zrtier::tools::AddTopFlags(&app, &opts);
   try {

@@ -27,6 +27,7 @@
 #include "tools/zrtier/commands.h"
 #include "zrtier/options.h"
 #include "zrtier/stats_reader.h"
+#include "zrtier/version.h"
 
 #ifndef USERFAULTFD_IOC
 #define USERFAULTFD_IOC 0xAA
@@ -387,6 +388,7 @@ void CheckSpillDir(Doctor* d) {
 
 int RunDoctor() {
   Doctor d;
+  printf("zrtier %s\n", Version());
   CheckKernel(&d);
   int fd = CheckUserfaultfdAccess(&d);
   if (fd >= 0) {

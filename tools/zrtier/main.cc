@@ -7,6 +7,7 @@
 #include "tools/bench/bench.h"
 #include "tools/zrtier/commands.h"
 #include "tools/zrtier/run_args.h"
+#include "zrtier/version.h"
 
 namespace zrtier::tools {
 namespace {
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
       "zrtier: virtual pinned memory for unmodified CUDA programs.\n"
       "  zrtier run -- python infer.py     run a program under zrtier\n"
       "  zrtier-top                        watch every process running under zrtier"};
+  app.set_version_flag("--version", std::string("zrtier ") + zrtier::Version());
   app.require_subcommand(1);
   app.fallthrough(false);
   AddRunCommand(&app);
