@@ -7,7 +7,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -50,4 +53,53 @@ uint64_t TestSeed() {
   return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
+namespace {
+
+// Set when the test program ends having skipped every test it ran (and failed none).
+int g_skipped_all = 0;
+
+// Runs at exit, after GoogleTest's summary: turns "every test skipped" into exit status 77.
+void ExitSkipped() {
+  if (!g_skipped_all) return;
+  printf(
+      "[  SKIPPED ] all %d tests of this program were skipped: exit status 77 (ctest: Skipped)\n",
+      g_skipped_all);
+  fflush(stdout);
+  fflush(stderr);
+  _exit(77);
+}
+
+class SkipReporter : public ::testing::EmptyTestEventListener {
+  void OnTestProgramEnd(const ::testing::UnitTest& unit) override {
+    const int n = unit.test_to_run_count();
+    // A skip in the global set-up (ZRTIER_TEST_SKIP_ALL) runs no test at all; GoogleTest 1.12 then
+    // counts none as skipped but records the skip in the ad hoc result.
+    const bool all = unit.skipped_test_count() == n || unit.ad_hoc_test_result().Skipped();
+    if (n > 0 && all && unit.Passed()) {
+      g_skipped_all = n;
+      atexit(ExitSkipped);  // registered last, so it runs first: the exit status is still ours
+    }
+  }
+};
+
+// ZRTIER_TEST_SKIP_ALL=<reason>: every test of the program skips with that reason.
+class SkipAllEnvironment : public ::testing::Environment {
+  void SetUp() override {
+    if (const char* why = getenv("ZRTIER_TEST_SKIP_ALL"))
+      GTEST_SKIP() << "ZRTIER_TEST_SKIP_ALL: " << why;
+  }
+};
+
+int Install() {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new SkipReporter);
+  ::testing::AddGlobalTestEnvironment(new SkipAllEnvironment);
+  return 1;
+}
+
+}  // namespace
+
 }  // namespace zrtier::testing
+
+extern "C" {
+int zrtier_test_skip_reporter = zrtier::testing::Install();
+}

@@ -1,5 +1,13 @@
 // Kernel-feature probes for tests: a test that finds a feature missing calls GTEST_SKIP() with the
-// reason (ctest shows it as skipped), never passes silently.
+// reason, never passes silently.
+//
+// How a skip reaches ctest: GoogleTest alone exits 0 after a skipped test, which ctest counts as
+// Passed. So every GoogleTest program of tests/ also links the skip reporter of skip.cc
+// (zrtier_gtest in tests/CMakeLists.txt forces it in): when every test the program ran was skipped
+// and none failed, the program exits 77, ctest's SKIP_RETURN_CODE, and ctest reports it as Skipped.
+// A program in which only some tests skipped exits 0 (Passed); scripts/test.sh counts those test
+// cases from GoogleTest's "[  SKIPPED ]" lines. ZRTIER_TEST_SKIP_ALL=<reason> makes every test of a
+// program skip (to check this reporting).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +25,10 @@ int StressSeconds(int default_seconds);
 uint64_t TestSeed();
 
 }  // namespace zrtier::testing
+
+// Defined by skip.cc; referenced at link time (-Wl,--undefined) so that the skip reporter is linked
+// into every test program, whether or not it calls anything else of skip.cc.
+extern "C" int zrtier_test_skip_reporter;
 
 #define ZRTIER_SKIP_UNLESS_UFFD()                                           \
   do {                                                                      \
