@@ -1,11 +1,17 @@
 // zram device claiming and configuration through sysfs (see zram_device.h).
 #include "runtime/store/zram_device.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "runtime/base/log.h"
@@ -18,6 +24,28 @@ constexpr const char* kControl = "/sys/class/zram-control";
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+// The start time of process `pid` (field 22 of /proc/<pid>/stat, clock ticks since boot); 0 if it
+// does not exist.
+uint64_t StartTime(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(text.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return strtoull(field.c_str(), nullptr, 10);
+  return 0;
+}
+
+// Whether the process recorded as (pid, start) is gone: no such pid, or the pid is another
+// process's now.
+bool Gone(pid_t pid, uint64_t start) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  const uint64_t now = StartTime(pid);
+  return now != 0 && now != start;
 }
 
 }  // namespace
@@ -64,7 +92,67 @@ Status ZramDevice::WriteFile(const std::string& path, const std::string& text) c
   return Status::Ok();
 }
 
+void ZramDevice::RecordOwner() {
+  mkdir(kOwnerDir, 0700);
+  owner_file_ = std::string(kOwnerDir) + "/zram" + std::to_string(id_) + ".owner";
+  const std::string text = std::to_string(getpid()) + " " + std::to_string(StartTime(getpid())) +
+                           " " + (hot_added_ ? "1" : "0") + "\n";
+  // A record left by a gone owner of the same device number is replaced; a link is not followed.
+  os_->Unlink(owner_file_.c_str());
+  long fd =
+      os_->Open(owner_file_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    owner_file_.clear();
+    return;
+  }
+  os_->Write(static_cast<int>(fd), text.data(), text.size());
+  os_->Close(static_cast<int>(fd));
+}
+
+int ZramDevice::ReapOrphans(Os* os, const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  std::vector<std::string> records;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("zram", 0) == 0 && name.size() > 10 && name.substr(name.size() - 6) == ".owner")
+      records.push_back(name);
+  }
+  closedir(d);
+  int reaped = 0;
+  for (const std::string& name : records) {
+    const std::string path = dir + "/" + name;
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+    std::ifstream in(path);
+    long pid = 0;
+    unsigned long long start = 0;
+    int hot = 0;
+    if (!(in >> pid >> start >> hot) || pid <= 0 || !Gone(static_cast<pid_t>(pid), start)) continue;
+    ZramDevice dev(os);
+    dev.id_ = atoi(name.c_str() + 4);
+    if (!dev.Reset().ok()) {  // still open somewhere (a forked child): a later Claim tries again
+      dev.id_ = -1;
+      continue;
+    }
+    if (hot) dev.WriteFile(std::string(kControl) + "/hot_remove", std::to_string(dev.id_));
+    dev.id_ = -1;
+    os->Unlink(path.c_str());
+    Log(LogLevel::kInfo, "zram: reset /dev/%s, left configured by process %ld that is gone",
+        name.substr(0, name.size() - 6).c_str(), pid);
+    ++reaped;
+  }
+  return reaped;
+}
+
 Status ZramDevice::Claim(const std::string& spec) {
+  ReapOrphans(os_);
+  Status st = ClaimDevice(spec);
+  if (st.ok()) RecordOwner();
+  return st;
+}
+
+Status ZramDevice::ClaimDevice(const std::string& spec) {
   std::string text;
   if (spec == "auto" || spec.empty()) {
     if (ReadFile(std::string(kControl) + "/hot_add", &text).ok()) {
@@ -93,7 +181,9 @@ Status ZramDevice::Claim(const std::string& spec) {
                          "ZRTIER_ZRAM_DEVICE=auto: no free zram device and hot_add refused "
                          "(modprobe zram, or name a device)");
   }
-  if (spec.rfind("/dev/zram", 0) != 0)
+  const size_t digits = strlen("/dev/zram");
+  if (spec.rfind("/dev/zram", 0) != 0 || spec.size() == digits ||
+      spec.find_first_not_of("0123456789", digits) != std::string::npos)
     return Status::Error(EINVAL, "ZRTIER_ZRAM_DEVICE=" + spec + ": expected auto or /dev/zramN");
   id_ = atoi(spec.c_str() + strlen("/dev/zram"));
   std::string ds;
@@ -167,6 +257,8 @@ void ZramDevice::Release() {
           s.ToString().c_str());
   }
   if (lock_fd_ >= 0) os_->Close(lock_fd_);
+  if (!owner_file_.empty()) os_->Unlink(owner_file_.c_str());
+  owner_file_.clear();
   lock_fd_ = -1;
   id_ = -1;
   hot_added_ = false;

@@ -6,6 +6,12 @@
 // Release() resets the device (frees its memory) and hot-removes it if it was hot-added; the
 // destructor calls it.
 //
+// Nothing left behind: a process may end without Release (killed, or exiting with the store still
+// in use). Every claimed device is recorded in /run/zrtier/zram<N>.owner (the owner's pid and start
+// time, and whether the device was hot-added); every Claim first reaps the devices of owners that
+// are gone -- reset, hot-removed if hot-added, record deleted. A device some process still holds
+// open (a forked child of the owner) cannot be reset and is left for a later Claim.
+//
 // Thread safety: none; one owner.
 #pragma once
 
@@ -42,6 +48,11 @@ class ZramDevice {
   Status Reset();
   // Reset + hot_remove (if hot-added) + unlock. Idempotent.
   void Release();
+  // Reaps the devices whose recorded owner is gone (see above); returns how many were reset.
+  // `dir`: the records' folder (tests pass their own).
+  static int ReapOrphans(Os* os, const std::string& dir = kOwnerDir);
+  static constexpr const char* kOwnerDir = "/run/zrtier";
+
   // mm_stat: orig_data_size, compr_data_size, mem_used_total (bytes).
   Status MmStat(uint64_t* orig, uint64_t* compr, uint64_t* mem_used) const;
 
@@ -53,12 +64,17 @@ class ZramDevice {
   std::string Attr(const std::string& name) const;
   Status ReadFile(const std::string& path, std::string* out) const;
   Status WriteFile(const std::string& path, const std::string& text) const;
+  // Claim's choice of device, before the owner record.
+  Status ClaimDevice(const std::string& spec);
+  // Records this process as the device's owner (see above); best effort.
+  void RecordOwner();
 
   Os* os_;
   int id_ = -1;
   bool hot_added_ = false;
   bool configured_ = false;
   int lock_fd_ = -1;
+  std::string owner_file_;  // the record written by RecordOwner, deleted by Release
 };
 
 }  // namespace zrtier

@@ -6,6 +6,7 @@
 #include "runtime/store/zram_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -229,6 +230,43 @@ TEST(ZramStore, StackSpillsThroughZramIntoFiles) {
     }
   }
   std::filesystem::remove_all(tmpl);
+}
+
+// A process that ends without releasing its device (killed, or exiting with the store in use)
+// leaves it configured; the next Claim resets it and hot-removes it (zram_device.h).
+TEST(ZramDeviceTest, ADeviceLeftByAGoneProcessIsResetAtTheNextClaim) {
+  if (std::string why = ZramDevice::UnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+  if (geteuid() != 0) GTEST_SKIP() << "hot_add and reset need root";
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto* d = new ZramDevice(Os::Default());  // never released: the process just ends
+    int id = -1;
+    if (d->Claim("auto").ok() && d->hot_added() && d->SetDiskSize(16 << 20).ok()) id = d->id();
+    (void)!write(fds[1], &id, sizeof(id));
+    _exit(0);
+  }
+  int id = -1;
+  ASSERT_EQ(read(fds[0], &id, sizeof(id)), static_cast<ssize_t>(sizeof(id)));
+  close(fds[0]);
+  close(fds[1]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (id < 0) GTEST_SKIP() << "no device could be hot-added and configured here";
+  const std::string disksize = "/sys/block/zram" + std::to_string(id) + "/disksize";
+  EXPECT_NE(ReadSys(disksize), "0") << "the gone process left its device configured";
+  EXPECT_GE(ZramDevice::ReapOrphans(Os::Default()), 1);
+  EXPECT_FALSE(std::filesystem::exists(disksize)) << "the hot-added device is removed";
+  EXPECT_FALSE(std::filesystem::exists("/run/zrtier/zram" + std::to_string(id) + ".owner"));
+}
+
+TEST(ZramDeviceTest, ADeviceNameMustBeZramAndItsNumber) {
+  ZramDevice d(Os::Default());
+  EXPECT_EQ(d.Claim("/dev/zram0abc").code(), EINVAL);
+  EXPECT_EQ(d.Claim("/dev/zram").code(), EINVAL);
+  EXPECT_EQ(d.Claim("/dev/sda").code(), EINVAL);
 }
 
 }  // namespace
