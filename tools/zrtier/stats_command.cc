@@ -1,7 +1,9 @@
 // `zrtier stats [PID...] [--json | --prometheus]`: one snapshot of every process running under
 // zrtier (or the named ones), read from their shared-memory statistics blocks
-// (zrtier/stats_reader.h). Blocks of processes that are gone are cleaned up on the way. Exit status
-// 1 if a named PID publishes nothing, else 0 (no process at all is not an error).
+// (zrtier/stats_reader.h). Stale blocks of this user's processes that are gone are cleaned up on
+// the way (nothing else is deleted); command lines are printed with their control characters
+// replaced. Exit status 1 if a named PID publishes nothing, else 0 (no process at all is not an
+// error).
 #include <cstdio>
 #include <string>
 #include <vector>
