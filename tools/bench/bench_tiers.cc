@@ -80,8 +80,13 @@ ReadResult DiskRead(const std::string& dir, bool* ok) {
   std::vector<double> lat;
   uint64_t bytes = 0;
   double start = NowUs(), cpu0 = ProcessCpuSeconds();
-  for (auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() != ".spill") continue;
+  // Spill files have no name while the store is open (O_TMPFILE, or unlinked at once): they are
+  // found through this process's open descriptors whose target lies in `dir`.
+  std::error_code ec;
+  const std::string canon = std::filesystem::weakly_canonical(dir, ec).string();
+  for (auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (ec || target.rfind(canon + "/", 0) != 0) continue;
     int fd = open(e.path().c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
