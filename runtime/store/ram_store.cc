@@ -1,4 +1,4 @@
-// The slab RAM store (see ram_store.h for the layout and the fragmentation bound).
+// The packed RAM store (see ram_store.h for the layout, the fragmentation bound and the locking).
 #include "runtime/store/ram_store.h"
 
 #include <numa.h>
@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
@@ -15,7 +16,11 @@ namespace zrtier {
 namespace {
 
 constexpr size_t kPage = 4096;
-size_t RoundUp(size_t v, size_t a) {
+constexpr size_t kMaxExtent = 2u << 20;
+constexpr size_t kMinExtent = 64u << 10;
+constexpr int kMaxEvacuationsPerCall = 256;
+
+uint64_t RoundUp(uint64_t v, uint64_t a) {
   return (v + a - 1) / a * a;
 }
 
@@ -28,17 +33,12 @@ bool NumaNodeUsable(int node) {
 }  // namespace
 
 RamStore::RamStore(uint64_t limit_bytes, int numa_node, Os* os) : os_(os), limit_(limit_bytes) {
-  // Slabs of about 1/16 of the limit, so a small limit is not eaten by a few half-empty slabs.
-  size_t slab = 2u << 20;
-  while (limit_ && slab > (64u << 10) && slab * 16 > limit_) slab /= 2;
-  slab_bytes_ = slab;
-  // Size classes: 16-byte steps up to 128 B, then 8 classes per doubling (<= 12.5% rounding),
-  // up to a quarter of a slab; larger entries get their own mapping.
-  for (uint32_t s = 16; s <= 128; s += 16) class_size_.push_back(s);
-  for (uint32_t base = 128; base < slab / 4; base *= 2)
-    for (uint32_t k = 1; k <= 8; ++k) class_size_.push_back(base + base / 8 * k);
-  class_slabs_.resize(class_size_.size());
-  class_live_.resize(class_size_.size());
+  // Extents of about 1/16 of the limit, so a small limit is not eaten by the open extent.
+  size_t ext = kMaxExtent;
+  while (limit_ && ext > kMinExtent && ext * 16 > limit_) ext /= 2;
+  extent_bytes_ = ext;
+  // A spare costs up to one extent: only where that is at most 1/64 of the limit.
+  keep_spare_ = !limit_ || extent_bytes_ * 64 <= limit_;
   if (numa_node >= 0) {
     if (NumaNodeUsable(numa_node)) {
       numa_node_ = numa_node;
@@ -55,10 +55,8 @@ RamStore::RamStore(uint64_t limit_bytes, int numa_node, Os* os) : os_(os), limit
 
 RamStore::~RamStore() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (Entry& e : entries_)
-    if (e.ptr && e.slab == kNoSlab) os_->Munmap(e.ptr, e.map_len);
-  for (Slab& s : slabs_)
-    if (s.base) os_->Munmap(s.base, slab_bytes_);
+  for (auto& x : extents_)
+    if (x->base) os_->Munmap(x->base, x->size);
   AccountLocked(-static_cast<int64_t>(usage_.entries), -static_cast<int64_t>(usage_.raw_bytes),
                 -static_cast<int64_t>(usage_.payload_bytes),
                 -static_cast<int64_t>(usage_.used_bytes));
@@ -92,122 +90,309 @@ void* RamStore::MapLocked(size_t len) {
   return p;
 }
 
-uint32_t RamStore::ClassOf(size_t len) const {
-  auto it = std::lower_bound(class_size_.begin(), class_size_.end(), len);
-  return it == class_size_.end() ? UINT32_MAX : static_cast<uint32_t>(it - class_size_.begin());
+void RamStore::AddHoleLocked(uint32_t id, uint64_t off, uint64_t len) {
+  if (len && !extents_[id]->busy) holes_.emplace(len, id, off);
 }
 
-bool RamStore::AllocSlotLocked(uint32_t cls, uint32_t* slab_id, uint32_t* slot, Status* why) {
-  for (uint32_t id : class_slabs_[cls]) {
-    Slab& s = slabs_[id];
-    if (!s.free_slots.empty()) {
-      *slab_id = id;
-      *slot = s.free_slots.back();
-      s.free_slots.pop_back();
-      s.live++;
-      return true;
+void RamStore::RemoveHoleLocked(uint32_t id, uint64_t off, uint64_t len) {
+  if (len) holes_.erase(Hole(len, id, off));
+}
+
+bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why) {
+  if (spare_ != kNone && size == extent_bytes_ && extents_[spare_]->size >= min_size) {
+    // The spare: mapped, placed and (mostly) faulted in already; counted in used_bytes already.
+    *id = spare_;
+    spare_ = kNone;
+    return true;
+  }
+  if (spare_ != kNone && limit_ && usage_.used_bytes + size > limit_) ReleaseSpareLocked();
+  if (limit_ && usage_.used_bytes + size > limit_) {
+    // Not a whole extent: whatever is left under the limit, if the entry fits in it.
+    size_t left = usage_.used_bytes < limit_ ? (limit_ - usage_.used_bytes) / kPage * kPage : 0;
+    if (left < min_size) {
+      *why = Status::Error(ENOSPC, "RAM store full: " + std::to_string(usage_.used_bytes) +
+                                       " of ZRTIER_STORE_LIMIT=" + FormatSize(limit_) + " used");
+      return false;
     }
+    size = left;
   }
-  if (limit_ && usage_.used_bytes + slab_bytes_ > limit_) {
-    *why = Status::Error(ENOSPC, "RAM store full: " + std::to_string(usage_.used_bytes) +
-                                     " of ZRTIER_STORE_LIMIT=" + FormatSize(limit_) + " used");
-    return false;
-  }
-  void* base = MapLocked(slab_bytes_);
+  void* base = MapLocked(size);
   if (!base) {
-    *why = Status::Error(ENOMEM, "RAM store: mmap of a slab failed (ZRTIER_STORE_LIMIT)");
+    *why = Status::Error(ENOMEM, "RAM store: mmap of an extent failed (ZRTIER_STORE_LIMIT)");
     return false;
   }
-  uint32_t id;
-  if (!free_slab_ids_.empty()) {
-    id = free_slab_ids_.back();
-    free_slab_ids_.pop_back();
+  uint32_t n;
+  if (!free_extent_ids_.empty()) {
+    n = free_extent_ids_.back();
+    free_extent_ids_.pop_back();
   } else {
-    id = static_cast<uint32_t>(slabs_.size());
-    slabs_.emplace_back();
+    n = static_cast<uint32_t>(extents_.size());
+    extents_.push_back(std::make_unique<Extent>());
   }
-  Slab& s = slabs_[id];
-  s.base = static_cast<unsigned char*>(base);
-  s.cls = cls;
-  uint32_t n = static_cast<uint32_t>(slab_bytes_ / class_size_[cls]);
-  s.owner.assign(n, 0);
-  s.free_slots.clear();
-  for (uint32_t i = n; i-- > 1;) s.free_slots.push_back(i);  // slot 0 taken below
-  s.live = 1;
-  class_slabs_[cls].push_back(id);
-  slab_count_++;
-  AccountLocked(0, 0, 0, static_cast<int64_t>(slab_bytes_));
-  *slab_id = id;
-  *slot = 0;
+  Extent& x = *extents_[n];
+  x.base = static_cast<unsigned char*>(base);
+  x.size = size;
+  x.top = 0;
+  x.live = 0;
+  x.pins = 0;
+  x.busy = false;
+  x.occ.clear();
+  extent_count_++;
+  AccountLocked(0, 0, 0, static_cast<int64_t>(size));
+  *id = n;
   return true;
 }
 
-void RamStore::ReleaseSlotLocked(uint32_t slab_id, uint32_t slot) {
-  Slab& s = slabs_[slab_id];
-  s.free_slots.push_back(slot);
-  s.live--;
-  uint32_t cls = s.cls;
-  class_live_[cls]--;
-  if (s.live == 0) {
-    os_->Munmap(s.base, slab_bytes_);
-    s.base = nullptr;
-    s.free_slots.clear();
-    s.owner.clear();
-    auto& v = class_slabs_[cls];
-    v.erase(std::find(v.begin(), v.end(), slab_id));
-    free_slab_ids_.push_back(slab_id);
-    slab_count_--;
-    AccountLocked(0, 0, 0, -static_cast<int64_t>(slab_bytes_));
+void RamStore::RetireExtentLocked(uint32_t id) {
+  Extent& x = *extents_[id];
+  if (open_ == id) open_ = kNone;
+  if (keep_spare_ && spare_ == kNone && x.size >= extent_bytes_ / 2 && x.size <= extent_bytes_ &&
+      usage_.entries > 0) {
+    // Kept for the next extent the store needs: under churn that saves an mmap, an munmap and
+    // a page fault per 4 KiB (which cost more than the copying itself).
+    x.top = 0;
+    x.live = 0;
+    x.pins = 0;
+    x.busy = false;
+    spare_ = id;
     return;
   }
-  MaybeCompactLocked(cls);
+  UnmapExtentLocked(id);
 }
 
-void RamStore::MaybeCompactLocked(uint32_t cls) {
-  auto& ids = class_slabs_[cls];
-  if (ids.size() < 2) return;
-  uint64_t per_slab = slab_bytes_ / class_size_[cls];
-  uint64_t capacity = per_slab * ids.size();
-  if (class_live_[cls] * 2 >= capacity) return;
-  // The sparsest slab empties into the others (which have room: under half of all slots are live).
-  uint32_t victim = ids[0];
-  for (uint32_t id : ids)
-    if (slabs_[id].live < slabs_[victim].live) victim = id;
-  Slab& v = slabs_[victim];
-  std::vector<bool> used(per_slab, true);
-  for (uint32_t f : v.free_slots) used[f] = false;
-  for (uint32_t i = 0; i < per_slab; ++i)
-    if (used[i] && entries_[v.owner[i]].pins) return;  // a reader is on it: try again later
-  for (uint32_t i = 0; i < per_slab; ++i) {
-    if (!used[i]) continue;
-    uint32_t e_idx = v.owner[i];
-    Entry& e = entries_[e_idx];
-    for (uint32_t id : ids) {
-      Slab& t = slabs_[id];
-      if (id == victim || t.free_slots.empty()) continue;
-      uint32_t slot = t.free_slots.back();
-      t.free_slots.pop_back();
-      t.live++;
-      t.owner[slot] = e_idx;
-      unsigned char* dst = t.base + static_cast<size_t>(slot) * class_size_[cls];
-      memcpy(dst, e.ptr, e.len);
-      e.ptr = dst;
-      e.slab = id;
-      e.slot = slot;
-      moves_++;
+void RamStore::ReleaseSpareLocked() {
+  if (spare_ == kNone) return;
+  uint32_t id = spare_;
+  spare_ = kNone;
+  UnmapExtentLocked(id);
+}
+
+void RamStore::UnmapExtentLocked(uint32_t id) {
+  Extent& x = *extents_[id];
+  os_->Munmap(x.base, x.size);
+  AccountLocked(0, 0, 0, -static_cast<int64_t>(x.size));
+  x.base = nullptr;
+  x.size = x.top = 0;
+  x.occ.clear();
+  if (open_ == id) open_ = kNone;
+  free_extent_ids_.push_back(id);
+  extent_count_--;
+}
+
+void RamStore::TrimTailLocked(uint32_t id, uint64_t start) {
+  Extent& x = *extents_[id];
+  size_t keep = RoundUp(start, kPage);
+  if (keep < x.size && os_->Munmap(x.base + keep, x.size - keep) == 0) {
+    AccountLocked(0, 0, 0, -static_cast<int64_t>(x.size - keep));
+    x.size = keep;
+  }
+  x.top = x.size;
+  AddHoleLocked(id, start, x.size - start);
+}
+
+void RamStore::SealOpenLocked() {
+  if (open_ == kNone) return;
+  uint32_t id = open_;
+  open_ = kNone;
+  TrimTailLocked(id, extents_[id]->top);
+}
+
+bool RamStore::AllocLocked(uint64_t len, uint32_t who, uint32_t* ext, uint64_t* off, Status* why) {
+  uint32_t id = kNone;
+  uint64_t at = 0;
+  if (len > extent_bytes_ / 2) {
+    // An extent of its own; its page tail is a hole for small entries.
+    size_t size = RoundUp(len, kPage);
+    if (!NewExtentLocked(size, size, &id, why)) return false;
+    Extent& x = *extents_[id];
+    x.top = x.size;
+    AddHoleLocked(id, len, x.size - len);
+  } else if (auto it = holes_.lower_bound(Hole(len, 0, 0)); it != holes_.end()) {
+    auto [hlen, hid, hoff] = *it;
+    holes_.erase(it);
+    id = hid;
+    at = hoff;
+    AddHoleLocked(id, hoff + len, hlen - len);
+  } else if (open_ != kNone && extents_[open_]->top + len <= extents_[open_]->size) {
+    id = open_;
+    at = extents_[id]->top;
+    extents_[id]->top += len;
+  } else {
+    SealOpenLocked();
+    if (!NewExtentLocked(extent_bytes_, RoundUp(len, kPage), &id, why)) return false;
+    open_ = id;
+    extents_[id]->top = len;
+  }
+  Extent& x = *extents_[id];
+  x.occ.emplace(at, Occupant{who, len});
+  x.live += len;
+  *ext = id;
+  *off = at;
+  return true;
+}
+
+void RamStore::ReleaseLocked(uint32_t id, uint64_t off) {
+  Extent& x = *extents_[id];
+  auto it = x.occ.find(off);
+  uint64_t len = it->second.len;
+  it = x.occ.erase(it);
+  x.live -= len;
+  if (x.busy) return;  // the evacuation indexes the gaps when it ends
+  uint64_t next = it == x.occ.end() ? x.top : it->first;
+  uint64_t prev = 0;
+  if (it != x.occ.begin()) {
+    auto p = std::prev(it);
+    prev = p->first + p->second.len;
+  }
+  RemoveHoleLocked(id, prev, off - prev);
+  RemoveHoleLocked(id, off + len, next - (off + len));
+  if (x.occ.empty()) {
+    RetireExtentLocked(id);
+  } else if (next < x.top) {
+    AddHoleLocked(id, prev, next - prev);
+  } else if (id == open_) {
+    x.top = prev;  // the gap reaches the bump pointer: give it back to the open room
+  } else {
+    TrimTailLocked(id, prev);
+  }
+}
+
+void RamStore::UnindexGapsLocked(uint32_t id) {
+  Extent& x = *extents_[id];
+  uint64_t at = 0;
+  for (auto& [o, occ] : x.occ) {
+    RemoveHoleLocked(id, at, o - at);
+    at = o + occ.len;
+  }
+  RemoveHoleLocked(id, at, x.top - at);
+}
+
+void RamStore::IndexGapsLocked(uint32_t id) {
+  Extent& x = *extents_[id];
+  if (x.occ.empty()) {
+    RetireExtentLocked(id);
+    return;
+  }
+  uint64_t at = 0;
+  for (auto& [o, occ] : x.occ) {
+    AddHoleLocked(id, at, o - at);
+    at = o + occ.len;
+  }
+  if (id == open_)
+    x.top = at;
+  else
+    TrimTailLocked(id, at);
+}
+
+int64_t RamStore::WasteLocked() const {
+  int64_t waste = static_cast<int64_t>(usage_.used_bytes) - static_cast<int64_t>(footprint_);
+  if (open_ != kNone) waste -= static_cast<int64_t>(extents_[open_]->size - extents_[open_]->live);
+  if (spare_ != kNone) waste -= static_cast<int64_t>(extents_[spare_]->size);
+  return waste;
+}
+
+bool RamStore::OverBoundLocked() const {
+  return WasteLocked() > static_cast<int64_t>(footprint_ / kWasteDiv + extent_bytes_ / 2);
+}
+
+bool RamStore::EvacuateOneLocked(std::unique_lock<std::mutex>& lock) {
+  // The sealed extent with the smallest live fraction, among those without pinned entries and
+  // cheap enough (live <= kWasteDiv * dead: true of the sparsest one while over the bound) that
+  // are not merely page-rounded.
+  uint32_t victim = kNone;
+  bool pinned = false;
+  for (uint32_t id = 0; id < extents_.size(); ++id) {
+    const Extent& x = *extents_[id];
+    if (!x.base || id == open_ || id == spare_ || x.busy || x.live >= x.size) continue;
+    uint64_t dead = x.size - x.live;
+    if (x.live > kWasteDiv * dead) continue;
+    // Under a page dead in an extent at least half live is page rounding: moving the entries
+    // would only round them up again elsewhere (an entry larger than half an extent, alone in
+    // its own mapping, or a sealed extent still full of entries).
+    if (dead < kPage && x.live >= extent_bytes_ / 2) continue;
+    if (x.pins) {
+      pinned = true;
+      continue;
+    }
+    if (victim == kNone) {
+      victim = id;
+      continue;
+    }
+    const Extent& v = *extents_[victim];
+    if (static_cast<unsigned __int128>(x.live) * v.size <
+        static_cast<unsigned __int128>(v.live) * x.size)
+      victim = id;
+  }
+  if (victim == kNone) {
+    blocked_ = pinned;
+    return false;
+  }
+  Extent& v = *extents_[victim];
+  UnindexGapsLocked(victim);
+  v.busy = true;
+  // Reserve every destination first; if one cannot be had (limit, ENOMEM), give them all back.
+  std::vector<Move> moves;
+  moves.reserve(v.occ.size());
+  bool planned = true;
+  for (auto& [o, occ] : v.occ) {
+    const Entry& e = entries_[occ.entry];
+    Move m{occ.entry, e.gen, e.len, v.base + o, nullptr, kNone, 0};
+    Status why;
+    if (!AllocLocked(occ.len, kReserved, &m.dst_ext, &m.dst_off, &why)) {
+      planned = false;
       break;
     }
+    m.dst = extents_[m.dst_ext]->base + m.dst_off;
+    moves.push_back(m);
   }
-  // Every entry moved (the others had room); the victim is now empty.
-  v.live = 0;
-  os_->Munmap(v.base, slab_bytes_);
-  v.base = nullptr;
-  v.free_slots.clear();
-  v.owner.clear();
-  ids.erase(std::find(ids.begin(), ids.end(), victim));
-  free_slab_ids_.push_back(victim);
-  slab_count_--;
-  AccountLocked(0, 0, 0, -static_cast<int64_t>(slab_bytes_));
+  if (!planned) {
+    for (const Move& m : moves) ReleaseLocked(m.dst_ext, m.dst_off);
+    v.busy = false;
+    IndexGapsLocked(victim);
+    return false;
+  }
+  compacting_ = true;
+  lock.unlock();
+  // The victim is busy (never unmapped) and the destinations are reserved, so both stay valid;
+  // entries are immutable, so the source bytes do not change either.
+  for (const Move& m : moves) memcpy(m.dst, m.src, m.len);
+  lock.lock();
+  compacting_ = false;
+  bool moved_all = true;
+  for (const Move& m : moves) {
+    Entry& e = entries_[m.entry];
+    if (!e.ptr || e.gen != m.gen || e.ptr != m.src) {
+      ReleaseLocked(m.dst_ext, m.dst_off);  // freed meanwhile (its old place is gone already)
+      continue;
+    }
+    if (e.pins) {
+      ReleaseLocked(m.dst_ext, m.dst_off);  // a reader came: the entry stays where it is
+      moved_all = false;
+      continue;
+    }
+    extents_[m.dst_ext]->occ.find(m.dst_off)->second.entry = m.entry;
+    ReleaseLocked(victim, static_cast<uint64_t>(m.src - v.base));
+    e.ext = m.dst_ext;
+    e.off = m.dst_off;
+    e.ptr = m.dst;
+    moves_++;
+    moved_bytes_ += m.len;
+  }
+  v.busy = false;
+  IndexGapsLocked(victim);  // retires it when it is empty
+  evacuations_++;
+  if (!moved_all) blocked_ = true;
+  return moved_all;
+}
+
+void RamStore::MaybeCompactLocked(std::unique_lock<std::mutex>& lock) {
+  if (compacting_) return;
+  blocked_ = false;
+  for (int i = 0; i < kMaxEvacuationsPerCall && OverBoundLocked(); ++i) {
+    int64_t before = WasteLocked();
+    if (!EvacuateOneLocked(lock)) return;
+    if (WasteLocked() >= before) return;  // no progress (should not happen): do not spin
+  }
 }
 
 bool RamStore::Lookup(StoreHandle h, uint32_t* idx) const {
@@ -219,57 +404,54 @@ bool RamStore::Lookup(StoreHandle h, uint32_t* idx) const {
   return true;
 }
 
+void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<std::mutex>& lock) {
+  Entry& e = entries_[idx];
+  if (!e.ptr || e.gen != gen || e.pins == 0) return;  // freed under a reader (a caller bug)
+  e.pins--;
+  Extent& x = *extents_[e.ext];
+  x.pins--;
+  if (blocked_ && x.pins == 0) MaybeCompactLocked(lock);
+}
+
 Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
-  if (len == 0 || len > UINT32_MAX) return Status::Error(EINVAL, "RAM store: bad entry length");
+  if (len == 0 || len > UINT32_MAX - kPage)
+    return Status::Error(EINVAL, "RAM store: bad entry length");
   std::unique_lock<std::mutex> lock(mu_);
-  uint32_t cls = ClassOf(len);
-  Entry e;
-  e.len = static_cast<uint32_t>(len);
-  e.raw_len = raw_len;
-  int64_t used_delta = 0;
-  if (cls == UINT32_MAX) {
-    size_t map_len = RoundUp(len, kPage);
-    if (limit_ && usage_.used_bytes + map_len > limit_) {
-      StatAdd(Stat::store_full, 1);
-      return Status::Error(ENOSPC, "RAM store full: " + std::to_string(usage_.used_bytes) +
-                                       " of ZRTIER_STORE_LIMIT=" + FormatSize(limit_) + " used");
-    }
-    void* p = MapLocked(map_len);
-    if (!p) return Status::Error(ENOMEM, "RAM store: mmap failed (ZRTIER_STORE_LIMIT)");
-    e.ptr = static_cast<unsigned char*>(p);
-    e.map_len = map_len;
-    used_delta = static_cast<int64_t>(map_len);
-  } else {
-    uint32_t slab, slot;
-    Status why;
-    if (!AllocSlotLocked(cls, &slab, &slot, &why)) {
-      if (why.code() == ENOSPC) StatAdd(Stat::store_full, 1);
-      return why;
-    }
-    e.ptr = slabs_[slab].base + static_cast<size_t>(slot) * class_size_[cls];
-    e.slab = slab;
-    e.slot = slot;
-    class_live_[cls]++;
-  }
   uint32_t idx;
   if (!free_entries_.empty()) {
     idx = free_entries_.back();
     free_entries_.pop_back();
-    e.gen = entries_[idx].gen;
   } else {
     idx = static_cast<uint32_t>(entries_.size());
     entries_.emplace_back();
   }
+  uint64_t fp = RoundUp(len, kAlign);
+  uint32_t ext;
+  uint64_t off;
+  Status why;
+  if (!AllocLocked(fp, idx, &ext, &off, &why)) {
+    free_entries_.push_back(idx);
+    if (why.code() == ENOSPC) StatAdd(Stat::store_full, 1);
+    return why;
+  }
+  Entry& e = entries_[idx];
+  e.ptr = extents_[ext]->base + off;
+  e.len = static_cast<uint32_t>(len);
+  e.ext = ext;
+  e.off = off;
+  e.raw_len = raw_len;
   e.pins = 1;  // the copy below runs outside the lock; compaction must not move the entry
-  entries_[idx] = e;
-  if (e.slab != kNoSlab) slabs_[e.slab].owner[e.slot] = idx;
-  AccountLocked(1, static_cast<int64_t>(raw_len), static_cast<int64_t>(len), used_delta);
+  extents_[ext]->pins++;
+  footprint_ += fp;
+  AccountLocked(1, static_cast<int64_t>(raw_len), static_cast<int64_t>(len), 0);
   unsigned char* dst = e.ptr;
+  uint32_t gen = e.gen;
   lock.unlock();
   memcpy(dst, data, len);
   lock.lock();
-  entries_[idx].pins--;
-  *out = (static_cast<uint64_t>(entries_[idx].gen) << 32) | (idx + 1);
+  UnpinLocked(idx, gen, lock);
+  MaybeCompactLocked(lock);  // a seal may have left a page tail: O(1) unless over the bound
+  *out = (static_cast<uint64_t>(gen) << 32) | (idx + 1);
   return Status::Ok();
 }
 
@@ -279,17 +461,19 @@ Status RamStore::Get(StoreHandle h, const std::function<Status(const void*, size
   if (!Lookup(h, &idx)) return Status::Error(ENOENT, "RAM store: no such entry");
   Entry& e = entries_[idx];
   e.pins++;
+  extents_[e.ext]->pins++;
   const unsigned char* p = e.ptr;
   size_t len = e.len;
+  uint32_t gen = e.gen;
   lock.unlock();
   Status s = fn(p, len);
   lock.lock();
-  entries_[idx].pins--;  // entries_ may have grown (reallocated); index again
+  UnpinLocked(idx, gen, lock);  // entries_ may have grown (reallocated); index again
   return s;
 }
 
 void RamStore::Free(StoreHandle h) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   uint32_t idx;
   if (!Lookup(h, &idx)) return;
   Entry& e = entries_[idx];
@@ -298,14 +482,13 @@ void RamStore::Free(StoreHandle h) {
   e.gen++;
   e.pins = 0;
   free_entries_.push_back(idx);
-  int64_t used_delta = 0;
-  if (copy.slab == kNoSlab) {
-    os_->Munmap(copy.ptr, copy.map_len);
-    used_delta = -static_cast<int64_t>(copy.map_len);
-  }
-  AccountLocked(-1, -static_cast<int64_t>(copy.raw_len), -static_cast<int64_t>(copy.len),
-                used_delta);
-  if (copy.slab != kNoSlab) ReleaseSlotLocked(copy.slab, copy.slot);
+  Extent& x = *extents_[copy.ext];
+  x.pins -= std::min(x.pins, copy.pins);  // pinned while freed: a caller bug, keep counts sane
+  footprint_ -= RoundUp(copy.len, kAlign);
+  AccountLocked(-1, -static_cast<int64_t>(copy.raw_len), -static_cast<int64_t>(copy.len), 0);
+  ReleaseLocked(copy.ext, copy.off);
+  if (usage_.entries == 0) ReleaseSpareLocked();  // an empty store holds no memory
+  MaybeCompactLocked(lock);
 }
 
 StoreUsage RamStore::Usage() const {
@@ -315,14 +498,85 @@ StoreUsage RamStore::Usage() const {
   return u;
 }
 
-size_t RamStore::SlabCount() const {
+size_t RamStore::ExtentCount() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return slab_count_;
+  return extent_count_;
 }
 
 uint64_t RamStore::CompactionMoves() const {
   std::lock_guard<std::mutex> lock(mu_);
   return moves_;
+}
+
+uint64_t RamStore::CompactionMovedBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return moved_bytes_;
+}
+
+uint64_t RamStore::Evacuations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evacuations_;
+}
+
+uint64_t RamStore::FootprintBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return footprint_;
+}
+
+std::string RamStore::CheckInvariants() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto bad = [](const std::string& what, uint32_t id) {
+    return what + " (extent " + std::to_string(id) + ")";
+  };
+  for (auto& [len, id, off] : holes_) {
+    const Extent& x = *extents_[id];
+    if (!x.base || x.busy || off + len > x.top) return bad("a hole outside its extent", id);
+    auto it = x.occ.upper_bound(off);
+    if (it != x.occ.end() && it->first < off + len) return bad("a hole over an entry", id);
+    if (it != x.occ.begin() && std::prev(it)->first + std::prev(it)->second.len > off)
+      return bad("a hole over an entry", id);
+  }
+  uint64_t footprint = 0, used = 0;
+  size_t count = 0;
+  for (uint32_t id = 0; id < extents_.size(); ++id) {
+    const Extent& x = *extents_[id];
+    if (!x.base) continue;
+    ++count;
+    used += x.size;
+    if (id == spare_) {
+      if (!x.occ.empty() || x.live || x.pins || id == open_ || x.size > extent_bytes_)
+        return bad("a spare in use", id);
+      continue;
+    }
+    if (x.occ.empty()) return bad("an empty extent still mapped", id);
+    uint64_t at = 0, live = 0;
+    uint32_t pins = 0;
+    for (auto& [o, occ] : x.occ) {
+      if (o < at) return bad("overlapping entries", id);
+      if (o % kAlign) return bad("an unaligned entry", id);
+      if (!x.busy && o > at && !holes_.count(Hole(o - at, id, at)))
+        return bad("a gap not indexed", id);
+      at = o + occ.len;
+      live += occ.len;
+      if (occ.entry == kReserved) continue;
+      const Entry& e = entries_[occ.entry];
+      if (e.ext != id || e.off != o || e.ptr != x.base + o || RoundUp(e.len, kAlign) != occ.len)
+        return bad("an entry not where the table says", id);
+      pins += e.pins;
+      footprint += occ.len;
+    }
+    if (at > x.top || x.top > x.size || live != x.live || pins != x.pins)
+      return bad("top, live or pin counts wrong", id);
+    if (id != open_ && x.top != x.size) return bad("a sealed extent with room", id);
+    if (id == open_ && at != x.top) return bad("a gap under the open top", id);
+    if (!x.busy && id != open_ && at < x.top && !holes_.count(Hole(x.top - at, id, at)))
+      return bad("a tail gap not indexed", id);
+  }
+  if (footprint != footprint_) return "footprint " + std::to_string(footprint_) + " != entries";
+  if (used != usage_.used_bytes)
+    return "used_bytes " + std::to_string(usage_.used_bytes) + " != extents";
+  if (count != extent_count_) return "extent count wrong";
+  return "";
 }
 
 }  // namespace zrtier

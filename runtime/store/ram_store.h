@@ -1,24 +1,65 @@
-// RamStore: the T2 compressed store in RAM. Encoded chunks live in size-class slabs, each slab one
-// anonymous mapping placed on the store's NUMA node; entries too large for a slab get a mapping of
-// their own. Handles go through an entry table, so the store may move an entry (compaction) without
-// the caller noticing.
+// RamStore: the T2 compressed store in RAM, a packed arena that keeps what the codec wins.
 //
-// Accounting: payload_bytes = encoded bytes of live entries; used_bytes = bytes of all slabs and
-// large mappings (payload plus rounding and free slots). The limit applies to used_bytes: a Put
-// that would need a new mapping past it fails with ENOSPC naming ZRTIER_STORE_LIMIT.
+// Layout: entries are packed back to back (each rounded up to 16 bytes, its "footprint") in
+// extents, anonymous mappings of extent_bytes() (64 KiB .. 2 MiB: about 1/16 of the limit) placed
+// on the store's NUMA node. New entries go into the best-fitting hole (the smallest gap between
+// live entries that is large enough), else at the top of the one open extent; when an entry does
+// not fit there, the open extent is sealed and its unused tail beyond the last page in use is
+// unmapped, and a new extent is mapped. An entry larger than half an extent gets an extent of its
+// own (its length rounded up to a page). An extent with no entries left is unmapped at once (or
+// kept as the spare, below); a sealed extent whose last entries are freed is shrunk to the page
+// after its last live entry.
+// Handles go through an entry table, so the store may move an entry (compaction) without the
+// caller noticing.
 //
-// Fragmentation bound: an empty slab is unmapped at once, and when a size class has more than one
-// slab and fewer than half of its slots live, the sparsest slab's entries move into the holes of
-// the others and the slab is unmapped. So used_bytes <= 2 * (payload rounded to its class) + one
-// slab per class.
+// Accounting: payload_bytes = encoded bytes of live entries; used_bytes = bytes of all mapped
+// extents (payload plus 16-byte rounding, holes, page tails, the open extent's unused room and
+// the spare).
+// Usage().memory_bytes = used_bytes. The limit applies to used_bytes: a Put that would need a
+// mapping past it fails with ENOSPC naming ZRTIER_STORE_LIMIT (when a whole extent does not fit
+// under the limit, a smaller one that holds the entry is mapped instead).
 //
-// Locking: one mutex (mu_) guards the entry table, the slabs and the usage. Entry bytes are copied
-// in (Put) and read (Get) outside the lock; during that time the entry is pinned (pins > 0) and
-// compaction never moves a pinned entry, so a reader never sees its entry move.
+// Spare: one emptied extent (of at least half an extent) stays mapped for the next extent the
+// store needs, while the store holds entries; under churn that saves an mmap, an munmap and a
+// page fault per 4 KiB, which cost more than the copying. Only where an extent is at most 1/64 of
+// the limit (or there is none); released for the limit's sake when a mapping would not fit
+// otherwise, and when the last entry is freed.
+//
+// Fragmentation bound: let footprint = sum of the live entries' lengths rounded up to 16 bytes
+// (<= payload_bytes + 15 * entries), and waste = used_bytes - footprint - the open extent's free
+// bytes - the spare. After every Put and Free (and when a pinned reader that held compaction back
+// leaves), the store compacts until waste <= footprint / 64 + extent_bytes() / 2: it evacuates
+// the extent with the smallest live fraction -- moves its entries into holes elsewhere or the
+// open extent and retires it -- among those that hold no pinned entry and are more than page
+// rounding (an extent at least half an extent live with under 4 KiB dead, such as one entry
+// larger than half an extent in its own mapping, is left alone: at most 4 KiB per
+// extent_bytes() / 2 of footprint). Hence, whenever no entry is pinned and no compaction runs,
+//     used_bytes <= (1 + 1/64 + 8 KiB / extent_bytes()) * footprint + 2.5 * extent_bytes()
+// (the last term: the open extent and the spare; with 2 MiB extents, 1.0195 * footprint +
+// 5 MiB), unless the last compaction found no room for its moves under the limit (it retries on
+// the next Put or Free). No free space is lost for good: a hole is reused by the best-fitting
+// Put, and any extent past the bound is evacuated.
+// Cost: while waste exceeds the bound, the sparsest eligible extent is at most about 64/65 live,
+// so compaction moves at most about 64 bytes per byte it reclaims (in practice far fewer: holes
+// are reused first); one call runs at most 256 evacuations of at most one extent each, and the
+// copying happens outside the lock.
+//
+// Locking: one mutex (mu_) guards the entry table, the extents, the hole index and the usage.
+// Entry bytes are copied in (Put) and read (Get) outside the lock; during that time the entry is
+// pinned (pins > 0). Compaction runs in one thread at a time (the one whose Put or Free triggered
+// it); it reserves destinations under the lock, copies outside it, and under the lock again
+// switches only entries that are still live and unpinned: an entry pinned at any point of the move
+// stays where it is (its old bytes are never written), so a reader never sees its entry move. An
+// extent being evacuated is never unmapped, trimmed or allocated into until the move ends.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "runtime/store/store.h"
@@ -39,57 +80,107 @@ class RamStore : public ChunkStore {
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
 
-  // For tests: bytes of slab mappings, the number of slabs, and entries moved by compaction.
-  size_t SlabCount() const;
+  // For tests and measurements: mapped extents, entries moved and extents evacuated by
+  // compaction, and the footprint (live lengths rounded up to 16 bytes) the bound refers to.
+  size_t ExtentCount() const;
   uint64_t CompactionMoves() const;
-  // The slab size chosen for this limit (a power of two, 64 KiB .. 2 MiB).
-  size_t slab_bytes() const { return slab_bytes_; }
+  uint64_t CompactionMovedBytes() const;
+  uint64_t Evacuations() const;
+  uint64_t FootprintBytes() const;
+  // For tests: "" if the extents, the hole index and the entry table agree, else what is wrong.
+  std::string CheckInvariants() const;
+  // The extent size chosen for this limit (a power of two, 64 KiB .. 2 MiB).
+  size_t extent_bytes() const { return extent_bytes_; }
+
+  static constexpr size_t kAlign = 16;       // entries start at multiples of this
+  static constexpr uint64_t kWasteDiv = 64;  // waste kept <= footprint / kWasteDiv + extent / 2
 
  private:
-  static constexpr uint32_t kNoSlab = UINT32_MAX;
+  static constexpr uint32_t kNone = UINT32_MAX;
+  static constexpr uint32_t kReserved = UINT32_MAX;  // occupant: a compaction destination
+
   struct Entry {
     unsigned char* ptr = nullptr;  // null: table slot free
     uint32_t len = 0;
-    uint32_t slab = kNoSlab;  // kNoSlab: a large entry with its own mapping
-    uint32_t slot = 0;
+    uint32_t ext = kNone;
+    uint64_t off = 0;
     uint32_t pins = 0;  // readers/writers working on ptr outside the lock
     uint32_t gen = 0;   // bumped on free, part of the handle
     uint64_t raw_len = 0;
-    size_t map_len = 0;  // large entries: the mapping's length
   };
-  struct Slab {
-    unsigned char* base = nullptr;  // null: slab slot free
-    uint32_t cls = 0;
-    uint32_t live = 0;
-    std::vector<uint32_t> free_slots;  // slots not in use
-    std::vector<uint32_t> owner;       // slot -> entry index (valid while live)
+  struct Occupant {
+    uint32_t entry;  // index in entries_, or kReserved
+    uint64_t len;    // footprint
   };
+  struct Extent {
+    unsigned char* base = nullptr;     // null: slot free
+    size_t size = 0;                   // mapped bytes
+    size_t top = 0;                    // open extent: bump offset; sealed: == size
+    uint64_t live = 0;                 // footprint of occupants
+    uint32_t pins = 0;                 // sum of its entries' pins
+    bool busy = false;                 // being evacuated: no holes indexed, never unmapped
+    std::map<uint64_t, Occupant> occ;  // offset -> occupant
+  };
+  struct Move {  // one entry of an evacuation
+    uint32_t entry, gen, len;
+    unsigned char* src;
+    unsigned char* dst;
+    uint32_t dst_ext;
+    uint64_t dst_off;
+  };
+  using Hole = std::tuple<uint64_t, uint32_t, uint64_t>;  // (length, extent, offset)
 
   void* MapLocked(size_t len);  // mmap + mbind; null on failure
-  uint32_t ClassOf(size_t len) const;
-  // Takes a free slot of class `cls`, mapping a new slab if needed. False: limit or ENOMEM.
-  bool AllocSlotLocked(uint32_t cls, uint32_t* slab, uint32_t* slot, Status* why);
-  void ReleaseSlotLocked(uint32_t slab, uint32_t slot);
-  void MaybeCompactLocked(uint32_t cls);
+  // Places `len` footprint bytes for occupant `who`; false with *why set on ENOSPC/ENOMEM.
+  bool AllocLocked(uint64_t len, uint32_t who, uint32_t* ext, uint64_t* off, Status* why);
+  bool NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why);
+  void SealOpenLocked();
+  void UnmapExtentLocked(uint32_t id);
+  // An extent with no entries left: becomes the spare (if none is held and entries remain), else
+  // is unmapped.
+  void RetireExtentLocked(uint32_t id);
+  void ReleaseSpareLocked();
+  // Removes the occupant at `off` of extent `id` and indexes the gap it leaves.
+  void ReleaseLocked(uint32_t id, uint64_t off);
+  // Indexes every gap of `id` (after an evacuation that left entries behind), trimming its tail.
+  void IndexGapsLocked(uint32_t id);
+  void UnindexGapsLocked(uint32_t id);
+  // The gap [start, end) of sealed extent `id` runs to its end: shrink the mapping.
+  void TrimTailLocked(uint32_t id, uint64_t start);
+  void AddHoleLocked(uint32_t id, uint64_t off, uint64_t len);
+  void RemoveHoleLocked(uint32_t id, uint64_t off, uint64_t len);
+  int64_t WasteLocked() const;
+  bool OverBoundLocked() const;
+  void MaybeCompactLocked(std::unique_lock<std::mutex>& lock);
+  // One evacuation. Returns false when nothing could be done (nothing eligible, all pinned, or no
+  // room for the moves).
+  bool EvacuateOneLocked(std::unique_lock<std::mutex>& lock);
+  void UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<std::mutex>& lock);
   bool Lookup(StoreHandle h, uint32_t* idx) const;
   void AccountLocked(int64_t entries, int64_t raw, int64_t payload, int64_t used);
 
   Os* os_;
   const uint64_t limit_;
   int numa_node_ = -1;  // -1: no placement
-  size_t slab_bytes_;
-  std::vector<uint32_t> class_size_;  // ascending; slots of a class are this many bytes
+  size_t extent_bytes_;
+  bool keep_spare_;  // no limit, or one extent is at most 1/64 of it
 
   mutable std::mutex mu_;
-  std::vector<Entry> entries_;           // guarded by mu_; handle = (gen << 32) | (index + 1)
-  std::vector<uint32_t> free_entries_;   // guarded by mu_
-  std::vector<Slab> slabs_;              // guarded by mu_
-  std::vector<uint32_t> free_slab_ids_;  // guarded by mu_
-  std::vector<std::vector<uint32_t>> class_slabs_;  // guarded by mu_: slabs of each class
-  std::vector<uint64_t> class_live_;                // guarded by mu_
-  size_t slab_count_ = 0;                           // guarded by mu_
-  uint64_t moves_ = 0;                              // guarded by mu_
-  StoreUsage usage_;                                // guarded by mu_
+  std::vector<Entry> entries_;          // guarded by mu_; handle = (gen << 32) | (index + 1)
+  std::vector<uint32_t> free_entries_;  // guarded by mu_
+  std::vector<std::unique_ptr<Extent>> extents_;  // guarded by mu_ (stable addresses)
+  std::vector<uint32_t> free_extent_ids_;         // guarded by mu_
+  std::set<Hole> holes_;                          // guarded by mu_: gaps of non-busy extents
+  uint32_t open_ = kNone;                         // guarded by mu_: the extent bumped into
+  uint32_t spare_ = kNone;                        // guarded by mu_: an empty extent kept
+  size_t extent_count_ = 0;                       // guarded by mu_
+  uint64_t footprint_ = 0;                        // guarded by mu_: live entries only
+  bool compacting_ = false;                       // guarded by mu_
+  bool blocked_ = false;      // guarded by mu_: over the bound but every candidate was pinned
+  uint64_t moves_ = 0;        // guarded by mu_
+  uint64_t moved_bytes_ = 0;  // guarded by mu_
+  uint64_t evacuations_ = 0;  // guarded by mu_
+  StoreUsage usage_;          // guarded by mu_
 };
 
 }  // namespace zrtier

@@ -1,11 +1,17 @@
-// Covers the slab RAM store: exact round trips of every size, honest accounting and the gauges, the
-// hard limit (ENOSPC naming ZRTIER_STORE_LIMIT), empty slabs returned, compaction of sparse slabs
-// while readers hold entries, mmap failures, NUMA placement, and CreateStore("ram").
+// Covers the packed RAM store: exact round trips of every size, honest accounting and the gauges,
+// the hard limit (ENOSPC naming ZRTIER_STORE_LIMIT), empty extents returned, occupancy of
+// realistic encoded-chunk sizes within 3 % of the payload, the fragmentation bound under random
+// churn (with and without a limit), compaction of sparse extents while readers hold entries (pinned
+// entries never move), mmap failures, NUMA placement, and CreateStore("ram").
 #include "runtime/store/ram_store.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -28,6 +34,47 @@ Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
     out->assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
     return Status::Ok();
   });
+}
+
+// Entry contents for the occupancy and churn tests: entry `id` of `len` bytes is a slice of one
+// random pool, starting at an id-dependent offset, with the id stamped into its first 8 bytes, so
+// a wrong or shifted entry never compares equal.
+class Contents {
+ public:
+  Contents() : pool_(Bytes(kPool, 77)) {}
+  std::vector<unsigned char> Make(uint64_t id, size_t len) const {
+    std::vector<unsigned char> v(pool_.begin() + Start(id, len),
+                                 pool_.begin() + Start(id, len) + len);
+    memcpy(v.data(), &id, std::min(len, sizeof(id)));
+    return v;
+  }
+  bool Matches(uint64_t id, const void* p, size_t n, size_t len) const {
+    if (n != len) return false;
+    size_t head = std::min(len, sizeof(id));
+    return memcmp(p, &id, head) == 0 &&
+           memcmp(static_cast<const unsigned char*>(p) + head, pool_.data() + Start(id, len) + head,
+                  len - head) == 0;
+  }
+
+ private:
+  static constexpr size_t kPool = 4u << 20;
+  static size_t Start(uint64_t id, size_t len) { return (id * 2654435761u) % (kPool - len); }
+  std::vector<unsigned char> pool_;
+};
+
+// Lengths of encoded 256 KiB chunks: mostly bf16 weights (100-200 KiB), some small ones (1-16
+// KiB: sparse or near-constant chunks) and a few tiny ones.
+size_t RealisticLen(std::mt19937_64& rng) {
+  uint64_t r = rng() % 100;
+  if (r < 85) return (100u << 10) + rng() % (100u << 10);
+  if (r < 95) return (1u << 10) + rng() % (15u << 10);
+  return 16 + rng() % 1000;
+}
+
+// The bound RamStore's header guarantees while nothing is pinned.
+uint64_t Bound(const RamStore& s) {
+  uint64_t fp = s.FootprintBytes();
+  return fp + fp / RamStore::kWasteDiv + fp * 8192 / s.extent_bytes() + 5 * s.extent_bytes() / 2;
 }
 
 TEST(RamStore, RoundTripsEverySize) {
@@ -56,8 +103,8 @@ TEST(RamStore, RoundTripsEverySize) {
   u = store.Usage();
   EXPECT_EQ(u.entries, 0u);
   EXPECT_EQ(u.payload_bytes, 0u);
-  EXPECT_EQ(u.used_bytes, 0u) << "empty slabs must be returned";
-  EXPECT_EQ(store.SlabCount(), 0u);
+  EXPECT_EQ(u.used_bytes, 0u) << "empty extents must be returned";
+  EXPECT_EQ(store.ExtentCount(), 0u);
 }
 
 TEST(RamStore, FreedHandleIsInvalidAndNotReused) {
@@ -122,25 +169,28 @@ TEST(RamStore, HardLimitGivesEnospcNamingTheOption) {
 }
 
 TEST(RamStore, SparseSlabsAreCompactedAndEntriesStayReadable) {
+  // (The store packs entries into extents now; "slabs" here are its extents.)
   RamStore store(0, -1, Os::Default());
-  const size_t n = 1000;  // class of 1024 bytes: 2048 slots per 2 MiB slab
+  const size_t n = 1000;  // footprint 1008 bytes: ~2080 entries per 2 MiB extent
+  const size_t count = 5 * store.extent_bytes() / 1008;
   std::vector<StoreHandle> hs;
   std::vector<std::vector<unsigned char>> data;
-  for (int i = 0; i < 8000; ++i) {
+  for (size_t i = 0; i < count; ++i) {
     data.push_back(Bytes(n, 100 + i));
     StoreHandle h;
     ASSERT_TRUE(store.Put(data.back().data(), n, n, &h).ok());
     hs.push_back(h);
   }
-  size_t slabs_full = store.SlabCount();
-  ASSERT_GE(slabs_full, 4u);
-  // Free 7 of every 8 entries, spread over all slabs: without compaction every slab stays mapped.
+  ASSERT_GE(store.ExtentCount(), 4u);
+  // Free 7 of every 8 entries, spread over all extents: without compaction every extent stays
+  // mapped.
   for (size_t i = 0; i < hs.size(); ++i)
     if (i % 8) store.Free(hs[i]);
   EXPECT_GT(store.CompactionMoves(), 0u);
-  EXPECT_LE(store.SlabCount(), 2u);
+  EXPECT_LE(store.ExtentCount(), 2u);
+  EXPECT_EQ(store.CheckInvariants(), "");
   StoreUsage u = store.Usage();
-  EXPECT_LE(u.used_bytes, 2 * 2 * u.payload_bytes + store.slab_bytes());
+  EXPECT_LE(u.used_bytes, Bound(store));
   for (size_t i = 0; i < hs.size(); i += 8) {
     std::vector<unsigned char> got;
     ASSERT_TRUE(ReadInto(&store, hs[i], &got).ok());
@@ -189,6 +239,384 @@ TEST(RamStore, ReadersNeverSeeTheirEntryMove) {
     std::vector<unsigned char> got;
     ASSERT_TRUE(ReadInto(&store, keep[i], &got).ok());
     ASSERT_EQ(got, keep_data[i]);
+  }
+}
+
+TEST(RamStore, RealisticEntriesOccupyWithinThreePercentOfThePayload) {
+  RamStore store(0, -1, Os::Default());
+  Contents contents;
+  std::mt19937_64 rng(testing::TestSeed());
+  std::vector<std::pair<StoreHandle, size_t>> items;
+  // ~75 MB, the shape of a store of bf16 chunks (plus a few small and tiny ones).
+  for (uint64_t id = 1; id <= 500; ++id) {
+    size_t len = RealisticLen(rng);
+    auto d = contents.Make(id, len);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), len, 256 << 10, &h).ok());
+    items.emplace_back(h, len);
+  }
+  StoreUsage u = store.Usage();
+  printf("payload %llu used %llu (%.4f) extents %zu\n",
+         static_cast<unsigned long long>(u.payload_bytes),
+         static_cast<unsigned long long>(u.used_bytes),
+         static_cast<double>(u.used_bytes) / static_cast<double>(u.payload_bytes),
+         store.ExtentCount());
+  EXPECT_EQ(u.memory_bytes, u.used_bytes);
+  // The open extent's unused room is the only constant: everything else is within 3 %.
+  EXPECT_LE(u.used_bytes, u.payload_bytes + u.payload_bytes * 3 / 100 + store.extent_bytes());
+  EXPECT_LE(u.used_bytes, Bound(store));
+  EXPECT_EQ(store.CheckInvariants(), "");
+  for (size_t i = 0; i < items.size(); ++i) {
+    Status s = store.Get(items[i].first, [&](const void* p, size_t n) {
+      EXPECT_TRUE(contents.Matches(i + 1, p, n, items[i].second)) << "entry " << i + 1;
+      return Status::Ok();
+    });
+    ASSERT_TRUE(s.ok());
+  }
+  for (auto& it : items) store.Free(it.first);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+}
+
+TEST(RamStore, ChurnKeepsTheBoundAndEveryByte) {
+  RamStore store(0, -1, Os::Default());
+  Contents contents;
+  uint64_t seed = testing::TestSeed();
+  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  struct Item {
+    StoreHandle h;
+    uint64_t id;
+    size_t len;
+  };
+  std::vector<Item> live;
+  uint64_t next_id = 1, freed_bytes = 0;
+  int checkpoints = 0;
+  auto put = [&](size_t len) {
+    auto d = contents.Make(next_id, len);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), len, 256 << 10, &h).ok());
+    live.push_back({h, next_id++, len});
+  };
+  auto free_one = [&] {
+    size_t i = rng() % live.size();
+    store.Free(live[i].h);
+    freed_bytes += live[i].len;
+    live[i] = live.back();
+    live.pop_back();
+  };
+  auto get_one = [&] {
+    const Item& it = live[rng() % live.size()];
+    Status s = store.Get(it.h, [&](const void* p, size_t n) {
+      EXPECT_TRUE(contents.Matches(it.id, p, n, it.len)) << "entry " << it.id;
+      return Status::Ok();
+    });
+    ASSERT_TRUE(s.ok());
+  };
+  auto check = [&](const char* phase) {
+    StoreUsage u = store.Usage();
+    ++checkpoints;
+    ASSERT_EQ(store.CheckInvariants(), "") << phase;
+    ASSERT_LE(u.used_bytes, Bound(store)) << phase;
+    ASSERT_LE(u.used_bytes, u.payload_bytes + u.payload_bytes * 3 / 100 + 16 * u.entries +
+                                5 * store.extent_bytes() / 2)
+        << phase;
+  };
+  // Random steady churn around a population, then a shrink to a quarter, then a regrowth of
+  // small entries only (they fill the holes the large ones left), then of large ones again.
+  struct Phase {
+    const char* name;
+    size_t target;
+    int ops;
+    bool small_only;
+  };
+  for (const Phase& ph : {Phase{"grow", 300, 400, false}, Phase{"churn", 300, 4000, false},
+                          Phase{"shrink", 75, 1500, false}, Phase{"small", 2000, 3000, true},
+                          Phase{"regrow", 400, 3000, false}}) {
+    for (int op = 0; op < ph.ops; ++op) {
+      uint64_t r = rng() % 100;
+      bool want_put = live.size() < ph.target ? r < 70 : r < 30;
+      if (live.empty() || want_put) {
+        size_t len = RealisticLen(rng);
+        if (ph.small_only) len = 16 + rng() % (16u << 10);
+        put(len);
+      } else {
+        free_one();
+      }
+      if (!live.empty()) get_one();
+      if (op % 250 == 249) check(ph.name);
+      if (HasFatalFailure()) return;
+    }
+    check(ph.name);
+    StoreUsage u = store.Usage();
+    printf("%-7s entries %5llu payload %10llu used %10llu (%.4f)  moved %llu in %llu evacuations\n",
+           ph.name, static_cast<unsigned long long>(u.entries),
+           static_cast<unsigned long long>(u.payload_bytes),
+           static_cast<unsigned long long>(u.used_bytes),
+           static_cast<double>(u.used_bytes) / static_cast<double>(u.payload_bytes),
+           static_cast<unsigned long long>(store.CompactionMovedBytes()),
+           static_cast<unsigned long long>(store.Evacuations()));
+  }
+  EXPECT_GT(store.CompactionMoves(), 0u);
+  EXPECT_GT(store.Evacuations(), 0u);
+  EXPECT_GE(checkpoints, 45);
+  printf("compaction moved %.2f bytes per byte freed\n",
+         static_cast<double>(store.CompactionMovedBytes()) / static_cast<double>(freed_bytes));
+  for (const Item& it : live) {
+    Status s = store.Get(it.h, [&](const void* p, size_t n) {
+      EXPECT_TRUE(contents.Matches(it.id, p, n, it.len)) << "entry " << it.id;
+      return Status::Ok();
+    });
+    ASSERT_TRUE(s.ok());
+  }
+  for (const Item& it : live) store.Free(it.h);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(store.ExtentCount(), 0u);
+}
+
+TEST(RamStore, ChurnUnderALimitStaysUnderIt) {
+  // A 64 MiB store kept about 80 % full of payload: by the bound (1.0195 * footprint plus the
+  // open extent and half an extent) every Put fits, and used_bytes never passes the limit.
+  const uint64_t limit = 64u << 20;
+  RamStore store(limit, -1, Os::Default());
+  Contents contents;
+  uint64_t seed = testing::TestSeed();
+  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  struct Item {
+    StoreHandle h;
+    uint64_t id;
+    size_t len;
+  };
+  std::vector<Item> live;
+  uint64_t payload = 0, next_id = 1, max_used = 0;
+  for (int op = 0; op < 6000; ++op) {
+    size_t len = RealisticLen(rng);
+    if (payload + len <= limit * 8 / 10) {
+      auto d = contents.Make(next_id, len);
+      StoreHandle h;
+      Status s = store.Put(d.data(), len, 256 << 10, &h);
+      ASSERT_TRUE(s.ok()) << s.ToString() << " at payload " << payload;
+      live.push_back({h, next_id++, len});
+      payload += len;
+    } else {
+      size_t i = rng() % live.size();
+      store.Free(live[i].h);
+      payload -= live[i].len;
+      live[i] = live.back();
+      live.pop_back();
+    }
+    max_used = std::max(max_used, store.Usage().used_bytes);
+    ASSERT_LE(store.Usage().used_bytes, limit);
+  }
+  printf("payload %llu, used at most %llu of %llu\n", static_cast<unsigned long long>(payload),
+         static_cast<unsigned long long>(max_used), static_cast<unsigned long long>(limit));
+  EXPECT_EQ(store.CheckInvariants(), "");
+  for (const Item& it : live) {
+    Status s = store.Get(it.h, [&](const void* p, size_t n) {
+      EXPECT_TRUE(contents.Matches(it.id, p, n, it.len)) << "entry " << it.id;
+      return Status::Ok();
+    });
+    ASSERT_TRUE(s.ok());
+  }
+}
+
+TEST(RamStore, GetsRaceCompactionAndPinnedEntriesNeverMove) {
+  RamStore store(0, -1, Os::Default());
+  Contents contents;
+  uint64_t seed = testing::TestSeed();
+  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  // Entries the readers use (never freed), interleaved with entries the writers churn, so the
+  // extents the writers thin out hold readers' entries that compaction has to move.
+  std::mt19937_64 rng(seed);
+  struct Item {
+    StoreHandle h;
+    uint64_t id;
+    size_t len;
+  };
+  std::vector<Item> keep;
+  std::vector<Item> churn[2];
+  uint64_t next_id = 1;
+  for (int i = 0; i < 600; ++i) {
+    size_t len = RealisticLen(rng);
+    auto d = contents.Make(next_id, len);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), len, 256 << 10, &h).ok());
+    Item it{h, next_id++, len};
+    if (i % 4 == 0)
+      keep.push_back(it);
+    else
+      churn[i % 2].push_back(it);
+  }
+  std::vector<const void*> first_seen(keep.size());
+  for (size_t i = 0; i < keep.size(); ++i)
+    ASSERT_TRUE(store
+                    .Get(keep[i].h,
+                         [&](const void* p, size_t) {
+                           first_seen[i] = p;
+                           return Status::Ok();
+                         })
+                    .ok());
+  std::atomic<int> writers_left{2};
+  std::atomic<int> bad{0}, moved_under_pin{0};
+  std::atomic<uint64_t> reads{0};
+  std::atomic<uint64_t> ids{next_id};
+  auto reader = [&](uint64_t rseed) {
+    std::mt19937_64 r(rseed);
+    while (writers_left.load() > 0) {
+      size_t i = r() % keep.size();
+      const Item& it = keep[i];
+      Status s = store.Get(it.h, [&](const void* p, size_t n) {
+        std::this_thread::yield();  // hold the pin a while
+        if (!contents.Matches(it.id, p, n, it.len)) bad++;
+        // A second reader of the same entry, while this one holds it: same place, same bytes.
+        Status inner = store.Get(it.h, [&](const void* p2, size_t n2) {
+          if (p2 != p) moved_under_pin++;
+          if (!contents.Matches(it.id, p2, n2, it.len)) bad++;
+          return Status::Ok();
+        });
+        if (!inner.ok()) bad++;
+        if (!contents.Matches(it.id, p, n, it.len)) bad++;
+        return Status::Ok();
+      });
+      if (!s.ok()) bad++;
+      reads++;
+    }
+  };
+  auto writer = [&](int w) {
+    std::mt19937_64 r(seed + 100 + w);
+    std::vector<Item>& mine = churn[w];
+    // At least 3000 operations, and on until the readers have raced them 1000 times.
+    for (int op = 0; op < 3000 || reads.load() < 1000; ++op) {
+      if (mine.empty() || r() % 100 < 45) {
+        size_t len = RealisticLen(r);
+        uint64_t id = ids++;
+        auto d = contents.Make(id, len);
+        StoreHandle h;
+        if (!store.Put(d.data(), len, 256 << 10, &h).ok()) {
+          bad++;
+          continue;
+        }
+        mine.push_back({h, id, len});
+      } else {
+        size_t i = r() % mine.size();
+        store.Free(mine[i].h);
+        mine[i] = mine.back();
+        mine.pop_back();
+      }
+      if (!mine.empty()) {
+        const Item& it = mine[r() % mine.size()];
+        Status s = store.Get(it.h, [&](const void* p, size_t n) {
+          if (!contents.Matches(it.id, p, n, it.len)) bad++;
+          return Status::Ok();
+        });
+        if (!s.ok()) bad++;
+      }
+    }
+    writers_left--;
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(reader, seed + 1);
+  threads.emplace_back(reader, seed + 2);
+  threads.emplace_back(writer, 0);
+  threads.emplace_back(writer, 1);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(moved_under_pin.load(), 0);
+  EXPECT_GT(store.CompactionMoves(), 0u);
+  size_t keep_moved = 0;
+  for (size_t i = 0; i < keep.size(); ++i) {
+    Status s = store.Get(keep[i].h, [&](const void* p, size_t n) {
+      EXPECT_TRUE(contents.Matches(keep[i].id, p, n, keep[i].len));
+      keep_moved += p != first_seen[i];
+      return Status::Ok();
+    });
+    ASSERT_TRUE(s.ok());
+  }
+  printf("reads %llu, compaction moves %llu, readers' entries moved %zu of %zu\n",
+         static_cast<unsigned long long>(reads.load()),
+         static_cast<unsigned long long>(store.CompactionMoves()), keep_moved, keep.size());
+  // Nothing is pinned now, and the last Free compacted: the bound holds.
+  EXPECT_LE(store.Usage().used_bytes, Bound(store));
+  EXPECT_EQ(store.CheckInvariants(), "");
+}
+
+TEST(RamStore, CompactionWaitsForPinnedReadersThenRuns) {
+  RamStore store(0, -1, Os::Default());
+  Contents contents;
+  // 100 KiB entries, a whole number per extent; keep the last entry of each extent and free the
+  // rest, so every extent is sparse and its last entry holds it mapped at full size.
+  const size_t len = 100u << 10;
+  const size_t per = store.extent_bytes() / len;
+  const size_t extents = 6;
+  std::vector<StoreHandle> hs;
+  for (uint64_t id = 0; id < per * extents; ++id) {
+    auto d = contents.Make(id + 1, len);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), len, len, &h).ok());
+    hs.push_back(h);
+  }
+  ASSERT_EQ(store.ExtentCount(), extents);
+  // One reader parked inside Get on each kept entry.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int parked = 0;
+  std::vector<const void*> where(extents);
+  std::vector<std::thread> readers;
+  for (size_t k = 0; k < extents; ++k) {
+    readers.emplace_back([&, k] {
+      size_t i = k * per + per - 1;
+      Status s = store.Get(hs[i], [&](const void* p, size_t n) {
+        where[k] = p;
+        std::unique_lock<std::mutex> l(mu);
+        parked++;
+        cv.notify_all();
+        cv.wait(l, [&] { return release; });
+        EXPECT_TRUE(contents.Matches(i + 1, p, n, len));
+        return Status::Ok();
+      });
+      EXPECT_TRUE(s.ok());
+    });
+  }
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return parked == static_cast<int>(extents); });
+  }
+  for (size_t i = 0; i < hs.size(); ++i)
+    if (i % per != per - 1) store.Free(hs[i]);
+  // Over the bound, but every candidate is pinned: nothing moved, nothing unmapped.
+  EXPECT_EQ(store.CompactionMoves(), 0u);
+  EXPECT_EQ(store.ExtentCount(), extents);
+  EXPECT_GT(store.Usage().used_bytes, Bound(store));
+  for (size_t k = 0; k < extents; ++k) {
+    ASSERT_TRUE(store
+                    .Get(hs[k * per + per - 1],
+                         [&](const void* p, size_t) {
+                           EXPECT_EQ(p, where[k]) << "a pinned entry moved";
+                           return Status::Ok();
+                         })
+                    .ok());
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (auto& t : readers) t.join();
+  // The last reader to leave ran the compaction it had held back.
+  EXPECT_GT(store.CompactionMoves(), 0u);
+  EXPECT_LE(store.Usage().used_bytes, Bound(store));
+  EXPECT_LE(store.ExtentCount(), 2u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  for (size_t k = 0; k < extents; ++k) {
+    size_t i = k * per + per - 1;
+    ASSERT_TRUE(store
+                    .Get(hs[i],
+                         [&](const void* p, size_t n) {
+                           EXPECT_TRUE(contents.Matches(i + 1, p, n, len));
+                           return Status::Ok();
+                         })
+                    .ok());
   }
 }
 
