@@ -44,13 +44,9 @@ def parse_args():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=300, help="steps in all (split evenly over the epochs)")
-    ap.add_argument("--warmup", type=int, default=10, help="first steps left out of the speed")
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--small", action="store_true", help="a quick smoke run (overrides the sizes)")
-    ap.add_argument("--out", help="write the result here (JSON)")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two --out files")
+    suite_util.add_run_args(ap, steps=300, warmup=10, lr=3e-4, seed=3,
+                            steps_help="steps in all (split evenly over the epochs)",
+                            warmup_help="first steps left out of the speed")
     args = ap.parse_args()
     if args.small:
         args.workers, args.batch, args.image, args.dim, args.depth, args.heads = 2, 16, 64, 128, 2, 2

@@ -37,17 +37,12 @@ def parse_args():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=10, help="timed steps after the warm-up")
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=1e-4)
+    suite_util.add_run_args(ap, steps=10, warmup=2, lr=1e-4, seed=5,
+                            out_help="rank 0 writes the result here (JSON)")
     ap.add_argument("--optim-impl", choices=("default", "foreach", "fused"), default="default",
                     help="torch.optim.AdamW on the CPU shards: default (what AdamW picks for CPU DTensors), "
                          "foreach=True or fused=True")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads per rank (0: CPUs / local ranks)")
-    ap.add_argument("--seed", type=int, default=5)
-    ap.add_argument("--small", action="store_true", help="a quick smoke run (overrides the sizes)")
-    ap.add_argument("--out", help="rank 0 writes the result here (JSON)")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two --out files")
     args = ap.parse_args()
     if args.small:
         args.layers, args.dim, args.intermediate, args.heads, args.vocab = 2, 512, 1408, 4, 4096

@@ -31,13 +31,7 @@ def parse_args():
     ap.add_argument("--classes", type=int, default=1024, help="output classes of the head")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=40, help="timed steps after the warm-up")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--small", action="store_true", help="a quick smoke run (overrides the sizes)")
-    ap.add_argument("--out", help="write the result here (JSON)")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two --out files")
+    suite_util.add_run_args(ap, steps=40, warmup=3, lr=1e-4, seed=7)
     args = ap.parse_args()
     if args.small:
         args.layers, args.dim, args.heads, args.classes = 2, 512, 4, 256

@@ -29,6 +29,18 @@ import time
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
+def add_run_args(ap, steps, warmup, lr, seed, steps_help="timed steps after the warm-up",
+                 warmup_help=None, out_help="write the result here (JSON)"):
+    """The arguments every suite program takes: the run's length and seed, --small, --out, --compare."""
+    ap.add_argument("--steps", type=int, default=steps, help=steps_help)
+    ap.add_argument("--warmup", type=int, default=warmup, help=warmup_help)
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--seed", type=int, default=seed)
+    ap.add_argument("--small", action="store_true", help="a quick smoke run (overrides the sizes)")
+    ap.add_argument("--out", help=out_help)
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two --out files")
+
+
 def set_deterministic(seed):
     """Seeds every generator, makes PyTorch use deterministic algorithms and turns TF32 off. Leaves
     torch.empty uninitialised (fill_uninitialized_memory off): the programs never read memory they did not

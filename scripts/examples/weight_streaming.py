@@ -36,16 +36,10 @@ def parse_args():
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--steps", type=int, default=20, help="timed steps after the warm-up")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--lr", type=float, default=1e-4)
+    suite_util.add_run_args(ap, steps=20, warmup=3, lr=1e-4, seed=11)
     ap.add_argument("--optim-impl", choices=("fused", "foreach", "for-loop"), default="fused",
                     help="torch.optim.AdamW implementation on the CPU (fused falls back to for-loop "
                          "where this PyTorch has no fused CPU AdamW)")
-    ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--small", action="store_true", help="a quick smoke run (overrides the sizes)")
-    ap.add_argument("--out", help="write the result here (JSON)")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two --out files")
     args = ap.parse_args()
     if args.small:
         args.layers, args.dim, args.intermediate, args.heads, args.vocab = 2, 512, 1408, 4, 4096

@@ -27,12 +27,7 @@ std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
   return testing::SampleBytes(SampleKind::kBf16Gaussian, n, seed);
 }
 
-Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
-  return s->Get(h, [&](const void* p, size_t n) {
-    out->assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
-    return Status::Ok();
-  });
-}
+using testing::ReadInto;
 
 std::string ReadSys(const std::string& path) {
   std::ifstream in(path);
