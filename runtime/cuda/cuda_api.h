@@ -64,6 +64,7 @@ namespace zrtier {
   X(cudaStreamIsCapturing, true)      \
   X(cudaDeviceSynchronize, true)      \
   X(cudaGetDevice, true)              \
+  X(cudaSetDevice, false)             \
   X(cudaGetLastError, false)
 
 struct CudaApi {

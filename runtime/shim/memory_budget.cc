@@ -132,6 +132,7 @@ void MemoryBudget::Loop() {
     if (stop_) break;
     kicked_ = false;
     l.unlock();
+    runs_->BindDevice();
     Tick();
     l.lock();
   }

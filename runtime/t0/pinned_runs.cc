@@ -78,7 +78,20 @@ void PinnedRuns::Release(PinnedRun* run, bool unhold) {
   if (unhold) (void)backend_->Unhold(run->base, run->len);
 }
 
+void PinnedRuns::BindDevice() {
+  const int dev = device_.load(std::memory_order_relaxed);
+  if (dev < 0 || dev == bound_device_ || !api_->cudaSetDevice) return;
+  if (api_->cudaSetDevice(dev) == cudaSuccess) bound_device_ = dev;
+}
+
 size_t PinnedRuns::AddRegion(const RegionInfo& r, const std::function<bool(size_t)>& room) {
+  if (device_.load(std::memory_order_relaxed) < 0) {
+    int dev = 0;
+    if (api_->cudaGetDevice(&dev) == cudaSuccess && dev >= 0) {
+      int unset = -1;
+      device_.compare_exchange_strong(unset, dev);
+    }
+  }
   RegionRuns rr;
   rr.info = r;
   char* base = static_cast<char*>(r.base);

@@ -94,6 +94,12 @@ class PinnedRuns {
   // allows each; returns the bytes pinned.
   size_t Repin(const std::function<bool(size_t)>& room);
 
+  // Makes the calling thread's current CUDA device the one the first region was added on (its
+  // caller's device then), so that unpinning and fencing from a thread of zrtier's own never
+  // creates a context on device 0 for a program that runs on another one. Only for zrtier's own
+  // threads: it changes the thread's current device. No-op before the first region.
+  void BindDevice();
+
   uint64_t pinned_bytes() const { return pinned_bytes_.load(std::memory_order_relaxed); }
   // Whether pinning failed once (the backend cannot hold, or the driver refused a registration):
   // nothing is pinned any more from then on.
@@ -124,6 +130,8 @@ class PinnedRuns {
   std::atomic<bool> broken_{false};
   std::atomic<bool> fencing_{true};
   std::atomic<bool> unfenced_{false};  // a copy was issued without a fence since the last sync
+  std::atomic<int> device_{-1};        // the device of the first AddRegion's caller
+  int bound_device_ = -1;              // the device BindDevice last set (its one thread only)
   std::atomic<uint64_t> tick_{0};      // the use clock of the runs (one tick per lease)
   std::mutex fence_mu_;                // guards fences_
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> fences_;  // the last fence per stream

@@ -88,12 +88,13 @@ struct Global {
   std::atomic<uint64_t> stream_waits_blocked{0};
   std::atomic<uint64_t> batch_calls{0};
   std::atomic<int> batch_error{0};  // fakecudaSetBatchError
-  int device = 0;
+  std::atomic<uint32_t> devices_touched{0};  // fakecudaDevicesTouched
 };
 
 Global* G();
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local bool t_in_host_fn = false;
+thread_local int t_device = 0;  // the calling thread's current device (cudaSetDevice)
 thread_local Stream* t_per_thread = nullptr;
 
 bool DepsDone(const Task& t) {
@@ -147,6 +148,7 @@ cudaError_t Fail(cudaError_t e) {
       fprintf(stderr, "fake cudart: %s called from a host function\n", __func__); \
       return Fail(cudaErrorNotPermitted);                                         \
     }                                                                             \
+    G()->devices_touched.fetch_or(1u << t_device);                                \
   } while (0)
 
 // REQUIRES: g->mu held.
@@ -347,6 +349,12 @@ FAKE_API uint64_t fakecudaStreamWaitsBlocked(void) {
 FAKE_API uint64_t fakecudaBatchCalls(void) {
   return G()->batch_calls.load();
 }
+FAKE_API uint32_t fakecudaDevicesTouched(void) {
+  return G()->devices_touched.load();
+}
+FAKE_API void fakecudaResetDevicesTouched(void) {
+  G()->devices_touched.store(0);
+}
 FAKE_API void fakecudaSetBatchError(cudaError_t err) {
   G()->batch_error.store(static_cast<int>(err));
 }
@@ -456,7 +464,7 @@ FAKE_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const
     attr->device = -2;
     return cudaSuccess;
   }
-  attr->device = G()->device;
+  attr->device = t_device;
   if (a->device) {
     attr->type = cudaMemoryTypeDevice;
     attr->devicePointer = const_cast<void*>(ptr);
@@ -759,26 +767,33 @@ FAKE_API cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 
 // ---- device and errors ----
+// FAKE_CUDA_DEVICES=N (1..8, default 1) makes the fake a machine of N devices.
+static int DeviceCount() {
+  const char* v = getenv("FAKE_CUDA_DEVICES");
+  const int n = v ? atoi(v) : 1;
+  return n >= 1 && n <= 8 ? n : 1;
+}
+// cudaGetDevice and cudaGetDeviceCount create no context: they do not count as touching a device.
 FAKE_API cudaError_t cudaGetDevice(int* d) {
-  ENTER();
   if (!d) return Fail(cudaErrorInvalidValue);
-  *d = G()->device;
+  *d = t_device;
   return cudaSuccess;
 }
 FAKE_API cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d >= DeviceCount()) return Fail(cudaErrorInvalidDevice);
+  t_device = d;
   ENTER();
-  return d == 0 ? cudaSuccess : Fail(cudaErrorInvalidDevice);
+  return cudaSuccess;
 }
 FAKE_API cudaError_t cudaGetDeviceCount(int* n) {
-  ENTER();
   if (!n) return Fail(cudaErrorInvalidValue);
-  *n = 1;
+  *n = DeviceCount();
   return cudaSuccess;
 }
 FAKE_API cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
   ENTER();
-  if (!id || len <= 0 || device != 0) return Fail(cudaErrorInvalidValue);
-  snprintf(id, len, "0000:00:00.0");
+  if (!id || len <= 0 || device < 0 || device >= DeviceCount()) return Fail(cudaErrorInvalidValue);
+  snprintf(id, len, "0000:%02x:00.0", device);
   return cudaSuccess;
 }
 FAKE_API cudaError_t cudaGetLastError(void) {

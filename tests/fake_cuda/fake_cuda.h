@@ -33,6 +33,11 @@ uint64_t fakecudaStreamWaits(void);
 uint64_t fakecudaStreamWaitsBlocked(void);
 // cudaMemcpyBatchAsync calls that queued their copies, since the process started.
 uint64_t fakecudaBatchCalls(void);
+// The devices (bit d for device d) on which some thread made a CUDA call that needs a context:
+// every call but cudaGetDevice and cudaGetDeviceCount, made with d the thread's current device
+// (cudaSetDevice; 0 until then). FAKE_CUDA_DEVICES=N makes the fake a machine of N devices.
+uint32_t fakecudaDevicesTouched(void);
+void fakecudaResetDevicesTouched(void);
 // Makes every later cudaMemcpyBatchAsync fail with `err` (cudaSuccess: works again), as a runtime
 // or driver without batch copies would.
 void fakecudaSetBatchError(cudaError_t err);

@@ -254,6 +254,38 @@ TEST_F(MemoryBudgetTest, ARegionPinnedWhileTheKeeperRepinsIsPinnedOnce) {
   }
 }
 
+// A program on device 1 of a two-device machine: the keeper unpins and pins again on device 1,
+// never creating a context on device 0 from its own thread.
+TEST_F(MemoryBudgetTest, TheKeeperWorksOnTheDeviceOfTheProgram) {
+  setenv("FAKE_CUDA_DEVICES", "2", 1);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/0);
+  fakecudaResetDevicesTouched();
+  const size_t n = 4 * PinnedRuns::kRunBytes;
+  char* p = Region(n);
+  std::vector<char> data = testing::RandomBytes(n, 8);
+  memcpy(p, data.data(), n);
+  ExpectOnDevice(p, data);
+  // Only the keeper thread ticks from here on: the unpinning and the pinning again are its own.
+  auto keeper_gets = [&](auto cond) {
+    for (int i = 0; i < 500 && !cond(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return cond();
+  };
+  const uint64_t unpinned = StatGet(Stat::runs_unpinned);
+  meminfo_.SetAvailable(kGiB - 200 * kMiB);
+  EXPECT_TRUE(keeper_gets([&] { return StatGet(Stat::runs_unpinned) > unpinned; }));
+  meminfo_.SetAvailable(8 * kGiB);
+  EXPECT_TRUE(keeper_gets([&] { return shim_->runs()->pinned_bytes() == n; }));
+  ExpectOnDevice(p, data);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  shim_.reset();
+  EXPECT_EQ(fakecudaDevicesTouched(), 1u << 1) << "a CUDA call ran on device 0";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  unsetenv("FAKE_CUDA_DEVICES");
+}
+
 TEST(MemoryBudgetParse, MemAvailable) {
   uint64_t v = 0;
   EXPECT_TRUE(MemoryBudget::ParseMemAvailable("MemTotal: 10 kB\nMemAvailable:    2048 kB\n", &v));
