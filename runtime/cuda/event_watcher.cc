@@ -21,13 +21,20 @@ EventWatcher::~EventWatcher() {
 }
 
 void EventWatcher::Watch(cudaEvent_t event, Callback fn) {
+  int device = -1;
+  if (api_->cudaGetDevice(&device) != cudaSuccess) device = -1;
   bool was_empty;
   {
     std::lock_guard<std::mutex> l(mu_);
     was_empty = incoming_.empty();
-    incoming_.push_back(Item{event, std::move(fn)});
+    incoming_.push_back(Item{event, std::move(fn), device});
   }
   if (was_empty) wake_.notify_one();
+}
+
+void EventWatcher::UseDevice(int device) {
+  if (device < 0 || device == current_device_ || !api_->cudaSetDevice) return;
+  if (api_->cudaSetDevice(device) == cudaSuccess) current_device_ = device;
 }
 
 void EventWatcher::Loop() {
@@ -43,13 +50,17 @@ void EventWatcher::Loop() {
       if (stop_) {
         // Shutting down: wait for the rest in order (nothing new can be queued behind them).
         l.unlock();
-        for (Item& it : watched) it.fn(it.event, api_->cudaEventSynchronize(it.event));
+        for (Item& it : watched) {
+          UseDevice(it.device);
+          it.fn(it.event, api_->cudaEventSynchronize(it.event));
+        }
         watched.clear();
         continue;
       }
     }
     bool any = false;
     for (size_t i = 0; i < watched.size();) {
+      UseDevice(watched[i].device);
       cudaError_t e = api_->cudaEventQuery(watched[i].event);
       if (e == cudaErrorNotReady) {
         ++i;

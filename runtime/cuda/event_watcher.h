@@ -6,7 +6,9 @@
 //
 // The thread polls the watched events with cudaEventQuery (any of them may complete first: events
 // of different streams are never waited for in order, so one stalled stream cannot hold up the
-// others) and yields between rounds; it sleeps while nothing is watched.
+// others) and yields between rounds; it sleeps while nothing is watched. It queries each event
+// with the current device of the thread that handed it over, so that a program on device N never
+// gets a context on device 0 from this thread.
 //
 // Thread safety: Watch may be called from any thread. Callbacks run on the watcher thread, one at a
 // time, and must not call Watch's owner back into CUDA synchronization; they may call any non-
@@ -44,14 +46,18 @@ class EventWatcher {
   struct Item {
     cudaEvent_t event;
     Callback fn;
+    int device;  // the current device of Watch's caller (-1: unknown)
   };
   void Loop();
+  // Makes `device` this thread's current device (if known and not already).
+  void UseDevice(int device);
 
   const CudaApi* api_;
   std::mutex mu_;  // guards incoming_ and stop_
   std::condition_variable wake_;
   std::vector<Item> incoming_;
   bool stop_ = false;
+  int current_device_ = -1;  // the watcher thread's current device (its own thread only)
   std::thread thread_;
 };
 

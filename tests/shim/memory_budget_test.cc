@@ -254,8 +254,8 @@ TEST_F(MemoryBudgetTest, ARegionPinnedWhileTheKeeperRepinsIsPinnedOnce) {
   }
 }
 
-// A program on device 1 of a two-device machine: the keeper unpins and pins again on device 1,
-// never creating a context on device 0 from its own thread.
+// A program on device 1 of a two-device machine: the keeper unpins and pins again, and the event
+// watcher waits for copies, on device 1, never creating a context on device 0 from their threads.
 TEST_F(MemoryBudgetTest, TheKeeperWorksOnTheDeviceOfTheProgram) {
   setenv("FAKE_CUDA_DEVICES", "2", 1);
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
@@ -276,6 +276,17 @@ TEST_F(MemoryBudgetTest, TheKeeperWorksOnTheDeviceOfTheProgram) {
   const uint64_t unpinned = StatGet(Stat::runs_unpinned);
   meminfo_.SetAvailable(kGiB - 200 * kMiB);
   EXPECT_TRUE(keeper_gets([&] { return StatGet(Stat::runs_unpinned) > unpinned; }));
+  EXPECT_LT(shim_->runs()->pinned_bytes(), n);
+  // A device-to-host copy into the unpinned runs lands through T0 slots: the event watcher's
+  // thread waits for its pieces.
+  const uint64_t via_slots = StatGet(Stat::d2h_dma_ops);
+  data = testing::RandomBytes(n, 9);
+  char* d = testing::DeviceBuffer(n);
+  ASSERT_EQ(cudaMemcpy(d, data.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(p, d, n, cudaMemcpyDeviceToHost, nullptr, true), cudaSuccess);
+  EXPECT_EQ(memcmp(p, data.data(), n), 0);
+  EXPECT_GT(StatGet(Stat::d2h_dma_ops), via_slots);
+  cudaFree(d);
   meminfo_.SetAvailable(8 * kGiB);
   EXPECT_TRUE(keeper_gets([&] { return shim_->runs()->pinned_bytes() == n; }));
   ExpectOnDevice(p, data);
