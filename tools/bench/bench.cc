@@ -57,6 +57,23 @@ void Report::Print(bool json) const {
   for (const auto& row : rows_) print_row(row);
 }
 
+CLI::Option* AddChunkOption(CLI::App* cmd, std::string* chunk) {
+  return cmd->add_option("--chunk", *chunk, "chunk size (default: ZRTIER_CHUNK's default)");
+}
+
+CLI::Option* AddSampleKindOption(CLI::App* cmd, std::string* data) {
+  return cmd->add_option("--data", *data, "sample kind (default bf16)");
+}
+
+int BenchFailure(const char* bench, const Status& s, int code) {
+  fprintf(stderr, "zrtier bench %s: %s\n", bench, s.ToString().c_str());
+  return code;
+}
+
+void ExitOnFailure(int status) {
+  if (status != 0) exit(status);
+}
+
 std::string Fixed(double v, int digits) {
   char buf[64];
   snprintf(buf, sizeof(buf), "%.*f", digits, v);

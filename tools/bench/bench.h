@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "zrtier/status.h"
+
 namespace zrtier::tools {
 
 using BenchAdder = void (*)(CLI::App* bench);
@@ -24,6 +26,20 @@ struct BenchRegistration {
 
 #define ZRTIER_BENCH(name, adder) \
   static ::zrtier::tools::BenchRegistration zrtier_bench_registration_##name(#name, adder)
+
+// Options that mean the same in every bench that has them; each adds one option to `cmd` (--help
+// lists options in the order they are added) and returns it.
+// `--chunk SIZE` into *chunk, which holds the default (ZRTIER_CHUNK's default).
+CLI::Option* AddChunkOption(CLI::App* cmd, std::string* chunk);
+// `--data KIND`: one sample kind (tools/bench/sample_data.h) into *data, which holds "bf16".
+CLI::Option* AddSampleKindOption(CLI::App* cmd, std::string* data);
+
+// Prints "zrtier bench <bench>: <s>" to stderr and returns `code`, the bench's exit status (1: the
+// run failed).
+int BenchFailure(const char* bench, const Status& s, int code = 1);
+// Ends the process with `status` when it is not 0; returns when it is 0, and `zrtier` exits 0.
+// For a bench's callback: ExitOnFailure(Run(*args)).
+void ExitOnFailure(int status);
 
 // A result table: printed aligned for people, or as one JSON object per row with --json.
 class Report {

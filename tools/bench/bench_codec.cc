@@ -156,8 +156,7 @@ class Output {
 };
 
 int Fail(const Status& s) {
-  fprintf(stderr, "zrtier bench codec: %s\n", s.ToString().c_str());
-  return 1;
+  return BenchFailure("codec", s);
 }
 
 // Cuts [begin, end) into chunks of `chunk` bytes (the last one shorter).
@@ -248,6 +247,18 @@ int RunFile(const CodecBenchArgs& a, size_t chunk) {
   return 0;
 }
 
+// Runs the bench on FILE, or on sample data when there is none; returns the exit status (2 for a
+// bad --chunk).
+int Run(const CodecBenchArgs& a) {
+  uint64_t chunk = 0;
+  Status s = ParseSize(a.chunk, &chunk);
+  if (!s.ok() || chunk == 0 || chunk > (1u << 30)) {
+    fprintf(stderr, "zrtier bench codec: bad --chunk '%s'\n", a.chunk.c_str());
+    return 2;
+  }
+  return a.file.empty() ? RunSamples(a, chunk) : RunFile(a, chunk);
+}
+
 void AddCodecBench(CLI::App* bench) {
   auto args = std::make_shared<CodecBenchArgs>();
   CLI::App* cmd = bench->add_subcommand(
@@ -257,7 +268,7 @@ void AddCodecBench(CLI::App* bench) {
       "encodes to nothing (all zero).");
   cmd->add_option("file", args->file, "safetensors file (or raw bytes with --dtype)");
   cmd->add_flag("--json", args->json, "one JSON object per (data, codec) per line");
-  cmd->add_option("--chunk", args->chunk, "chunk size (default: ZRTIER_CHUNK's default)");
+  AddChunkOption(cmd, &args->chunk);
   cmd->add_option("--seconds", args->seconds, "timing budget per (data, codec) (default 0.5)");
   cmd->add_option("--bytes", args->bytes, "sample data per kind (default 8M)");
   cmd->add_option("--max-bytes", args->max_bytes,
@@ -266,16 +277,7 @@ void AddCodecBench(CLI::App* bench) {
   cmd->add_option("--data", args->data, "sample kinds to run (default all)")->delimiter(',');
   cmd->add_option("--level", args->level, "zstd level of the zrtier codec (default 1)");
   cmd->add_flag("--verify", args->verify, "zrtier codec with CRC32C checksums");
-  cmd->callback([args] {
-    uint64_t chunk = 0;
-    Status s = ParseSize(args->chunk, &chunk);
-    if (!s.ok() || chunk == 0 || chunk > (1u << 30)) {
-      fprintf(stderr, "zrtier bench codec: bad --chunk '%s'\n", args->chunk.c_str());
-      exit(2);
-    }
-    int rc = args->file.empty() ? RunSamples(*args, chunk) : RunFile(*args, chunk);
-    if (rc) exit(rc);
-  });
+  cmd->callback([args] { ExitOnFailure(Run(*args)); });
 }
 
 }  // namespace

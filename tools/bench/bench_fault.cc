@@ -41,8 +41,7 @@ double Pct(std::vector<double> v, double q) {
 }
 
 int Fail(const Status& s) {
-  fprintf(stderr, "zrtier bench fault: %s\n", s.ToString().c_str());
-  return 1;
+  return BenchFailure("fault", s);
 }
 
 int Run(const FaultBenchArgs& a) {
@@ -166,16 +165,13 @@ void AddFaultBench(CLI::App* bench) {
       "CPU touch of a compressed chunk: p50/p99 latency (µs), restore GB/s of the handler thread; "
       "baselines: decode alone, fault on a never-written chunk");
   cmd->add_flag("--json", args->json, "one JSON object (p50_us, p99_us, restore_gbps, ...)");
-  cmd->add_option("--chunk", args->chunk, "chunk size (default: ZRTIER_CHUNK's default)");
+  AddChunkOption(cmd, &args->chunk);
   cmd->add_option("--bytes", args->bytes, "region size (default 256M)");
   cmd->add_option("--samples", args->samples, "latency samples (default 4000)");
-  cmd->add_option("--data", args->data, "sample kind (default bf16)");
+  AddSampleKindOption(cmd, &args->data);
   cmd->add_option("--threads", args->threads,
                   "threads touching stored chunks at once for restore_gbps_<N>t (default 4)");
-  cmd->callback([args] {
-    int rc = Run(*args);
-    if (rc) exit(rc);
-  });
+  cmd->callback([args] { ExitOnFailure(Run(*args)); });
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -162,15 +163,15 @@ int RunHost(const HostBenchArgs& a) {
 }
 
 void AddHost(CLI::App* bench) {
-  auto* args = new HostBenchArgs();
+  auto args = std::make_shared<HostBenchArgs>();
   CLI::App* c = bench->add_subcommand("host",
                                       "memcpy, streaming-copy and chunk-decode GB/s with 1..N "
                                       "threads: the host ceilings of the copy paths");
   c->add_flag("--json", args->json, "one JSON object per row");
   c->add_option("--bytes", args->bytes, "data per pass (default 1G)");
-  c->add_option("--chunk", args->chunk, "chunk size (default: ZRTIER_CHUNK's default)");
+  AddChunkOption(c, &args->chunk);
   c->add_option("--threads", args->threads, "thread counts to run (default 1, 2, 4, ... cores)");
-  c->callback([args] { std::exit(RunHost(*args)); });
+  c->callback([args] { ExitOnFailure(RunHost(*args)); });
 }
 
 ZRTIER_BENCH(host, AddHost);

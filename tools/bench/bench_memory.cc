@@ -37,8 +37,7 @@ uint64_t RssBytes() {
 }
 
 int Fail(const Status& s) {
-  fprintf(stderr, "zrtier bench memory: %s\n", s.ToString().c_str());
-  return 1;
+  return BenchFailure("memory", s);
 }
 
 int Run(const MemoryBenchArgs& a) {
@@ -110,11 +109,8 @@ void AddMemoryBench(CLI::App* bench) {
   cmd->add_flag("--json", args->json, "one JSON object");
   cmd->add_option("--gib", args->gib, "GiB written (default 8)");
   cmd->add_option("--resident", args->resident, "resident limit (default 1G)");
-  cmd->add_option("--data", args->data, "sample kind (default bf16)");
-  cmd->callback([args] {
-    int rc = Run(*args);
-    if (rc) exit(rc);
-  });
+  AddSampleKindOption(cmd, &args->data);
+  cmd->callback([args] { ExitOnFailure(Run(*args)); });
 }
 
 }  // namespace

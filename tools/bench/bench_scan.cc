@@ -42,10 +42,8 @@ struct ScanArgs {
   int touches = 20000;  // rand4k
 };
 
-// Exit status 1 for a failure, 2 for bad input (as every bench).
 int Fail(const Status& s, int code = 1) {
-  fprintf(stderr, "zrtier bench scan: %s\n", s.ToString().c_str());
-  return code;
+  return BenchFailure("scan", s, code);
 }
 
 std::vector<std::string> Split(const std::string& s) {
@@ -197,12 +195,9 @@ void AddScanBench(CLI::App* bench) {
   cmd->add_option("--resident", args->resident, "resident limit: bytes or N% of --bytes (5%)");
   cmd->add_option("--threads", args->threads, "thread counts, e.g. 1,2,all (default)");
   cmd->add_option("--modes", args->modes, "modes (default seq,rmw,strided,rand,rand4k)");
-  cmd->add_option("--data", args->data, "sample kind (default bf16)");
+  AddSampleKindOption(cmd, &args->data);
   cmd->add_option("--touches", args->touches, "rand4k: page touches per scan (default 20000)");
-  cmd->callback([args] {
-    int rc = Run(*args);
-    if (rc) exit(rc);
-  });
+  cmd->callback([args] { ExitOnFailure(Run(*args)); });
 }
 
 }  // namespace

@@ -67,6 +67,22 @@ double ProcessCpuSeconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+// The result of a read loop that began at `start_us` (NowUs()) with the process at `cpu0`
+// (ProcessCpuSeconds()) and ends now: MB/s of the `bytes` it delivered, its CPU use, and p50/p99
+// of its per-read latencies *lat (µs; sorted here; p50/p99 stay 0 when there are none).
+ReadResult Summarize(double start_us, double cpu0, uint64_t bytes, std::vector<double>* lat) {
+  const double secs = (NowUs() - start_us) / 1e6;
+  std::sort(lat->begin(), lat->end());
+  ReadResult r;
+  r.cpu_cores = (ProcessCpuSeconds() - cpu0) / secs;
+  r.mbps = bytes / 1e6 / secs;
+  if (!lat->empty()) {
+    r.p50 = (*lat)[lat->size() / 2];
+    r.p99 = (*lat)[std::min(lat->size() - 1, lat->size() * 99 / 100)];
+  }
+  return r;
+}
+
 // The disk's own speed right now, for scale: every spill file in `dir` read front to back with
 // 1 MiB O_DIRECT preads, one at a time (what `dd bs=1M iflag=direct` does), up to its allocated
 // size (a fresh store fills its segments from offset 0). Latencies are per 1 MiB read.
@@ -102,18 +118,12 @@ ReadResult DiskRead(const std::string& dir, bool* ok) {
     }
     close(fd);
   }
-  double secs = (NowUs() - start) / 1e6;
+  ReadResult r = Summarize(start, cpu0, bytes, &lat);
   free(buf);
-  ReadResult r;
-  r.cpu_cores = (ProcessCpuSeconds() - cpu0) / secs;
   if (lat.empty()) {
     fprintf(stderr, "bench tiers: disk baseline: nothing to read in %s\n", dir.c_str());
     return r;
   }
-  std::sort(lat.begin(), lat.end());
-  r.mbps = bytes / 1e6 / secs;
-  r.p50 = lat[lat.size() / 2];
-  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
   r.reqs = static_cast<int64_t>(lat.size());
   r.avg_kib = kReq / 1024.0;
   return r;
@@ -148,14 +158,7 @@ ReadResult ReadBack(ChunkStore* store, const std::vector<StoreHandle>& hs, int a
       return {};
     }
   }
-  double secs = (NowUs() - start) / 1e6;
-  std::sort(lat.begin(), lat.end());
-  ReadResult r;
-  r.cpu_cores = (ProcessCpuSeconds() - cpu0) / secs;
-  r.mbps = bytes / 1e6 / secs;
-  r.p50 = lat[lat.size() / 2];
-  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
-  return r;
+  return Summarize(start, cpu0, bytes, &lat);
 }
 
 // Reads every handle (shuffled) with GetBatch, 32 entries per submission; the latency of each
@@ -191,14 +194,7 @@ ReadResult BatchReadBack(ExtentStore* store, const std::vector<StoreHandle>& hs,
       lat.push_back(dt);
     }
   }
-  double secs = (NowUs() - start) / 1e6;
-  std::sort(lat.begin(), lat.end());
-  ReadResult r;
-  r.cpu_cores = (ProcessCpuSeconds() - cpu0) / secs;
-  r.mbps = bytes / 1e6 / secs;
-  r.p50 = lat[lat.size() / 2];
-  r.p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
-  return r;
+  return Summarize(start, cpu0, bytes, &lat);
 }
 
 // Puts every encoded chunk into `store`; returns the handles.
@@ -434,7 +430,7 @@ void Add(CLI::App* bench) {
   cmd->add_option("--ahead", args->ahead, "entries prefetched ahead of each Get")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "one JSON object per row");
-  cmd->callback([args] { std::exit(Run(*args)); });
+  cmd->callback([args] { ExitOnFailure(Run(*args)); });
 }
 
 }  // namespace

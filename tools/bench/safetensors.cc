@@ -5,14 +5,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <iterator>
 
 namespace zrtier::tools {
 namespace {
 
 constexpr int kMaxDepth = 64;
 constexpr uint64_t kMaxHeader = 100ull << 20;  // the safetensors format's own limit
+
+// JSON's one-character escapes: `\written` in a string stands for `meant`.
+struct Escape {
+  char written, meant;
+};
+constexpr Escape kEscapes[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},  {'b', '\b'},
+                               {'f', '\f'}, {'n', '\n'},  {'r', '\r'}, {'t', '\t'}};
 
 struct Json {
   enum Type { kNull, kBool, kNumber, kString, kArray, kObject } type = kNull;
@@ -130,40 +139,17 @@ class Parser {
       }
       if (p_ == end_) break;
       char esc = *p_++;
-      switch (esc) {
-        case '"':
-          out->push_back('"');
-          break;
-        case '\\':
-          out->push_back('\\');
-          break;
-        case '/':
-          out->push_back('/');
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u':
-          for (int i = 0; i < 4; ++i, ++p_)
-            if (p_ == end_ || !isxdigit(static_cast<unsigned char>(*p_)))
-              return Error("bad \\u escape");
-          out->push_back('?');
-          break;
-        default:
-          return Error("bad escape");
+      if (esc == 'u') {
+        for (int i = 0; i < 4; ++i, ++p_)
+          if (p_ == end_ || !isxdigit(static_cast<unsigned char>(*p_)))
+            return Error("bad \\u escape");
+        out->push_back('?');
+        continue;
       }
+      const auto* e = std::find_if(std::begin(kEscapes), std::end(kEscapes),
+                                   [esc](const Escape& x) { return x.written == esc; });
+      if (e == std::end(kEscapes)) return Error("bad escape");
+      out->push_back(e->meant);
     }
     if (p_ == end_) return Error("unterminated string");
     ++p_;  // '"'

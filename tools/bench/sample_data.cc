@@ -2,35 +2,40 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 
 namespace zrtier {
 
+namespace {
+
+// Every kind with its name, in the order of the enum.
+struct NamedKind {
+  SampleKind kind;
+  const char* name;
+};
+constexpr NamedKind kKinds[] = {
+    {SampleKind::kRandom, "random"},     {SampleKind::kZero, "zero"},
+    {SampleKind::kBf16Gaussian, "bf16"}, {SampleKind::kFp16Gaussian, "fp16"},
+    {SampleKind::kFp32Gaussian, "fp32"}, {SampleKind::kBf16Relu, "relu_bf16"},
+    {SampleKind::kText, "text"}};
+static_assert(std::size(kKinds) == static_cast<size_t>(SampleKind::kText) + 1,
+              "every SampleKind has a name here");
+
+}  // namespace
+
 const std::vector<SampleKind>& AllSampleKinds() {
-  static const std::vector<SampleKind> kinds = {
-      SampleKind::kRandom,       SampleKind::kZero,         SampleKind::kBf16Gaussian,
-      SampleKind::kFp16Gaussian, SampleKind::kFp32Gaussian, SampleKind::kBf16Relu,
-      SampleKind::kText};
+  static const std::vector<SampleKind> kinds = [] {
+    std::vector<SampleKind> v;
+    for (const NamedKind& k : kKinds) v.push_back(k.kind);
+    return v;
+  }();
   return kinds;
 }
 
 const char* SampleKindName(SampleKind kind) {
-  switch (kind) {
-    case SampleKind::kRandom:
-      return "random";
-    case SampleKind::kZero:
-      return "zero";
-    case SampleKind::kBf16Gaussian:
-      return "bf16";
-    case SampleKind::kFp16Gaussian:
-      return "fp16";
-    case SampleKind::kFp32Gaussian:
-      return "fp32";
-    case SampleKind::kBf16Relu:
-      return "relu_bf16";
-    case SampleKind::kText:
-      return "text";
-  }
+  for (const NamedKind& k : kKinds)
+    if (k.kind == kind) return k.name;
   return "?";
 }
 
