@@ -12,28 +12,24 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/engine/engine.h"
+#include "tests/testutil/engine.h"
 #include "tests/testutil/external_holder.h"
 #include "tests/testutil/faulty_os.h"
+#include "tests/testutil/sample_bytes.h"
 #include "tests/testutil/skip.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {
 
-Options TestOptions() {
-  Options o;
-  EXPECT_TRUE(o.Set(Opt::kArena, "64G").ok());
-  EXPECT_TRUE(o.Set(Opt::kStoreLimit, "0").ok());
-  EXPECT_TRUE(o.Set(Opt::kWorkers, "2").ok());
-  EXPECT_TRUE(o.Set(Opt::kResidentLimit, "0").ok());
-  return o;
-}
+using testing::SampleBytes;
+using testing::TestEngineOptions;
 
 // A store whose Put/Get can be made to fail; otherwise the real store stack.
 class FlakyStore : public ChunkStore {
  public:
   FlakyStore() {
-    Status st = CreateStore(TestOptions(), Os::Default(), &inner_);
+    Status st = CreateStore(TestEngineOptions(), Os::Default(), &inner_);
     EXPECT_TRUE(st.ok()) << st.ToString();
   }
   const char* name() const override { return "flaky"; }
@@ -55,22 +51,32 @@ class FlakyStore : public ChunkStore {
   std::unique_ptr<ChunkStore> inner_;
 };
 
-std::vector<char> Sample(SampleKind kind, uint64_t seed, size_t len) {
-  std::vector<char> v(len);
-  FillSample(kind, seed, v.data(), len);
-  return v;
+// A region of `chunks` chunks in an engine over a FlakyStore, which *flaky points at (the engine
+// owns it); `p` is null, and a test failure added, if either cannot be made.
+testing::TestRegion MakeFlakyRegion(size_t chunks, FlakyStore** flaky) {
+  auto store = std::make_unique<FlakyStore>();
+  *flaky = store.get();
+  return testing::MakeTestRegion(
+      chunks, testing::MakeTestEngine(TestEngineOptions(), Os::Default(), std::move(store)));
+}
+
+// Success if creating an engine over `os` fails with `code`, names `words` in its message and
+// leaves no engine.
+::testing::AssertionResult CreateFails(Os* os, int code, const char* words) {
+  std::unique_ptr<Engine> e;
+  Status st = Engine::Create(TestEngineOptions(), os, nullptr, &e);
+  if (st.code() == code && st.message().find(words) != std::string::npos && !e)
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << "Create: " << st.ToString() << (e ? ", an engine made" : "") << "; want error " << code
+         << " naming \"" << words << "\"";
 }
 
 TEST(EngineFaultInjectionTest, UserfaultfdUnavailableNamesTheFix) {
   for (int err : {EPERM, ENOSYS}) {
     FaultyOs os;
     os.Fail(OsCall::kUserfaultfd, err);
-    std::unique_ptr<Engine> e;
-    Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
-    EXPECT_EQ(st.code(), err);
-    EXPECT_NE(st.message().find("vm.unprivileged_userfaultfd=1"), std::string::npos)
-        << st.message();
-    EXPECT_EQ(e, nullptr);
+    EXPECT_TRUE(CreateFails(&os, err, "vm.unprivileged_userfaultfd=1"));
   }
 }
 
@@ -78,20 +84,14 @@ TEST(EngineFaultInjectionTest, MissingWriteProtectNamesTheKernel) {
   ZRTIER_SKIP_UNLESS_UFFD();
   FaultyOs os;
   os.Fail(OsCall::kIoctl, EINVAL);  // UFFDIO_API refuses the features asked for
-  std::unique_ptr<Engine> e;
-  Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
-  EXPECT_EQ(st.code(), ENOTSUP);
-  EXPECT_NE(st.message().find("5.7"), std::string::npos) << st.message();
+  EXPECT_TRUE(CreateFails(&os, ENOTSUP, "5.7"));
 }
 
 TEST(EngineFaultInjectionTest, ArenaMmapFailureNamesTheOption) {
   ZRTIER_SKIP_UNLESS_UFFD();
   FaultyOs os;
   os.Fail(OsCall::kMmap, ENOMEM);
-  std::unique_ptr<Engine> e;
-  Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
-  EXPECT_EQ(st.code(), ENOMEM);
-  EXPECT_NE(st.message().find("ZRTIER_ARENA"), std::string::npos) << st.message();
+  EXPECT_TRUE(CreateFails(&os, ENOMEM, "ZRTIER_ARENA"));
   EXPECT_GE(os.Count(OsCall::kClose), 1);  // the userfaultfd was closed again
 }
 
@@ -100,30 +100,21 @@ TEST(EngineFaultInjectionTest, RegisterAndEventfdFailuresAreReported) {
   {
     FaultyOs os;
     os.Fail(OsCall::kIoctl, EPERM, /*after=*/1);  // UFFDIO_API ok, UFFDIO_REGISTER fails
-    std::unique_ptr<Engine> e;
-    Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
-    EXPECT_EQ(st.code(), EPERM);
-    EXPECT_NE(st.message().find("UFFDIO_REGISTER"), std::string::npos) << st.message();
+    EXPECT_TRUE(CreateFails(&os, EPERM, "UFFDIO_REGISTER"));
   }
   {
     FaultyOs os;
     os.Fail(OsCall::kEventfd, EMFILE);
-    std::unique_ptr<Engine> e;
-    Status st = Engine::Create(TestOptions(), &os, nullptr, &e);
-    EXPECT_EQ(st.code(), EMFILE);
-    EXPECT_NE(st.message().find("eventfd"), std::string::npos) << st.message();
+    EXPECT_TRUE(CreateFails(&os, EMFILE, "eventfd"));
   }
 }
 
 TEST(EngineFaultInjectionTest, FullStoreKeepsChunksResidentAndReadable) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto store = std::make_unique<FlakyStore>();
-  FlakyStore* flaky = store.get();
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::Create(TestOptions(), Os::Default(), std::move(store), &e).ok());
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(16 * e->chunk_size(), &r).ok());
-  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 11, r.size);
+  FlakyStore* flaky;
+  auto [e, cs, r, p] = MakeFlakyRegion(16, &flaky);
+  ASSERT_TRUE(p);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 11);
   memcpy(r.base, data.data(), r.size / 2);
   flaky->put_err.store(ENOSPC);
   uint64_t full0 = StatGet(Stat::store_full);
@@ -132,7 +123,7 @@ TEST(EngineFaultInjectionTest, FullStoreKeepsChunksResidentAndReadable) {
   EXPECT_GT(StatGet(Stat::store_full), full0);
   EXPECT_GT(e->Usage().resident_bytes, 0u);
   // A small budget with a full store must not hang writers: chunks stay resident.
-  e->SetResidentLimit(2 * e->chunk_size());
+  e->SetResidentLimit(2 * cs);
   memcpy(static_cast<char*>(r.base) + r.size / 2, data.data() + r.size / 2, r.size / 2);
   EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
   std::vector<char> out(r.size);
@@ -147,13 +138,10 @@ TEST(EngineFaultInjectionTest, FullStoreKeepsChunksResidentAndReadable) {
 
 TEST(EngineFaultInjectionTest, StoreIoErrorOnEvictionLosesNothing) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto store = std::make_unique<FlakyStore>();
-  FlakyStore* flaky = store.get();
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::Create(TestOptions(), Os::Default(), std::move(store), &e).ok());
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(4 * e->chunk_size(), &r).ok());
-  std::vector<char> data = Sample(SampleKind::kText, 12, r.size);
+  FlakyStore* flaky;
+  auto [e, cs, r, p] = MakeFlakyRegion(4, &flaky);
+  ASSERT_TRUE(p);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kText, r.size, 12);
   memcpy(r.base, data.data(), r.size);
   flaky->put_err.store(EIO);
   uint64_t io0 = StatGet(Stat::io_errors);
@@ -182,17 +170,13 @@ TEST(EngineFaultInjectionTest, StoreIoErrorOnEvictionLosesNothing) {
 // a store that refuses the entry makes it install past the limit. Every byte reads back.
 TEST(EngineFaultInjectionTest, AttachWithoutRoomStoresTheBytesOrInstallsThem) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto store = std::make_unique<FlakyStore>();
-  FlakyStore* flaky = store.get();
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::Create(TestOptions(), Os::Default(), std::move(store), &e).ok());
-  const size_t cs = e->chunk_size(), n = 4;
+  const size_t n = 4;
+  FlakyStore* flaky;
+  auto [e, cs, r, p] = MakeFlakyRegion(n, &flaky);
+  ASSERT_TRUE(p);
   testing::ExternalHolder holder(cs);
   e->SetExternalCopies(&holder);
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
-  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 14, n * cs);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kBf16Gaussian, n * cs, 14);
   memset(data.data() + 2 * cs, 0, cs);  // chunk 2: all zero
   std::vector<uint64_t> gens(n);
   ASSERT_TRUE(e->Adopt(p, n, gens.data(), [&] {
@@ -251,16 +235,15 @@ TEST(EngineFaultInjectionTest, AttachWithoutRoomStoresTheBytesOrInstallsThem) {
 
 TEST(EngineFaultInjectionTest, TinyStoreLimitFillsUpWithoutLoss) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  Options o = TestOptions();
+  Options o = TestEngineOptions();
   ASSERT_TRUE(o.Set(Opt::kStoreLimit, "1M").ok());
-  std::unique_ptr<Engine> e;
-  Status st = Engine::Create(o, Os::Default(), nullptr, &e);
-  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto e = testing::MakeTestEngine(o);
+  ASSERT_TRUE(e);
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(4 << 20, &r).ok());
-  std::vector<char> data = Sample(SampleKind::kRandom, 13, r.size);  // incompressible
+  std::vector<char> data = SampleBytes<char>(SampleKind::kRandom, r.size, 13);  // incompressible
   memcpy(r.base, data.data(), r.size);
-  st = e->EvictTo(0);
+  Status st = e->EvictTo(0);
   EXPECT_EQ(st.code(), ENOSPC) << st.ToString();
   EngineUsage u = e->Usage();
   EXPECT_GT(u.resident_bytes, 0u);
@@ -275,11 +258,9 @@ TEST(EngineFaultInjectionTest, TinyStoreLimitFillsUpWithoutLoss) {
 TEST(EngineFaultInjectionTest, MadviseFailureDuringEvictionKeepsTheChunk) {
   ZRTIER_SKIP_UNLESS_UFFD();
   FaultyOs os;
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::Create(TestOptions(), &os, nullptr, &e).ok());
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(2 * e->chunk_size(), &r).ok());
-  std::vector<char> data = Sample(SampleKind::kFp16Gaussian, 14, r.size);
+  auto [e, cs, r, p] = testing::MakeTestRegion(2, TestEngineOptions(), &os);
+  ASSERT_TRUE(p);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kFp16Gaussian, r.size, 14);
   memcpy(r.base, data.data(), r.size);
   os.Fail(OsCall::kMadvise, EIO);
   EXPECT_EQ(e->EvictTo(0).code(), EIO);
@@ -292,8 +273,8 @@ TEST(EngineFaultInjectionTest, MadviseFailureDuringEvictionKeepsTheChunk) {
 TEST(EngineFaultInjectionTest, DeadFaultHandlerIsReported) {
   ZRTIER_SKIP_UNLESS_UFFD();
   FaultyOs os;
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::Create(TestOptions(), &os, nullptr, &e).ok());
+  auto e = testing::MakeTestEngine(TestEngineOptions(), &os);
+  ASSERT_TRUE(e);
   ::testing::internal::CaptureStderr();
   os.Fail(OsCall::kPoll, EBADF);
   std::this_thread::sleep_for(std::chrono::milliseconds(800));

@@ -16,6 +16,7 @@
 #include "tests/testutil/engine.h"
 #include "tests/testutil/external_holder.h"
 #include "tests/testutil/faulty_os.h"
+#include "tests/testutil/sample_bytes.h"
 #include "tests/testutil/skip.h"
 #include "tools/bench/sample_data.h"
 
@@ -23,13 +24,9 @@ namespace zrtier {
 namespace {
 
 using testing::MakeTestEngine;
+using testing::MakeTestRegion;
+using testing::SampleBytes;
 using testing::TestEngineOptions;
-
-std::vector<char> Sample(SampleKind kind, uint64_t seed, size_t len) {
-  std::vector<char> v(len);
-  FillSample(kind, seed, v.data(), len);
-  return v;
-}
 
 TEST(EngineTest, FreshRegionReadsZeroAndCostsNothing) {
   ZRTIER_SKIP_UNLESS_UFFD();
@@ -63,7 +60,7 @@ TEST_P(EngineKindTest, WriteEvictReadBackExactly) {
   for (size_t size : sizes) {
     RegionInfo r;
     ASSERT_TRUE(e->Allocate(size, &r).ok());
-    std::vector<char> data = Sample(GetParam(), size, size);
+    std::vector<char> data = SampleBytes<char>(GetParam(), size, size);
     memcpy(r.base, data.data(), size);  // CPU stores through the pager
     uint64_t ev0 = StatGet(Stat::evictions);
     ASSERT_TRUE(e->EvictTo(0).ok());
@@ -92,22 +89,20 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, EngineKindTest, ::testing::ValuesIn(AllSample
 
 TEST(EngineTest, ZeroChunksStayFreeAfterEviction) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(8 * e->chunk_size(), &r).ok());
-  char* p = static_cast<char*>(r.base);
-  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 7, e->chunk_size());
-  memcpy(p + 3 * e->chunk_size(), data.data(), data.size());
-  for (int i = 0; i < 8; ++i) p[i * e->chunk_size()] |= 0;  // touch every chunk (zeros installed)
-  p[5 * e->chunk_size() + 9] = 0;                           // a write of zero: dirty but all-zero
+  auto [e, cs, r, p] = MakeTestRegion(8);
+  ASSERT_TRUE(p);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kBf16Gaussian, cs, 7);
+  memcpy(p + 3 * cs, data.data(), data.size());
+  for (int i = 0; i < 8; ++i) p[i * cs] |= 0;  // touch every chunk (zeros installed)
+  p[5 * cs + 9] = 0;                           // a write of zero: dirty but all-zero
   uint64_t z0 = StatGet(Stat::evictions_zero);
   ASSERT_TRUE(e->EvictTo(0).ok());
   EXPECT_EQ(e->Usage().store.entries, 1u);
-  EXPECT_EQ(e->Usage().stored_raw_bytes, e->chunk_size());
-  EXPECT_EQ(e->Usage().empty_bytes, 7 * e->chunk_size());
+  EXPECT_EQ(e->Usage().stored_raw_bytes, cs);
+  EXPECT_EQ(e->Usage().empty_bytes, 7 * cs);
   EXPECT_GE(StatGet(Stat::evictions_zero), z0 + 1);
-  EXPECT_EQ(0, memcmp(p + 3 * e->chunk_size(), data.data(), data.size()));
-  EXPECT_TRUE(Codec::IsZero(p, 3 * e->chunk_size()));
+  EXPECT_EQ(0, memcmp(p + 3 * cs, data.data(), data.size()));
+  EXPECT_TRUE(Codec::IsZero(p, 3 * cs));
 }
 
 TEST(EngineTest, CleanChunkEvictedAgainCostsNoCompression) {
@@ -115,7 +110,7 @@ TEST(EngineTest, CleanChunkEvictedAgainCostsNoCompression) {
   auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(4 * e->chunk_size(), &r).ok());
-  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 1, r.size);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 1);
   memcpy(r.base, data.data(), r.size);
   ASSERT_TRUE(e->EvictTo(0).ok());
   uint64_t f0 = StatGet(Stat::faults_missing);
@@ -144,16 +139,14 @@ TEST(EngineTest, CleanChunkEvictedAgainCostsNoCompression) {
 
 TEST(EngineTest, WritePublishesAndMergesPartialChunks) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  const size_t cs = e->chunk_size();
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(5 * cs, &r).ok());
+  auto [e, cs, r, p] = MakeTestRegion(5);
+  ASSERT_TRUE(p);
   std::vector<char> model(r.size, 0);
-  std::vector<char> a = Sample(SampleKind::kFp32Gaussian, 3, r.size);
+  std::vector<char> a = SampleBytes<char>(SampleKind::kFp32Gaussian, r.size, 3);
   memcpy(r.base, a.data(), 2 * cs);  // chunks 0, 1 by the CPU
   memcpy(model.data(), a.data(), 2 * cs);
   ASSERT_TRUE(e->EvictRange(r.base, cs).ok());  // chunk 0 stored, chunk 1 resident dirty
-  std::vector<char> b = Sample(SampleKind::kText, 4, 3 * cs);
+  std::vector<char> b = SampleBytes<char>(SampleKind::kText, 3 * cs, 4);
   size_t off = cs / 2;
   uint64_t g0 = e->Generation(static_cast<char*>(r.base));
   ASSERT_TRUE(e->Write(static_cast<char*>(r.base) + off, b.data(), 3 * cs).ok());
@@ -185,11 +178,8 @@ TEST(EngineTest, WritePublishesAndMergesPartialChunks) {
 // next store faults and bumps the generation.
 TEST(EngineTest, GenerationsVouchOnlyForProtectedChunks) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  const size_t cs = e->chunk_size();
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(4 * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
+  auto [e, cs, r, p] = MakeTestRegion(4);
+  ASSERT_TRUE(p);
   EXPECT_EQ(e->Generation(p), 0u);  // never written: zeros, protected
   p[10] = 1;                        // CPU store: dirty, writable
   EXPECT_EQ(e->Generation(p), kNoGeneration);
@@ -238,14 +228,10 @@ TEST(EngineTest, GenerationsVouchOnlyForProtectedChunks) {
 TEST(EngineTest, PrepareReadAndWriteReprotectWholeRunsInOneIoctl) {
   ZRTIER_SKIP_UNLESS_UFFD();
   FaultyOs os;
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::Create(TestEngineOptions(), &os, nullptr, &e).ok());
-  const size_t cs = e->chunk_size(), n = 8;
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
-  std::vector<char> want(n * cs);
-  FillSample(SampleKind::kRandom, 42, want.data(), want.size());
+  const size_t n = 8;
+  auto [e, cs, r, p] = MakeTestRegion(n, TestEngineOptions(), &os);
+  ASSERT_TRUE(p);
+  std::vector<char> want = SampleBytes<char>(SampleKind::kRandom, n * cs, 42);
   memcpy(p, want.data(), want.size());  // CPU stores: every chunk dirty
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(e->Generation(p + i * cs), kNoGeneration);
 
@@ -287,8 +273,7 @@ TEST(EngineTest, PrepareReadAndWriteReprotectWholeRunsInOneIoctl) {
   p[4 * cs] ^= 1;  // writable: no fault
   want[4 * cs] ^= 1;
   EXPECT_EQ(StatGet(Stat::faults_wp), wp_faults);
-  std::vector<char> d(n * cs);
-  FillSample(SampleKind::kRandom, 43, d.data(), d.size());
+  std::vector<char> d = SampleBytes<char>(SampleKind::kRandom, n * cs, 43);
   ioctls = os.Count(OsCall::kIoctl);
   ASSERT_TRUE(e->Write(p + cs, d.data() + cs, (n - 2) * cs).ok());
   EXPECT_EQ(os.Count(OsCall::kIoctl), ioctls);
@@ -313,19 +298,16 @@ TEST(EngineTest, PrepareReadAndWriteReprotectWholeRunsInOneIoctl) {
 TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
   ZRTIER_SKIP_UNLESS_UFFD();
   FaultyOs os;
-  std::unique_ptr<Engine> e;
-  ASSERT_TRUE(Engine::Create(TestEngineOptions(), &os, nullptr, &e).ok());
-  const size_t cs = e->chunk_size(), n = 6;
+  const size_t n = 6;
+  auto [e, cs, r, p] = MakeTestRegion(n, TestEngineOptions(), &os);
+  ASSERT_TRUE(p);
   testing::ExternalHolder holder(cs);
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
   std::vector<uint64_t> gens(n);
   EXPECT_EQ(e->Adopt(p, 1, gens.data(), [] {}).code(), ENOTSUP) << "no holder yet";
   e->SetExternalCopies(&holder);
 
   // Chunk 0 dirty, 1 clean, 2 stored, 3 never written; 4 and 5 stay as they are.
-  std::vector<char> old = Sample(SampleKind::kBf16Gaussian, 50, n * cs);
+  std::vector<char> old = SampleBytes<char>(SampleKind::kBf16Gaussian, n * cs, 50);
   memcpy(p, old.data(), 3 * cs);
   memcpy(p + 4 * cs, old.data() + 4 * cs, 2 * cs);
   e->PrepareRead(p + cs, cs);
@@ -333,7 +315,7 @@ TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
   std::vector<uint64_t> before(n);
   e->Generations(p, n, before.data());
   const EngineUsage u0 = e->Usage();
-  std::vector<char> x = Sample(SampleKind::kFp32Gaussian, 51, 4 * cs);
+  std::vector<char> x = SampleBytes<char>(SampleKind::kFp32Gaussian, 4 * cs, 51);
   bool registered = false;
   ASSERT_TRUE(e->Adopt(p, 4, gens.data(), [&] {
                  registered = true;
@@ -372,7 +354,7 @@ TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
   EXPECT_EQ(holder.released(), 2u);  // the holder may forget those two copies
 
   // A partial Write into chunk 1 merges with the held copy.
-  std::vector<char> y = Sample(SampleKind::kRandom, 52, cs / 2);
+  std::vector<char> y = SampleBytes<char>(SampleKind::kRandom, cs / 2, 52);
   ASSERT_TRUE(e->Write(p + cs + cs / 4, y.data(), cs / 2).ok());
   memcpy(want.data() + cs + cs / 4, y.data(), cs / 2);
   EXPECT_EQ(e->Usage().external_bytes, cs);
@@ -413,11 +395,8 @@ TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
 // every read still returns the newest bytes.
 TEST(EngineTest, ARewrittenStagingChunkStaysWritableAndUncached) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  const size_t cs = e->chunk_size();
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(2 * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
+  auto [e, cs, r, p] = MakeTestRegion(2);
+  ASSERT_TRUE(p);
   std::vector<char> copy(cs);
   bool zero = false;
   uint64_t g = 0;
@@ -450,7 +429,7 @@ TEST(EngineTest, ResidentBudgetIsKeptInTheBackground) {
   auto e = MakeTestEngine(TestEngineOptions("1M"));
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(32 << 20, &r).ok());
-  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 9, r.size);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 9);
   memcpy(r.base, data.data(), r.size);
   EngineUsage u = e->Usage();
   // Backpressure: at most the limit plus the slack (4 chunks or limit/64) plus one chunk.
@@ -465,7 +444,7 @@ TEST(EngineTest, FreeReleasesEverythingAndRangesAreReused) {
   auto e = MakeTestEngine(TestEngineOptions());
   RegionInfo r;
   ASSERT_TRUE(e->Allocate(1 << 20, &r).ok());
-  std::vector<char> data = Sample(SampleKind::kRandom, 5, r.size);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kRandom, r.size, 5);
   memcpy(r.base, data.data(), r.size);
   ASSERT_TRUE(e->EvictRange(r.base, r.size / 2).ok());
   EXPECT_EQ(e->Usage().store.entries, r.size / 2 / e->chunk_size());
@@ -591,7 +570,7 @@ TEST(EngineTest, StatsGaugesAndRegionRowsFollowTheRegion) {
   ASSERT_TRUE(e->Allocate(8 * e->chunk_size(), &r).ok());
   EXPECT_EQ(StatGet(Stat::regions), regions0 + 1);
   EXPECT_EQ(StatGet(Stat::region_bytes), bytes0 + r.size);
-  std::vector<char> data = Sample(SampleKind::kBf16Gaussian, 21, r.size);
+  std::vector<char> data = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 21);
   memcpy(r.base, data.data(), r.size);
   EXPECT_EQ(StatGet(Stat::resident_bytes), res0 + r.size);
   ASSERT_TRUE(e->EvictRange(r.base, r.size / 2).ok());

@@ -21,8 +21,7 @@ namespace {
 // value, through CPU loads and through Read.
 TEST(EvictionRaceTest, CpuStoresRacingEvictionAreNeverLost) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  const uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const uint64_t seed = testing::PrintedTestSeed();
   auto e = testing::MakeTestEngine();
   const size_t cs = e->chunk_size();
   RegionInfo r;
@@ -69,8 +68,7 @@ TEST(EvictionRaceTest, CpuStoresRacingEvictionAreNeverLost) {
 // a third publishes with Write into a chunk of its own; checked after every round.
 TEST(EvictionRaceTest, ManyWritersManyEvictors) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  const uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const uint64_t seed = testing::PrintedTestSeed();
   auto e = testing::MakeTestEngine();
   const size_t cs = e->chunk_size();
   const int kWriters = 4;

@@ -36,8 +36,7 @@ struct Stamped {
 // must equal the chunk, read through Read and through CPU loads.
 TEST(GenerationRaceTest, AStampedCopyIsCurrentWhileItsGenerationIs) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  const uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const uint64_t seed = testing::PrintedTestSeed();
   // 64 KiB chunks, not the 256 KiB default: the race is the same, and four times as many
   // operations fit in a round (under ThreadSanitizer a 256 KiB round let too few adoptions and
   // attaches through).

@@ -15,19 +15,19 @@
 #include "runtime/engine/engine.h"
 #include "tests/testutil/engine.h"
 #include "tests/testutil/external_holder.h"
+#include "tests/testutil/sample_bytes.h"
 #include "tests/testutil/skip.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {
 
-using testing::MakeTestEngine;
+using testing::MakeTestRegion;
 using testing::TestEngineOptions;
 
+// `len` bytes of bf16 weights from `seed`.
 std::vector<char> Sample(uint64_t seed, size_t len) {
-  std::vector<char> v(len);
-  FillSample(SampleKind::kBf16Gaussian, seed, v.data(), len);
-  return v;
+  return testing::SampleBytes<char>(SampleKind::kBf16Gaussian, len, seed);
 }
 
 // The engine's view of [p, p+len): its bytes through Read (no faults).
@@ -39,11 +39,8 @@ std::vector<char> ReadAll(Engine* e, const char* p, size_t len) {
 
 TEST(HeldTest, AFreshRegionHeldIsResidentWritableAndNeverEvicted) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  const size_t cs = e->chunk_size();
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(8 * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
+  auto [e, cs, r, p] = MakeTestRegion(8);
+  ASSERT_TRUE(p);
   ASSERT_TRUE(e->Hold(p, r.size).ok());
   EXPECT_EQ(e->Usage().held_bytes, r.size);
   EXPECT_EQ(e->Usage().resident_bytes, r.size);
@@ -74,11 +71,8 @@ TEST(HeldTest, AFreshRegionHeldIsResidentWritableAndNeverEvicted) {
 
 TEST(HeldTest, HoldRestoresStoredAndCleanChunksAndDropsTheirOlderCopies) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  const size_t cs = e->chunk_size();
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(6 * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
+  auto [e, cs, r, p] = MakeTestRegion(6);
+  ASSERT_TRUE(p);
   std::vector<char> data = Sample(2, r.size);
   memcpy(p, data.data(), r.size);
   ASSERT_TRUE(e->EvictRange(p, r.size).ok());  // all stored
@@ -106,13 +100,10 @@ TEST(HeldTest, HoldRestoresStoredAndCleanChunksAndDropsTheirOlderCopies) {
 
 TEST(HeldTest, AdoptedChunksAreHeldFromTheirHolderAndHeldOnesAreNotAdopted) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  const size_t cs = e->chunk_size();
+  auto [e, cs, r, p] = MakeTestRegion(4);
+  ASSERT_TRUE(p);
   testing::ExternalHolder holder(cs);
   e->SetExternalCopies(&holder);
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(4 * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
   std::vector<char> data = Sample(4, 2 * cs);
   std::vector<uint64_t> gens(2);
   ASSERT_TRUE(e->Adopt(p, 2, gens.data(), [&] {
@@ -144,11 +135,8 @@ TEST(HeldTest, AdoptedChunksAreHeldFromTheirHolderAndHeldOnesAreNotAdopted) {
 
 TEST(HeldTest, BadRangesAreRefused) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  const size_t cs = e->chunk_size();
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(2 * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
+  auto [e, cs, r, p] = MakeTestRegion(2);
+  ASSERT_TRUE(p);
   EXPECT_EQ(e->Hold(p + 1, cs).code(), EINVAL) << "not a chunk start";
   EXPECT_EQ(e->Hold(p, cs + 1).code(), EINVAL) << "past the region";
   EXPECT_EQ(e->Hold(p, cs / 2).code(), EINVAL) << "not whole chunks";
@@ -161,12 +149,9 @@ TEST(HeldTest, BadRangesAreRefused) {
 // read is the written one.
 TEST(HeldTest, HoldRacesFaultsReadsAndEvictions) {
   ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions("1M"));
-  const size_t cs = e->chunk_size();
   const size_t n = 32;
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(n * cs, &r).ok());
-  char* p = static_cast<char*>(r.base);
+  auto [e, cs, r, p] = MakeTestRegion(n, TestEngineOptions("1M"));
+  ASSERT_TRUE(p);
   std::vector<char> data = Sample(6, r.size);
   memcpy(p, data.data(), r.size);
   std::atomic<bool> stop{false};

@@ -58,12 +58,18 @@ bool Touch(const Scanned& s, const std::vector<size_t>& order) {
   return true;
 }
 
+// Chunks 0, 1, ..., n - 1: the order of a sequential scan.
+std::vector<size_t> Sequential(size_t n) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
 TEST(PagerTest, ASequentialScanIsRestoredAhead) {
   ZRTIER_SKIP_UNLESS_UFFD();
   Scanned s = Make(512, "8M", "2M");
   ASSERT_TRUE(s.e);
-  std::vector<size_t> order(s.n);
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<size_t> order = Sequential(s.n);
   const uint64_t f0 = StatGet(Stat::faults_missing), ra0 = StatGet(Stat::readahead_chunks);
   EXPECT_TRUE(Touch(s, order));
   const uint64_t faults = StatGet(Stat::faults_missing) - f0;
@@ -89,18 +95,15 @@ TEST(PagerTest, RandomTouchesAndReadaheadOffScheduleNothing) {
   ZRTIER_SKIP_UNLESS_UFFD();
   Scanned s = Make(512, "8M", "2M");
   ASSERT_TRUE(s.e);
-  std::vector<size_t> order(s.n);
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<size_t> order = Sequential(s.n);
   std::shuffle(order.begin(), order.end(), std::mt19937_64(3));
   const uint64_t ra0 = StatGet(Stat::readahead_chunks);
   EXPECT_TRUE(Touch(s, order));
   EXPECT_LT(StatGet(Stat::readahead_chunks) - ra0, s.n / 16) << "a random order looked like a scan";
   Scanned off = Make(256, "8M", "0");
   ASSERT_TRUE(off.e);
-  std::vector<size_t> seq(off.n);
-  std::iota(seq.begin(), seq.end(), 0);
   const uint64_t ra1 = StatGet(Stat::readahead_chunks);
-  EXPECT_TRUE(Touch(off, seq));
+  EXPECT_TRUE(Touch(off, Sequential(off.n)));
   EXPECT_EQ(StatGet(Stat::readahead_chunks), ra1);
 }
 

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <random>
 #include <set>
 #include <vector>
@@ -19,60 +18,31 @@
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
 #include "tests/testutil/store_bytes.h"
+#include "tests/testutil/temp_dir.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::EntryBytes;
+using testing::GetReqs;
+using testing::PutAll;
+using testing::ReadsBack;
 
-std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
-  return testing::SampleBytes(SampleKind::kRandom, n, seed);
-}
-
-class ExtentCoalescingTest : public ::testing::Test {
+class ExtentCoalescingTest : public testing::SpillDirTest {
  protected:
-  void SetUp() override {
-    std::string why = testing::IoUringUnavailableReason();
-    if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why;
-    char tmpl[] = "/var/tmp/zrtier-coalesce-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
-  // Puts `data` in one PutBatch; returns the handles (asserting success).
-  std::vector<StoreHandle> PutAll(ExtentStore* store,
-                                  const std::vector<std::vector<unsigned char>>& data) {
-    std::vector<ExtentStore::PutReq> puts(data.size());
-    for (size_t i = 0; i < data.size(); ++i) {
-      puts[i].data = data[i].data();
-      puts[i].len = data[i].size();
-      puts[i].raw_len = 65536;
-    }
-    store->PutBatch(puts.data(), puts.size());
-    std::vector<StoreHandle> hs;
-    for (auto& p : puts) {
-      EXPECT_TRUE(p.status.ok()) << p.status.ToString();
-      hs.push_back(p.out);
-    }
-    return hs;
-  }
-  std::string dir_;
+  ExtentCoalescingTest() : SpillDirTest("coalesce-test") {}
 };
 
 TEST_F(ExtentCoalescingTest, EntriesWrittenTogetherAreReadInFewerRequests) {
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
-  uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  auto store = MakeFileStore();
+  ASSERT_TRUE(store);
+  std::mt19937_64 rng(testing::PrintedTestSeed());
   const size_t n = 64;
   std::vector<std::vector<unsigned char>> data;
   uint64_t slots = 0;
   for (size_t i = 0; i < n; ++i) {
-    data.push_back(Bytes(20000 + rng() % 40000, rng()));
+    data.push_back(EntryBytes(20000 + rng() % 40000, rng()));
     slots += (data.back().size() + 4095) / 4096 * 4096;
   }
   ExtentStore::IoCounts c0 = store->io_counts();
@@ -84,18 +54,8 @@ TEST_F(ExtentCoalescingTest, EntriesWrittenTogetherAreReadInFewerRequests) {
   std::vector<size_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = i;
   std::shuffle(order.begin(), order.end(), rng);
-  std::vector<std::vector<unsigned char>> got(n);
-  std::vector<ExtentStore::GetReq> gets(n);
-  for (size_t k = 0; k < n; ++k) {
-    gets[k].h = hs[order[k]];
-    gets[k].out = &got[k];
-  }
-  store->GetBatch(gets.data(), n);
+  ASSERT_TRUE(testing::BatchReadsBack(store.get(), hs, data, order));
   ExtentStore::IoCounts c2 = store->io_counts();
-  for (size_t k = 0; k < n; ++k) {
-    ASSERT_TRUE(gets[k].status.ok()) << gets[k].status.ToString();
-    ASSERT_EQ(got[k], data[order[k]]) << "entry " << order[k];
-  }
   uint64_t reqs = c2.read_requests - c1.read_requests;
   EXPECT_EQ(c2.read_entries - c1.read_entries, n);
   EXPECT_LT(reqs, n / 4) << "adjacent slots are read in one request";
@@ -105,14 +65,12 @@ TEST_F(ExtentCoalescingTest, EntriesWrittenTogetherAreReadInFewerRequests) {
 }
 
 TEST_F(ExtentCoalescingTest, HolesAndOutOfOrderBatchesReadExactly) {
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
-  uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  auto store = MakeFileStore();
+  ASSERT_TRUE(store);
+  std::mt19937_64 rng(testing::PrintedTestSeed());
   const size_t n = 80;
   std::vector<std::vector<unsigned char>> data;
-  for (size_t i = 0; i < n; ++i) data.push_back(Bytes(3000 + rng() % 50000, rng()));
+  for (size_t i = 0; i < n; ++i) data.push_back(EntryBytes(3000 + rng() % 50000, rng()));
   std::vector<StoreHandle> hs = PutAll(store.get(), data);
   // Holes: every third entry, and a run of five (a gap larger than a read may span).
   std::vector<bool> freed(n, false);
@@ -122,7 +80,7 @@ TEST_F(ExtentCoalescingTest, HolesAndOutOfOrderBatchesReadExactly) {
     if (freed[i]) store->Free(hs[i]);
   // Some holes are reused by new entries with other bytes (their slots lie between the old ones).
   for (size_t i = 1; i < 30; i += 6) {
-    data[i] = Bytes(1000 + rng() % 3000, rng());
+    data[i] = EntryBytes(1000 + rng() % 3000, rng());
     ASSERT_TRUE(store->Put(data[i].data(), data[i].size(), 65536, &hs[i]).ok());
     freed[i] = false;
   }
@@ -133,14 +91,11 @@ TEST_F(ExtentCoalescingTest, HolesAndOutOfOrderBatchesReadExactly) {
   // Leave some live entries out of the batch (gaps of live data that a read may span) and add a
   // handle that does not exist.
   order.resize(order.size() * 3 / 4);
-  std::vector<std::vector<unsigned char>> got(order.size() + 1);
-  std::vector<ExtentStore::GetReq> gets(order.size() + 1);
-  for (size_t k = 0; k < order.size(); ++k) {
-    gets[k].h = hs[order[k]];
-    gets[k].out = &got[k];
-  }
-  gets.back().h = 1u << 30;
-  gets.back().out = &got.back();
+  std::vector<StoreHandle> batch;
+  for (size_t i : order) batch.push_back(hs[i]);
+  batch.push_back(1u << 30);
+  std::vector<std::vector<unsigned char>> got;
+  std::vector<ExtentStore::GetReq> gets = GetReqs(batch, &got);
   ExtentStore::IoCounts c0 = store->io_counts();
   store->GetBatch(gets.data(), gets.size());
   ExtentStore::IoCounts c1 = store->io_counts();
@@ -153,29 +108,21 @@ TEST_F(ExtentCoalescingTest, HolesAndOutOfOrderBatchesReadExactly) {
   EXPECT_LT(c1.read_requests - c0.read_requests, order.size()) << "runs across small holes";
   // And one at a time, every live entry is still exact.
   for (size_t i = 0; i < n; ++i) {
-    if (freed[i]) continue;
-    std::vector<unsigned char> one;
-    ASSERT_TRUE(store
-                    ->Get(hs[i],
-                          [&](const void* p, size_t len) {
-                            one.assign(static_cast<const unsigned char*>(p),
-                                       static_cast<const unsigned char*>(p) + len);
-                            return Status::Ok();
-                          })
-                    .ok());
-    ASSERT_EQ(one, data[i]) << i;
+    if (!freed[i]) {
+      ASSERT_TRUE(ReadsBack(store.get(), hs[i], data[i])) << i;
+    }
   }
 }
 
 TEST_F(ExtentCoalescingTest, FailedCoalescedReadFailsOnlyItsEntries) {
   CqeFaultOs os;
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  auto store = MakeFileStore(&os);
+  ASSERT_TRUE(store);
   std::vector<std::vector<unsigned char>> a, b;
-  for (int i = 0; i < 5; ++i) a.push_back(Bytes(30000 + i * 1000, 100 + i));
-  for (int i = 0; i < 4; ++i) b.push_back(Bytes(25000 + i * 1000, 200 + i));
+  for (int i = 0; i < 5; ++i) a.push_back(EntryBytes(30000 + i * 1000, 100 + i));
+  for (int i = 0; i < 4; ++i) b.push_back(EntryBytes(25000 + i * 1000, 200 + i));
   std::vector<StoreHandle> ha = PutAll(store.get(), a);
-  auto sep = Bytes(200000, 300);  // between the groups: more than a read spans
+  auto sep = EntryBytes(200000, 300);  // between the groups: more than a read spans
   StoreHandle hsep;
   ASSERT_TRUE(store->Put(sep.data(), sep.size(), 65536, &hsep).ok());
   std::vector<StoreHandle> hb = PutAll(store.get(), b);
@@ -194,12 +141,8 @@ TEST_F(ExtentCoalescingTest, FailedCoalescedReadFailsOnlyItsEntries) {
       group.push_back(1);
     }
   }
-  std::vector<std::vector<unsigned char>> got(hs.size());
-  std::vector<ExtentStore::GetReq> gets(hs.size());
-  for (size_t k = 0; k < hs.size(); ++k) {
-    gets[k].h = hs[k];
-    gets[k].out = &got[k];
-  }
+  std::vector<std::vector<unsigned char>> got;
+  std::vector<ExtentStore::GetReq> gets = GetReqs(hs, &got);
   uint64_t errors0 = StatGet(Stat::io_errors);
   ExtentStore::IoCounts c0 = store->io_counts();
   os.fail_cqes = 1;
@@ -223,11 +166,8 @@ TEST_F(ExtentCoalescingTest, FailedCoalescedReadFailsOnlyItsEntries) {
     EXPECT_EQ(gets[k].status.ok(), group[k] != bad) << "entry " << k << " of group " << group[k];
 
   // Nothing was lost: the same batch reads every byte now.
-  std::vector<std::vector<unsigned char>> again(hs.size());
-  for (size_t k = 0; k < hs.size(); ++k) {
-    gets[k].out = &again[k];
-    gets[k].status = Status();
-  }
+  std::vector<std::vector<unsigned char>> again;
+  gets = GetReqs(hs, &again);
   store->GetBatch(gets.data(), gets.size());
   for (size_t k = 0; k < hs.size(); ++k) {
     ASSERT_TRUE(gets[k].status.ok()) << gets[k].status.ToString();
@@ -238,39 +178,23 @@ TEST_F(ExtentCoalescingTest, FailedCoalescedReadFailsOnlyItsEntries) {
 
 TEST_F(ExtentCoalescingTest, FailedCoalescedWriteStoresNothingOfItsEntries) {
   CqeFaultOs os;
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  auto store = MakeFileStore(&os);
+  ASSERT_TRUE(store);
   std::vector<std::vector<unsigned char>> data;
-  for (int i = 0; i < 6; ++i) data.push_back(Bytes(20000 + i * 500, 400 + i));
-  std::vector<ExtentStore::PutReq> puts(data.size());
-  for (size_t i = 0; i < data.size(); ++i) {
-    puts[i].data = data[i].data();
-    puts[i].len = data[i].size();
-    puts[i].raw_len = 65536;
-  }
+  for (int i = 0; i < 6; ++i) data.push_back(EntryBytes(20000 + i * 500, 400 + i));
+  std::vector<ExtentStore::PutReq> puts = testing::PutReqs(data);
   os.fail_cqes = 1;
   store->PutBatch(puts.data(), puts.size());
   for (auto& p : puts) EXPECT_EQ(p.status.code(), EIO) << "one request carried all six";
   EXPECT_EQ(store->Usage().entries, 0u);
   EXPECT_EQ(store->Usage().used_bytes, 0u);
   std::vector<StoreHandle> hs = PutAll(store.get(), data);  // the space is free again
-  for (size_t i = 0; i < hs.size(); ++i) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(store
-                    ->Get(hs[i],
-                          [&](const void* p, size_t len) {
-                            got.assign(static_cast<const unsigned char*>(p),
-                                       static_cast<const unsigned char*>(p) + len);
-                            return Status::Ok();
-                          })
-                    .ok());
-    ASSERT_EQ(got, data[i]);
-  }
+  for (size_t i = 0; i < hs.size(); ++i) ASSERT_TRUE(ReadsBack(store.get(), hs[i], data[i]));
 }
 
 TEST_F(ExtentCoalescingTest, MoverBatchIsPrefetchedInFewRequests) {
-  std::unique_ptr<FileStore> file;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &file).ok());
+  auto file = MakeFileStore();
+  ASSERT_TRUE(file);
   const ExtentStore* lower = file.get();  // owned by the stack below
   std::vector<std::unique_ptr<ExtentStore>> tiers;
   tiers.push_back(std::move(file));
@@ -279,7 +203,7 @@ TEST_F(ExtentCoalescingTest, MoverBatchIsPrefetchedInFewRequests) {
   std::vector<std::vector<unsigned char>> data;
   std::vector<StoreHandle> hs;
   for (int i = 0; i < 60; ++i) {
-    data.push_back(Bytes(40000, 500 + i));
+    data.push_back(EntryBytes(40000, 500 + i));
     StoreHandle h;
     ASSERT_TRUE(stack.Put(data.back().data(), data.back().size(), 65536, &h).ok());
     hs.push_back(h);
@@ -295,18 +219,7 @@ TEST_F(ExtentCoalescingTest, MoverBatchIsPrefetchedInFewRequests) {
   // The reads land before the Gets: on a loaded machine a Get can otherwise overtake a queued
   // prefetch and read its entry alone (correct, but not what this test counts).
   stack.WaitIdle();
-  for (size_t i : down) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(stack
-                    .Get(hs[i],
-                         [&](const void* p, size_t len) {
-                           got.assign(static_cast<const unsigned char*>(p),
-                                      static_cast<const unsigned char*>(p) + len);
-                           return Status::Ok();
-                         })
-                    .ok());
-    ASSERT_EQ(got, data[i]) << i;
-  }
+  for (size_t i : down) ASSERT_TRUE(ReadsBack(&stack, hs[i], data[i])) << i;
   ExtentStore::IoCounts c1 = lower->io_counts();
   EXPECT_EQ(c1.read_entries - c0.read_entries, down.size());
   // Entries moved down together are read together: without coalescing every entry is a request

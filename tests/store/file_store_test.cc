@@ -20,6 +20,7 @@
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
 #include "tests/testutil/store_bytes.h"
+#include "tests/testutil/temp_dir.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
@@ -27,29 +28,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using testing::ReadInto;
+using testing::ReadsBack;
+
 std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
   return testing::SampleBytes(SampleKind::kBf16Gaussian, n, seed);
 }
 
-Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
-  return s->Get(h, [&](const void* p, size_t n) {
-    out->assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
-    return Status::Ok();
-  });
-}
-
-class FileStoreTest : public ::testing::Test {
+class FileStoreTest : public testing::SpillDirTest {
  protected:
-  void SetUp() override {
-    std::string why = testing::IoUringUnavailableReason();
-    if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why;
-    char tmpl[] = "/var/tmp/zrtier-file-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
+  FileStoreTest() : SpillDirTest("file-test") {}
   size_t FilesIn(const std::string& d) {
     size_t n = 0;
     if (fs::exists(d))
@@ -66,7 +54,6 @@ class FileStoreTest : public ::testing::Test {
     }
     return out;
   }
-  std::string dir_;
 };
 
 TEST_F(FileStoreTest, RoundTripsExactBytesAndRemovesFiles) {
@@ -75,18 +62,10 @@ TEST_F(FileStoreTest, RoundTripsExactBytesAndRemovesFiles) {
     std::unique_ptr<FileStore> store;
     ASSERT_TRUE(FileStore::Create(dir, 0, Os::Default(), &store).ok());
     EXPECT_STREQ(store->name(), "file");
-    std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
-    for (size_t n : {1, 100, 4095, 4096, 4097, 45000, 65536, 300000, 1000000}) {
-      auto d = Bytes(n, n);
-      StoreHandle h;
-      ASSERT_TRUE(store->Put(d.data(), n, 2 * n, &h).ok());
-      items.emplace_back(h, std::move(d));
-    }
-    for (auto& [h, d] : items) {
-      std::vector<unsigned char> got;
-      ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-      EXPECT_EQ(got, d);
-    }
+    testing::Entries items;
+    for (size_t n : {1, 100, 4095, 4096, 4097, 45000, 65536, 300000, 1000000})
+      ASSERT_TRUE(testing::PutEntry(store.get(), Bytes(n, n), 2 * n, &items));
+    for (auto& [h, d] : items) EXPECT_TRUE(ReadsBack(store.get(), h, d));
     StoreUsage u = store->Usage();
     EXPECT_EQ(u.entries, items.size());
     EXPECT_GE(u.used_bytes, u.payload_bytes);
@@ -140,8 +119,8 @@ TEST_F(FileStoreTest, GaugesAndCountersFollowUsage) {
   uint64_t raw0 = StatGet(Stat::spill_raw_bytes), bytes0 = StatGet(Stat::spill_bytes);
   uint64_t w0 = StatGet(Stat::spill_write_bytes), r0 = StatGet(Stat::spill_read_bytes);
   {
-    std::unique_ptr<FileStore> store;
-    ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+    auto store = MakeFileStore();
+    ASSERT_TRUE(store);
     auto d = Bytes(5000, 11);
     StoreHandle h1, h2;
     ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h1).ok());
@@ -176,8 +155,8 @@ TEST_F(FileStoreTest, StaleFilesOfDeadProcessesAreRemoved) {
   }
   std::string link = dir_ + "/zrtier-" + std::to_string(child) + "-2-0.spill";
   ASSERT_EQ(symlink(other.c_str(), link.c_str()), 0);
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+  auto store = MakeFileStore();
+  ASSERT_TRUE(store);
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));
   EXPECT_TRUE(fs::exists(other));
@@ -191,44 +170,25 @@ TEST_F(FileStoreTest, StaleFilesOfDeadProcessesAreRemoved) {
 TEST_F(FileStoreTest, NamedSpillFilesAreUnlinkedWhereTmpfileIsRefused) {
   FaultyOs os;
   os.Fail(OsCall::kOpen, EOPNOTSUPP, 0, 1);  // the O_TMPFILE open
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  auto store = MakeFileStore(&os);
+  ASSERT_TRUE(store);
   EXPECT_EQ(os.Count(OsCall::kUnlink), 1);
   auto d = Bytes(70000, 12);
   StoreHandle h;
   ASSERT_TRUE(store->Put(d.data(), d.size(), 2 * d.size(), &h).ok());
-  std::vector<unsigned char> got;
-  ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-  EXPECT_EQ(got, d);
+  EXPECT_TRUE(ReadsBack(store.get(), h, d));
   EXPECT_EQ(OpenSpillFiles(dir_).size(), 1u);
   EXPECT_EQ(FilesIn(dir_), 0u);
 }
 
 TEST_F(FileStoreTest, BatchesRoundTrip) {
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, Os::Default(), &store).ok());
+  auto store = MakeFileStore();
+  ASSERT_TRUE(store);
   const size_t n = 100;
   std::vector<std::vector<unsigned char>> data;
-  std::vector<ExtentStore::PutReq> puts(n);
-  for (size_t i = 0; i < n; ++i) {
-    data.push_back(Bytes(20000 + i * 97, 1000 + i));
-    puts[i].data = data[i].data();
-    puts[i].len = data[i].size();
-    puts[i].raw_len = 65536;
-  }
-  store->PutBatch(puts.data(), n);
-  std::vector<std::vector<unsigned char>> got(n);
-  std::vector<ExtentStore::GetReq> gets(n);
-  for (size_t i = 0; i < n; ++i) {
-    ASSERT_TRUE(puts[i].status.ok()) << puts[i].status.ToString();
-    gets[i].h = puts[i].out;
-    gets[i].out = &got[i];
-  }
-  store->GetBatch(gets.data(), n);
-  for (size_t i = 0; i < n; ++i) {
-    ASSERT_TRUE(gets[i].status.ok());
-    ASSERT_EQ(got[i], data[i]) << i;
-  }
+  for (size_t i = 0; i < n; ++i) data.push_back(Bytes(20000 + i * 97, 1000 + i));
+  std::vector<StoreHandle> hs = testing::PutAll(store.get(), data);
+  ASSERT_TRUE(testing::BatchReadsBack(store.get(), hs, data));
   EXPECT_EQ(store->Usage().raw_bytes, n * 65536);
 }
 
@@ -249,8 +209,8 @@ TEST_F(FileStoreTest, UnwritableDirectoryNamesTheOption) {
 }
 
 TEST_F(FileStoreTest, LimitGivesEnospcAndFreedSpaceIsReusedAndPunched) {
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 1 << 20, Os::Default(), &store).ok());
+  auto store = MakeFileStore(Os::Default(), 1 << 20);
+  ASSERT_TRUE(store);
   auto d = Bytes(60000, 7);  // 15 blocks each
   std::vector<StoreHandle> hs;
   Status s;
@@ -275,31 +235,25 @@ TEST_F(FileStoreTest, LimitGivesEnospcAndFreedSpaceIsReusedAndPunched) {
   for (size_t i = 0; i < hs.size(); i += 2) {
     ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &hs[i]).ok()) << "freed space is reused";
   }
-  for (StoreHandle h : hs) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-    ASSERT_EQ(got, d);
-  }
+  for (StoreHandle h : hs) ASSERT_TRUE(ReadsBack(store.get(), h, d));
 }
 
 TEST_F(FileStoreTest, FallsBackToBufferedIoWhenODirectIsRefused) {
   FaultyOs os;
   os.Fail(OsCall::kOpen, EINVAL, 0, 1);  // the O_DIRECT open
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  auto store = MakeFileStore(&os);
+  ASSERT_TRUE(store);
   EXPECT_FALSE(store->direct_io());
   auto d = Bytes(12345, 8);
   StoreHandle h;
   ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
-  std::vector<unsigned char> got;
-  ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-  EXPECT_EQ(got, d);
+  EXPECT_TRUE(ReadsBack(store.get(), h, d));
 }
 
 TEST_F(FileStoreTest, DeviceFaultsLoseNothingAndCountIoErrors) {
   CqeFaultOs os;
-  std::unique_ptr<FileStore> store;
-  ASSERT_TRUE(FileStore::Create(dir_, 0, &os, &store).ok());
+  auto store = MakeFileStore(&os);
+  ASSERT_TRUE(store);
   auto d = Bytes(30000, 9);
   StoreHandle good;
   ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &good).ok());
@@ -327,12 +281,9 @@ TEST_F(FileStoreTest, DeviceFaultsLoseNothingAndCountIoErrors) {
                 .code(),
             EIO);
   EXPECT_FALSE(called);
-  std::vector<unsigned char> got;
-  ASSERT_TRUE(ReadInto(store.get(), good, &got).ok());
-  EXPECT_EQ(got, d);
+  EXPECT_TRUE(ReadsBack(store.get(), good, d));
   ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok()) << "the ring works again";
-  ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-  EXPECT_EQ(got, d);
+  EXPECT_TRUE(ReadsBack(store.get(), h, d));
 }
 
 TEST_F(FileStoreTest, RealFullTmpfs) {
@@ -356,11 +307,7 @@ TEST_F(FileStoreTest, RealFullTmpfs) {
     EXPECT_EQ(s.code(), ENOSPC) << s.ToString();
     EXPECT_GT(StatGet(Stat::io_errors), errors0);
     EXPECT_GE(hs.size(), 10u);
-    for (StoreHandle h : hs) {
-      std::vector<unsigned char> got;
-      ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-      ASSERT_EQ(got, d);
-    }
+    for (StoreHandle h : hs) ASSERT_TRUE(ReadsBack(store.get(), h, d));
   }
   umount2(mnt.c_str(), MNT_DETACH);
 }

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/testutil/temp_dir.h"
+
 namespace zrtier {
 namespace {
 
@@ -16,9 +18,8 @@ namespace fs = std::filesystem;
 class NumaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/zrtier-numa-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = testing::MakeTempDir("/tmp/zrtier-numa-test-");
+    ASSERT_FALSE(root_.empty());
     Device("0000:3b:00.0", "1\n");
     Device("0000:af:00.0", "-1\n");
     Device("0001:02:00.1", "3");

@@ -25,23 +25,23 @@
 namespace zrtier {
 namespace {
 
-std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
-  return testing::SampleBytes(SampleKind::kRandom, n, seed);
-}
+using testing::EntryBytes;
+using testing::ReadInto;
+using testing::ReadsBack;
 
-Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
-  return s->Get(h, [&](const void* p, size_t n) {
-    out->assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
-    return Status::Ok();
-  });
-}
+// An entry of the occupancy and churn tests: its handle, and the id and length of its contents.
+struct Item {
+  StoreHandle h;
+  uint64_t id;
+  size_t len;
+};
 
 // Entry contents for the occupancy and churn tests: entry `id` of `len` bytes is a slice of one
 // random pool, starting at an id-dependent offset, with the id stamped into its first 8 bytes, so
 // a wrong or shifted entry never compares equal.
 class Contents {
  public:
-  Contents() : pool_(Bytes(kPool, 77)) {}
+  Contents() : pool_(EntryBytes(kPool, 77)) {}
   std::vector<unsigned char> Make(uint64_t id, size_t len) const {
     std::vector<unsigned char> v(pool_.begin() + Start(id, len),
                                  pool_.begin() + Start(id, len) + len);
@@ -54,6 +54,17 @@ class Contents {
     return memcmp(p, &id, head) == 0 &&
            memcmp(static_cast<const unsigned char*>(p) + head, pool_.data() + Start(id, len) + head,
                   len - head) == 0;
+  }
+  // Success if `it` reads back from `store` (Get succeeds) as exactly contents `it.id`.
+  ::testing::AssertionResult ReadsBack(ChunkStore* store, const Item& it) const {
+    bool match = false;
+    Status s = store->Get(it.h, [&](const void* p, size_t n) {
+      match = Matches(it.id, p, n, it.len);
+      return Status::Ok();
+    });
+    if (!s.ok()) return ::testing::AssertionFailure() << "entry " << it.id << ": " << s.ToString();
+    if (!match) return ::testing::AssertionFailure() << "entry " << it.id << " differs";
+    return ::testing::AssertionSuccess();
   }
 
  private:
@@ -79,19 +90,12 @@ uint64_t Bound(const RamStore& s) {
 
 TEST(RamStore, RoundTripsEverySize) {
   RamStore store(0, -1, Os::Default());
-  std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
+  testing::Entries items;
   for (size_t n : {1, 15, 16, 17, 100, 129, 1000, 4096, 30000, 65536, 70000, 300000, 5000000}) {
-    auto data = Bytes(n, n);
-    StoreHandle h = 0;
-    ASSERT_TRUE(store.Put(data.data(), n, n * 2, &h).ok());
-    ASSERT_NE(h, 0u);
-    items.emplace_back(h, std::move(data));
+    ASSERT_TRUE(testing::PutEntry(&store, EntryBytes(n, n), n * 2, &items));
+    ASSERT_NE(items.back().first, 0u);
   }
-  for (auto& [h, data] : items) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(&store, h, &got).ok());
-    EXPECT_EQ(got, data);
-  }
+  for (auto& [h, data] : items) EXPECT_TRUE(ReadsBack(&store, h, data));
   StoreUsage u = store.Usage();
   EXPECT_EQ(u.entries, items.size());
   uint64_t payload = 0;
@@ -109,7 +113,7 @@ TEST(RamStore, RoundTripsEverySize) {
 
 TEST(RamStore, FreedHandleIsInvalidAndNotReused) {
   RamStore store(0, -1, Os::Default());
-  auto a = Bytes(100, 1);
+  auto a = EntryBytes(100, 1);
   StoreHandle h1, h2;
   ASSERT_TRUE(store.Put(a.data(), a.size(), 100, &h1).ok());
   store.Free(h1);
@@ -117,8 +121,7 @@ TEST(RamStore, FreedHandleIsInvalidAndNotReused) {
   EXPECT_NE(h1, h2);
   std::vector<unsigned char> got;
   EXPECT_EQ(ReadInto(&store, h1, &got).code(), ENOENT);
-  ASSERT_TRUE(ReadInto(&store, h2, &got).ok());
-  EXPECT_EQ(got, a);
+  EXPECT_TRUE(ReadsBack(&store, h2, a));
   store.Free(h1);  // stale handle: no effect
   EXPECT_EQ(store.Usage().entries, 1u);
 }
@@ -129,7 +132,7 @@ TEST(RamStore, GaugesFollowUsage) {
   {
     RamStore store(64 << 20, -1, Os::Default());
     EXPECT_EQ(StatGet(Stat::store_limit_bytes) - l0, 64u << 20);
-    auto a = Bytes(40000, 2);
+    auto a = EntryBytes(40000, 2);
     StoreHandle h;
     ASSERT_TRUE(store.Put(a.data(), a.size(), 65536, &h).ok());
     StoreUsage u = store.Usage();
@@ -145,7 +148,7 @@ TEST(RamStore, GaugesFollowUsage) {
 TEST(RamStore, HardLimitGivesEnospcNamingTheOption) {
   const uint64_t limit = 1 << 20;
   RamStore store(limit, -1, Os::Default());
-  auto a = Bytes(40000, 3);
+  auto a = EntryBytes(40000, 3);
   std::vector<StoreHandle> hs;
   Status s;
   for (int i = 0; i < 1000; ++i) {
@@ -158,11 +161,7 @@ TEST(RamStore, HardLimitGivesEnospcNamingTheOption) {
   EXPECT_NE(s.message().find("ZRTIER_STORE_LIMIT"), std::string::npos) << s.ToString();
   EXPECT_LE(store.Usage().used_bytes, limit);
   EXPECT_GE(hs.size(), 16u);  // 40000-byte entries in a 1 MiB limit: most of it is usable
-  for (StoreHandle h : hs) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(&store, h, &got).ok());
-    ASSERT_EQ(got, a);
-  }
+  for (StoreHandle h : hs) ASSERT_TRUE(ReadsBack(&store, h, a));
   store.Free(hs[0]);
   StoreHandle h;
   EXPECT_TRUE(store.Put(a.data(), a.size(), 65536, &h).ok()) << "freed room is reusable";
@@ -176,7 +175,7 @@ TEST(RamStore, SparseSlabsAreCompactedAndEntriesStayReadable) {
   std::vector<StoreHandle> hs;
   std::vector<std::vector<unsigned char>> data;
   for (size_t i = 0; i < count; ++i) {
-    data.push_back(Bytes(n, 100 + i));
+    data.push_back(EntryBytes(n, 100 + i));
     StoreHandle h;
     ASSERT_TRUE(store.Put(data.back().data(), n, n, &h).ok());
     hs.push_back(h);
@@ -191,22 +190,17 @@ TEST(RamStore, SparseSlabsAreCompactedAndEntriesStayReadable) {
   EXPECT_EQ(store.CheckInvariants(), "");
   StoreUsage u = store.Usage();
   EXPECT_LE(u.used_bytes, Bound(store));
-  for (size_t i = 0; i < hs.size(); i += 8) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(&store, hs[i], &got).ok());
-    ASSERT_EQ(got, data[i]);
-  }
+  for (size_t i = 0; i < hs.size(); i += 8) ASSERT_TRUE(ReadsBack(&store, hs[i], data[i]));
 }
 
 TEST(RamStore, ReadersNeverSeeTheirEntryMove) {
   RamStore store(0, -1, Os::Default());
-  uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  uint64_t seed = testing::PrintedTestSeed();
   std::vector<StoreHandle> keep;
   std::vector<std::vector<unsigned char>> keep_data;
   std::vector<StoreHandle> churn;
   for (int i = 0; i < 6000; ++i) {
-    auto d = Bytes(1000, seed + i);
+    auto d = EntryBytes(1000, seed + i);
     StoreHandle h;
     ASSERT_TRUE(store.Put(d.data(), d.size(), 1000, &h).ok());
     if (i % 16 == 0) {
@@ -235,25 +229,21 @@ TEST(RamStore, ReadersNeverSeeTheirEntryMove) {
   stop = true;
   reader.join();
   EXPECT_EQ(bad.load(), 0);
-  for (size_t i = 0; i < keep.size(); ++i) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(&store, keep[i], &got).ok());
-    ASSERT_EQ(got, keep_data[i]);
-  }
+  for (size_t i = 0; i < keep.size(); ++i) ASSERT_TRUE(ReadsBack(&store, keep[i], keep_data[i]));
 }
 
 TEST(RamStore, RealisticEntriesOccupyWithinThreePercentOfThePayload) {
   RamStore store(0, -1, Os::Default());
   Contents contents;
   std::mt19937_64 rng(testing::TestSeed());
-  std::vector<std::pair<StoreHandle, size_t>> items;
+  std::vector<Item> items;
   // ~75 MB, the shape of a store of bf16 chunks (plus a few small and tiny ones).
   for (uint64_t id = 1; id <= 500; ++id) {
     size_t len = RealisticLen(rng);
     auto d = contents.Make(id, len);
     StoreHandle h;
     ASSERT_TRUE(store.Put(d.data(), len, 256 << 10, &h).ok());
-    items.emplace_back(h, len);
+    items.push_back({h, id, len});
   }
   StoreUsage u = store.Usage();
   printf("payload %llu used %llu (%.4f) extents %zu\n",
@@ -266,28 +256,15 @@ TEST(RamStore, RealisticEntriesOccupyWithinThreePercentOfThePayload) {
   EXPECT_LE(u.used_bytes, u.payload_bytes + u.payload_bytes * 3 / 100 + store.extent_bytes());
   EXPECT_LE(u.used_bytes, Bound(store));
   EXPECT_EQ(store.CheckInvariants(), "");
-  for (size_t i = 0; i < items.size(); ++i) {
-    Status s = store.Get(items[i].first, [&](const void* p, size_t n) {
-      EXPECT_TRUE(contents.Matches(i + 1, p, n, items[i].second)) << "entry " << i + 1;
-      return Status::Ok();
-    });
-    ASSERT_TRUE(s.ok());
-  }
-  for (auto& it : items) store.Free(it.first);
+  for (const Item& it : items) ASSERT_TRUE(contents.ReadsBack(&store, it));
+  for (const Item& it : items) store.Free(it.h);
   EXPECT_EQ(store.Usage().used_bytes, 0u);
 }
 
 TEST(RamStore, ChurnKeepsTheBoundAndEveryByte) {
   RamStore store(0, -1, Os::Default());
   Contents contents;
-  uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
-  struct Item {
-    StoreHandle h;
-    uint64_t id;
-    size_t len;
-  };
+  std::mt19937_64 rng(testing::PrintedTestSeed());
   std::vector<Item> live;
   uint64_t next_id = 1, freed_bytes = 0;
   int checkpoints = 0;
@@ -304,14 +281,7 @@ TEST(RamStore, ChurnKeepsTheBoundAndEveryByte) {
     live[i] = live.back();
     live.pop_back();
   };
-  auto get_one = [&] {
-    const Item& it = live[rng() % live.size()];
-    Status s = store.Get(it.h, [&](const void* p, size_t n) {
-      EXPECT_TRUE(contents.Matches(it.id, p, n, it.len)) << "entry " << it.id;
-      return Status::Ok();
-    });
-    ASSERT_TRUE(s.ok());
-  };
+  auto get_one = [&] { ASSERT_TRUE(contents.ReadsBack(&store, live[rng() % live.size()])); };
   auto check = [&](const char* phase) {
     StoreUsage u = store.Usage();
     ++checkpoints;
@@ -361,13 +331,7 @@ TEST(RamStore, ChurnKeepsTheBoundAndEveryByte) {
   EXPECT_GE(checkpoints, 45);
   printf("compaction moved %.2f bytes per byte freed\n",
          static_cast<double>(store.CompactionMovedBytes()) / static_cast<double>(freed_bytes));
-  for (const Item& it : live) {
-    Status s = store.Get(it.h, [&](const void* p, size_t n) {
-      EXPECT_TRUE(contents.Matches(it.id, p, n, it.len)) << "entry " << it.id;
-      return Status::Ok();
-    });
-    ASSERT_TRUE(s.ok());
-  }
+  for (const Item& it : live) ASSERT_TRUE(contents.ReadsBack(&store, it));
   for (const Item& it : live) store.Free(it.h);
   EXPECT_EQ(store.Usage().used_bytes, 0u);
   EXPECT_EQ(store.ExtentCount(), 0u);
@@ -379,14 +343,7 @@ TEST(RamStore, ChurnUnderALimitStaysUnderIt) {
   const uint64_t limit = 64u << 20;
   RamStore store(limit, -1, Os::Default());
   Contents contents;
-  uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
-  struct Item {
-    StoreHandle h;
-    uint64_t id;
-    size_t len;
-  };
+  std::mt19937_64 rng(testing::PrintedTestSeed());
   std::vector<Item> live;
   uint64_t payload = 0, next_id = 1, max_used = 0;
   for (int op = 0; op < 6000; ++op) {
@@ -411,28 +368,16 @@ TEST(RamStore, ChurnUnderALimitStaysUnderIt) {
   printf("payload %llu, used at most %llu of %llu\n", static_cast<unsigned long long>(payload),
          static_cast<unsigned long long>(max_used), static_cast<unsigned long long>(limit));
   EXPECT_EQ(store.CheckInvariants(), "");
-  for (const Item& it : live) {
-    Status s = store.Get(it.h, [&](const void* p, size_t n) {
-      EXPECT_TRUE(contents.Matches(it.id, p, n, it.len)) << "entry " << it.id;
-      return Status::Ok();
-    });
-    ASSERT_TRUE(s.ok());
-  }
+  for (const Item& it : live) ASSERT_TRUE(contents.ReadsBack(&store, it));
 }
 
 TEST(RamStore, GetsRaceCompactionAndPinnedEntriesNeverMove) {
   RamStore store(0, -1, Os::Default());
   Contents contents;
-  uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  uint64_t seed = testing::PrintedTestSeed();
   // Entries the readers use (never freed), interleaved with entries the writers churn, so the
   // extents the writers thin out hold readers' entries that compaction has to move.
   std::mt19937_64 rng(seed);
-  struct Item {
-    StoreHandle h;
-    uint64_t id;
-    size_t len;
-  };
   std::vector<Item> keep;
   std::vector<Item> churn[2];
   uint64_t next_id = 1;
@@ -610,13 +555,7 @@ TEST(RamStore, CompactionWaitsForPinnedReadersThenRuns) {
   EXPECT_EQ(store.CheckInvariants(), "");
   for (size_t k = 0; k < extents; ++k) {
     size_t i = k * per + per - 1;
-    ASSERT_TRUE(store
-                    .Get(hs[i],
-                         [&](const void* p, size_t n) {
-                           EXPECT_TRUE(contents.Matches(i + 1, p, n, len));
-                           return Status::Ok();
-                         })
-                    .ok());
+    ASSERT_TRUE(contents.ReadsBack(&store, {hs[i], i + 1, len}));
   }
 }
 
@@ -624,21 +563,19 @@ TEST(RamStore, MmapFailureIsEnomemAndNothingIsStored) {
   FaultyOs os;
   RamStore store(0, -1, &os);
   os.Fail(OsCall::kMmap, ENOMEM);
-  auto a = Bytes(500, 4);
+  auto a = EntryBytes(500, 4);
   StoreHandle h = 0;
   EXPECT_EQ(store.Put(a.data(), a.size(), 500, &h).code(), ENOMEM);
   EXPECT_EQ(store.Usage().entries, 0u);
   os.ClearAll();
   ASSERT_TRUE(store.Put(a.data(), a.size(), 500, &h).ok());
-  std::vector<unsigned char> got;
-  ASSERT_TRUE(ReadInto(&store, h, &got).ok());
-  EXPECT_EQ(got, a);
+  EXPECT_TRUE(ReadsBack(&store, h, a));
 }
 
 TEST(RamStore, PlacesMemoryOnTheNumaNode) {
   FaultyOs os;
   RamStore store(0, 0, &os);
-  auto a = Bytes(500, 5);
+  auto a = EntryBytes(500, 5);
   StoreHandle h;
   ASSERT_TRUE(store.Put(a.data(), a.size(), 500, &h).ok());
   EXPECT_EQ(os.Count(OsCall::kMbind), 1) << "the slab is bound to node 0";
@@ -649,9 +586,7 @@ TEST(RamStore, PlacesMemoryOnTheNumaNode) {
   os.Fail(OsCall::kMbind, EINVAL);
   RamStore failing(0, 0, &os);
   ASSERT_TRUE(failing.Put(a.data(), a.size(), 500, &h).ok());
-  std::vector<unsigned char> got;
-  ASSERT_TRUE(ReadInto(&failing, h, &got).ok());
-  EXPECT_EQ(got, a);
+  EXPECT_TRUE(ReadsBack(&failing, h, a));
 }
 
 TEST(RamStore, CreateStoreBuildsTheRamStore) {
@@ -662,12 +597,10 @@ TEST(RamStore, CreateStoreBuildsTheRamStore) {
   ASSERT_TRUE(CreateStore(opts, Os::Default(), &store).ok());
   EXPECT_STREQ(store->name(), "ram");
   EXPECT_EQ(store->Usage().limit_bytes, 8u << 20);
-  auto a = Bytes(3000, 6);
+  auto a = EntryBytes(3000, 6);
   StoreHandle h;
   ASSERT_TRUE(store->Put(a.data(), a.size(), 3000, &h).ok());
-  std::vector<unsigned char> got;
-  ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-  EXPECT_EQ(got, a);
+  EXPECT_TRUE(ReadsBack(store.get(), h, a));
 }
 
 }  // namespace

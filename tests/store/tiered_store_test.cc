@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <vector>
 
@@ -16,36 +15,19 @@
 #include "tests/testutil/faulty_os.h"
 #include "tests/testutil/skip.h"
 #include "tests/testutil/store_bytes.h"
+#include "tests/testutil/temp_dir.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::EntryBytes;
+using testing::PutEntry;
+using testing::ReadsBack;
 
-std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
-  return testing::SampleBytes(SampleKind::kRandom, n, seed);
-}
-
-Status ReadInto(ChunkStore* s, StoreHandle h, std::vector<unsigned char>* out) {
-  return s->Get(h, [&](const void* p, size_t n) {
-    out->assign(static_cast<const unsigned char*>(p), static_cast<const unsigned char*>(p) + n);
-    return Status::Ok();
-  });
-}
-
-class TieredStoreTest : public ::testing::Test {
+class TieredStoreTest : public testing::SpillDirTest {
  protected:
-  void SetUp() override {
-    std::string why = testing::IoUringUnavailableReason();
-    if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why;
-    char tmpl[] = "/var/tmp/zrtier-tiered-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
+  TieredStoreTest() : SpillDirTest("tiered-test") {}
   std::unique_ptr<TieredStore> Make(const char* backend, const char* limit, Os* os) {
     Options opts;
     EXPECT_TRUE(opts.Set(Opt::kStoreBackend, backend).ok());
@@ -58,35 +40,25 @@ class TieredStoreTest : public ::testing::Test {
     EXPECT_STREQ(s->name(), backend);
     return std::unique_ptr<TieredStore>(static_cast<TieredStore*>(s.release()));
   }
-  std::string dir_;
 };
 
 TEST_F(TieredStoreTest, ThreeTimesTheRamLimitReadsBackExactly) {
   const uint64_t limit = 1 << 20;
   auto store = Make("ram+file", "1M", Os::Default());
   ASSERT_TRUE(store);
-  uint64_t seed = testing::TestSeed();
-  printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
-  std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
+  std::mt19937_64 rng(testing::PrintedTestSeed());
+  testing::Entries items;
   uint64_t total = 0;
   while (total < 3 * limit) {
     size_t n = 1000 + rng() % 60000;
-    auto d = Bytes(n, rng());
-    StoreHandle h;
-    ASSERT_TRUE(store->Put(d.data(), n, 65536, &h).ok());
+    ASSERT_TRUE(PutEntry(store.get(), EntryBytes(n, rng()), 65536, &items));
     total += n;
-    items.emplace_back(h, std::move(d));
   }
   store->WaitIdle();
   EXPECT_LE(store->TierUsage(0).used_bytes, limit);
   EXPECT_GT(store->TierUsage(1).entries, 0u) << "data spilled to the file tier";
   EXPECT_EQ(store->Usage().entries, items.size());
-  for (auto& [h, d] : items) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-    ASSERT_EQ(got, d);
-  }
+  for (auto& [h, d] : items) ASSERT_TRUE(ReadsBack(store.get(), h, d));
   for (auto& it : items) store->Free(it.first);
   EXPECT_EQ(store->Usage().entries, 0u);
   EXPECT_EQ(store->TierUsage(1).used_bytes, 0u);
@@ -97,7 +69,7 @@ TEST_F(TieredStoreTest, MoverTakesTheColdestDownFirst) {
   ASSERT_TRUE(store);
   // 32 KiB entries occupy 32 KiB each (the store packs entries): the 1 MiB RAM store holds 32;
   // high water is 28.8.
-  auto d = Bytes(32768, 1);
+  auto d = EntryBytes(32768, 1);
   std::vector<StoreHandle> a(20), b(10);
   for (auto& h : a) ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
   for (int i = 0; i < 10; ++i)  // a[0..9] are hot now
@@ -113,41 +85,24 @@ TEST_F(TieredStoreTest, MoverTakesTheColdestDownFirst) {
   for (int i = 1; i < 10; ++i) EXPECT_EQ(store->TierOf(a[i]), 0) << i;
   for (int i = 16; i < 20; ++i) EXPECT_EQ(store->TierOf(a[i]), 0) << i;
   for (auto h : b) EXPECT_EQ(store->TierOf(h), 0);
-  for (auto h : a) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-    ASSERT_EQ(got, d);
-  }
+  for (auto h : a) ASSERT_TRUE(ReadsBack(store.get(), h, d));
 }
 
 TEST_F(TieredStoreTest, PutSucceedsWhileRamIsFull) {
   auto store = Make("ram+file", "256K", Os::Default());
   ASSERT_TRUE(store);
-  std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
-  for (int i = 0; i < 200; ++i) {  // far faster than any mover: most go straight down
-    auto d = Bytes(40000, 50 + i);
-    StoreHandle h;
-    Status s = store->Put(d.data(), d.size(), 65536, &h);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    items.emplace_back(h, std::move(d));
-  }
-  for (auto& [h, d] : items) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-    ASSERT_EQ(got, d);
-  }
+  testing::Entries items;
+  for (int i = 0; i < 200; ++i)  // far faster than any mover: most go straight down
+    ASSERT_TRUE(PutEntry(store.get(), EntryBytes(40000, 50 + i), 65536, &items));
+  for (auto& [h, d] : items) ASSERT_TRUE(ReadsBack(store.get(), h, d));
 }
 
 TEST_F(TieredStoreTest, PrefetchedEntriesAreServedFromMemory) {
   auto store = Make("ram+file", "256K", Os::Default());
   ASSERT_TRUE(store);
-  std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
-  for (int i = 0; i < 100; ++i) {
-    auto d = Bytes(40000, 500 + i);
-    StoreHandle h;
-    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
-    items.emplace_back(h, std::move(d));
-  }
+  testing::Entries items;
+  for (int i = 0; i < 100; ++i)
+    ASSERT_TRUE(PutEntry(store.get(), EntryBytes(40000, 500 + i), 65536, &items));
   store->WaitIdle();
   std::vector<size_t> low;
   for (size_t i = 0; i < items.size(); ++i)
@@ -156,16 +111,10 @@ TEST_F(TieredStoreTest, PrefetchedEntriesAreServedFromMemory) {
   for (size_t i : low) store->Prefetch(items[i].first);
   store->WaitIdle();
   uint64_t reads0 = StatGet(Stat::spill_read_bytes);
-  for (size_t i : low) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), items[i].first, &got).ok());
-    ASSERT_EQ(got, items[i].second);
-  }
+  for (size_t i : low) ASSERT_TRUE(ReadsBack(store.get(), items[i].first, items[i].second));
   EXPECT_EQ(StatGet(Stat::spill_read_bytes), reads0) << "every Get was served by the prefetch";
   // A second Get reads from the tier again (the prefetched copy was consumed).
-  std::vector<unsigned char> got;
-  ASSERT_TRUE(ReadInto(store.get(), items[low[0]].first, &got).ok());
-  EXPECT_EQ(got, items[low[0]].second);
+  EXPECT_TRUE(ReadsBack(store.get(), items[low[0]].first, items[low[0]].second));
   EXPECT_GT(StatGet(Stat::spill_read_bytes), reads0);
   // Prefetch then Free: nothing leaks, nothing breaks.
   for (size_t i : low) store->Prefetch(items[i].first);
@@ -179,13 +128,9 @@ TEST_F(TieredStoreTest, PrefetchedEntriesAreServedFromMemory) {
 TEST_F(TieredStoreTest, PrefetchReadBuffersAreReusedAndExact) {
   auto store = Make("ram+file", "256K", Os::Default());
   ASSERT_TRUE(store);
-  std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
-  for (int i = 0; i < 300; ++i) {
-    auto d = Bytes(i % 2 ? 60000 : 20000, 700 + i);
-    StoreHandle h;
-    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
-    items.emplace_back(h, std::move(d));
-  }
+  testing::Entries items;
+  for (int i = 0; i < 300; ++i)
+    ASSERT_TRUE(PutEntry(store.get(), EntryBytes(i % 2 ? 60000 : 20000, 700 + i), 65536, &items));
   store->WaitIdle();
   EXPECT_EQ(store->spare_buffers(), 0u);
   for (int round = 0; round < 3; ++round) {
@@ -196,11 +141,9 @@ TEST_F(TieredStoreTest, PrefetchReadBuffersAreReusedAndExact) {
     ASSERT_GT(order.size(), 200u);
     std::shuffle(order.begin(), order.end(), std::mt19937_64(round));
     for (size_t i : order) store->Prefetch(items[i].first);
-    for (size_t i : order) {
-      std::vector<unsigned char> got;
-      ASSERT_TRUE(ReadInto(store.get(), items[i].first, &got).ok());
-      ASSERT_EQ(got, items[i].second) << "round " << round << " entry " << i;
-    }
+    for (size_t i : order)
+      ASSERT_TRUE(ReadsBack(store.get(), items[i].first, items[i].second))
+          << "round " << round << " entry " << i;
     store->WaitIdle();
     EXPECT_GT(store->spare_buffers(), 0u) << "round " << round;
     EXPECT_LE(store->spare_buffers(), TieredStore::kSpareBuffers);
@@ -214,10 +157,10 @@ TEST_F(TieredStoreTest, DeviceFaultsKeepEntriesInRamAndLoseNothing) {
   ASSERT_TRUE(store);
   uint64_t errors0 = StatGet(Stat::io_errors);
   os.Fail(OsCall::kIoUringSubmitAndWait, EIO);  // every write fails
-  std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
+  testing::Entries items;
   int failed = 0;
   for (int i = 0; i < 40; ++i) {
-    auto d = Bytes(30000, 900 + i);
+    auto d = EntryBytes(30000, 900 + i);
     StoreHandle h;
     Status s = store->Put(d.data(), d.size(), 65536, &h);
     if (!s.ok()) {
@@ -232,27 +175,17 @@ TEST_F(TieredStoreTest, DeviceFaultsKeepEntriesInRamAndLoseNothing) {
   EXPECT_GT(StatGet(Stat::io_errors), errors0);
   for (auto& [h, d] : items) {
     EXPECT_EQ(store->TierOf(h), 0);
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-    ASSERT_EQ(got, d);
+    ASSERT_TRUE(ReadsBack(store.get(), h, d));
   }
   // The device recovers: the mover takes entries down after its back-off; still nothing lost.
   os.ClearAll();
-  for (int i = 0; i < 20; ++i) {
-    auto d = Bytes(30000, 2000 + i);
-    StoreHandle h;
-    ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
-    items.emplace_back(h, std::move(d));
-  }
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(PutEntry(store.get(), EntryBytes(30000, 2000 + i), 65536, &items));
   store->WaitIdle();
   usleep(300000);  // past the back-off
   store->WaitIdle();
   EXPECT_GT(store->TierUsage(1).entries, 0u);
-  for (auto& [h, d] : items) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-    ASSERT_EQ(got, d);
-  }
+  for (auto& [h, d] : items) ASSERT_TRUE(ReadsBack(store.get(), h, d));
 }
 
 TEST_F(TieredStoreTest, CreateStoreErrorsNameTheOption) {

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <thread>
 #include <vector>
@@ -18,7 +17,10 @@
 #include "runtime/engine/engine.h"
 #include "runtime/store/tiered_store.h"
 #include "runtime/store/zram_device.h"
+#include "tests/testutil/engine.h"
+#include "tests/testutil/owned_chunks.h"
 #include "tests/testutil/skip.h"
+#include "tests/testutil/temp_dir.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
@@ -152,19 +154,9 @@ void RunStress(const char* backend, const std::string& dir) {
   EXPECT_GT(out.ops.load(), 100u);
 }
 
-class TiersStress : public ::testing::Test {
+class TiersStress : public testing::SpillDirTest {
  protected:
-  void SetUp() override {
-    std::string why = testing::IoUringUnavailableReason();
-    if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why;
-    char tmpl[] = "/var/tmp/zrtier-stress-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-  std::string dir_;
+  TiersStress() : SpillDirTest("stress-test") {}
 };
 
 TEST_F(TiersStress, RamPlusFile) {
@@ -198,81 +190,55 @@ TEST_F(TiersStress, EngineOverRamPlusFile) {
   uint64_t seed = testing::TestSeed();
   int seconds = std::max(1, testing::StressSeconds(20) / 3);
   printf("engine over ram+file, seed %llu, %d s\n", static_cast<unsigned long long>(seed), seconds);
-  Options o;
-  ASSERT_TRUE(o.Set(Opt::kArena, "64G").ok());
+  Options o = testing::TestEngineOptions();
   ASSERT_TRUE(o.Set(Opt::kStoreBackend, "ram+file").ok());
   ASSERT_TRUE(o.Set(Opt::kStoreLimit, "256K").ok());
   ASSERT_TRUE(o.Set(Opt::kSpillDir, dir_).ok());
-  ASSERT_TRUE(o.Set(Opt::kWorkers, "2").ok());
-  ASSERT_TRUE(o.Set(Opt::kResidentLimit, "0").ok());
-  std::unique_ptr<Engine> e;
-  Status st = Engine::Create(o, Os::Default(), nullptr, &e);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  const size_t cs = e->chunk_size();
-  const size_t words = cs / 8;
   const int kThreads = 4, kPerThread = 16;
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(kThreads * kPerThread * cs, &r).ok());
+  auto [e, cs, r, base] = testing::MakeTestRegion(kThreads * kPerThread, o);
+  ASSERT_TRUE(base);
+  const size_t words = cs / 8;
   e->SetResidentLimit(4 * cs);
   uint64_t spill0 = StatGet(Stat::spill_write_bytes), read0 = StatGet(Stat::spill_read_bytes);
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> mismatches{0}, ops{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(seed + t);
-      std::vector<uint64_t> version(kPerThread, 0);
-      std::vector<uint64_t> expect(words), got(words);
-      while (!stop.load(std::memory_order_relaxed)) {
-        int k = static_cast<int>(rng() % kPerThread);
-        uint64_t c = static_cast<uint64_t>(k) * kThreads + t;
-        uint64_t* p = reinterpret_cast<uint64_t*>(static_cast<char*>(r.base) + c * cs);
-        switch (rng() % 5) {
+  std::atomic<uint64_t> mismatches{0};
+  const testing::OwnedChunks chunks{base, cs, kThreads, kPerThread, FillChunk};
+  const uint64_t ops =
+      testing::RunOwnedChunks(chunks, seed, seconds, &mismatches, [&](testing::ChunkStep& s) {
+        switch (s.rng() % 5) {
           case 0:  // CPU store of a new version
-            FillChunk(p, words, c, ++version[k]);
+            FillChunk(s.p, words, s.c, ++s.version);
             break;
           case 1: {  // publish through Write
-            FillChunk(expect.data(), words, c, ++version[k]);
-            if (!e->Write(p, expect.data(), cs).ok()) mismatches++;
+            FillChunk(s.expect, words, s.c, ++s.version);
+            if (!e->Write(s.p, s.expect, cs).ok()) mismatches++;
             break;
           }
           case 2: {  // Read decodes from whichever tier holds the chunk
-            FillChunk(expect.data(), words, c, version[k]);
+            FillChunk(s.expect, words, s.c, s.version);
             bool zero = false;
-            if (!e->Read(p, cs, got.data(), &zero).ok()) {
+            if (!e->Read(s.p, cs, s.got, &zero).ok()) {
               mismatches++;
               break;
             }
-            bool bad = zero ? version[k] != 0 : memcmp(got.data(), expect.data(), cs) != 0;
-            if (bad && mismatches.fetch_add(1) < 5) ADD_FAILURE() << "Read mismatch chunk " << c;
+            bool bad = zero ? s.version != 0 : memcmp(s.got, s.expect, cs) != 0;
+            if (bad && mismatches.fetch_add(1) < 5) ADD_FAILURE() << "Read mismatch chunk " << s.c;
             break;
           }
           case 3:  // force chunks out to the store
-            if (!e->EvictRange(p, cs).ok()) mismatches++;
+            if (!e->EvictRange(s.p, cs).ok()) mismatches++;
             break;
           default: {  // CPU loads
-            FillChunk(expect.data(), words, c, version[k]);
-            if (memcmp(p, expect.data(), cs) != 0 && mismatches.fetch_add(1) < 5)
-              ADD_FAILURE() << "CPU mismatch chunk " << c;
+            FillChunk(s.expect, words, s.c, s.version);
+            if (memcmp(s.p, s.expect, cs) != 0 && mismatches.fetch_add(1) < 5)
+              ADD_FAILURE() << "CPU mismatch chunk " << s.c;
             break;
           }
         }
-        ops++;
-      }
-      for (int k2 = 0; k2 < kPerThread; ++k2) {
-        uint64_t c = static_cast<uint64_t>(k2) * kThreads + t;
-        FillChunk(expect.data(), words, c, version[k2]);
-        if (memcmp(static_cast<char*>(r.base) + c * cs, expect.data(), cs) != 0) mismatches++;
-      }
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(seconds));
-  stop = true;
-  for (auto& th : threads) th.join();
+      });
   ASSERT_TRUE(e->EvictTo(0).ok());
   EngineUsage u = e->Usage();
   printf("ops %llu, spill writes %llu B, spill reads %llu B, store %s: %llu entries\n",
-         static_cast<unsigned long long>(ops.load()),
+         static_cast<unsigned long long>(ops),
          static_cast<unsigned long long>(StatGet(Stat::spill_write_bytes) - spill0),
          static_cast<unsigned long long>(StatGet(Stat::spill_read_bytes) - read0), "ram+file",
          static_cast<unsigned long long>(u.store.entries));
@@ -281,7 +247,7 @@ TEST_F(TiersStress, EngineOverRamPlusFile) {
   // After a full eviction every chunk is in the store; reading them all back is exact.
   std::vector<uint64_t> expect(words), got(words);
   for (uint64_t c = 0; c < static_cast<uint64_t>(kThreads * kPerThread); ++c) {
-    uint64_t* p = reinterpret_cast<uint64_t*>(static_cast<char*>(r.base) + c * cs);
+    const char* p = base + c * cs;
     memcpy(expect.data(), p, cs);  // faults it back in from whichever tier
     bool zero = false;
     ASSERT_TRUE(e->Read(p, cs, got.data(), &zero).ok());

@@ -18,6 +18,7 @@
 #include "runtime/store/tiered_store.h"
 #include "tests/testutil/skip.h"
 #include "tests/testutil/store_bytes.h"
+#include "tests/testutil/temp_dir.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier {
@@ -27,7 +28,7 @@ std::vector<unsigned char> Bytes(size_t n, uint64_t seed) {
   return testing::SampleBytes(SampleKind::kBf16Gaussian, n, seed);
 }
 
-using testing::ReadInto;
+using testing::ReadsBack;
 
 std::string ReadSys(const std::string& path) {
   std::ifstream in(path);
@@ -37,6 +38,7 @@ std::string ReadSys(const std::string& path) {
 }
 
 // Every test hot-adds its own device (ZRTIER_ZRAM_DEVICE=auto), so tests never share one.
+// SKIP_UNLESS_ZRAM() skips the test, with the reason, where there is no zram or no io_uring.
 #define SKIP_UNLESS_ZRAM()                                             \
   do {                                                                 \
     std::string why = ZramDevice::UnavailableReason();                 \
@@ -45,23 +47,31 @@ std::string ReadSys(const std::string& path) {
     if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why; \
   } while (0)
 
-Status MakeStore(uint64_t size, std::unique_ptr<ZramStore>* out, std::string* skip) {
-  Status s = ZramStore::Create("auto", size, Os::Default(), out);
-  if (!s.ok() && (s.code() == EPERM || s.code() == EACCES || s.code() == EBUSY))
-    *skip = "cannot claim a zram device: " + s.ToString();
-  return s;
+// Why a test skips after `s`, the result of creating a store on a zram device: no device can be
+// claimed here (EPERM, EACCES, EBUSY). Empty for any other result.
+std::string ClaimSkipReason(const Status& s) {
+  if (s.code() == EPERM || s.code() == EACCES || s.code() == EBUSY)
+    return "cannot claim a zram device: " + s.ToString();
+  return "";
 }
 
+// ZRAM_STORE_OR_SKIP(size, out): *out (a std::unique_ptr<ZramStore>*) gets a store of `size`
+// bytes on a device of its own, or the test skips (SKIP_UNLESS_ZRAM, ClaimSkipReason); any
+// other failure is a fatal one.
+#define ZRAM_STORE_OR_SKIP(size, out)                                                 \
+  do {                                                                                \
+    SKIP_UNLESS_ZRAM();                                                               \
+    Status _st = ZramStore::Create("auto", (size), Os::Default(), (out));             \
+    if (std::string _why = ClaimSkipReason(_st); !_why.empty()) GTEST_SKIP() << _why; \
+    ASSERT_TRUE(_st.ok()) << _st.ToString();                                          \
+  } while (0)
+
 TEST(ZramStore, RoundTripsOnARealDeviceAndResetsIt) {
-  SKIP_UNLESS_ZRAM();
   std::string dev_dir;
   uint64_t raw0 = StatGet(Stat::zram_raw_bytes), bytes0 = StatGet(Stat::zram_bytes);
   {
     std::unique_ptr<ZramStore> store;
-    std::string skip;
-    Status s = MakeStore(16 << 20, &store, &skip);
-    if (!skip.empty()) GTEST_SKIP() << skip;
-    ASSERT_TRUE(s.ok()) << s.ToString();
+    ZRAM_STORE_OR_SKIP(16 << 20, &store);
     EXPECT_STREQ(store->name(), "zram");
     dev_dir = "/sys/block/zram" + std::to_string(store->device().id());
     EXPECT_EQ(ReadSys(dev_dir + "/disksize"), std::to_string(16 << 20));
@@ -78,18 +88,10 @@ TEST(ZramStore, RoundTripsOnARealDeviceAndResetsIt) {
     printf("device %s, algorithm %s, O_DIRECT %d\n", store->device().path().c_str(),
            current.c_str(), store->direct_io());
 
-    std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
-    for (size_t n : {1, 4096, 4097, 45000, 65536, 300000}) {
-      auto d = Bytes(n, n);
-      StoreHandle h;
-      ASSERT_TRUE(store->Put(d.data(), n, n, &h).ok());
-      items.emplace_back(h, std::move(d));
-    }
-    for (auto& [h, d] : items) {
-      std::vector<unsigned char> got;
-      ASSERT_TRUE(ReadInto(store.get(), h, &got).ok());
-      EXPECT_EQ(got, d);
-    }
+    testing::Entries items;
+    for (size_t n : {1, 4096, 4097, 45000, 65536, 300000})
+      ASSERT_TRUE(testing::PutEntry(store.get(), Bytes(n, n), n, &items));
+    for (auto& [h, d] : items) EXPECT_TRUE(ReadsBack(store.get(), h, d));
     uint64_t raw_sum = 0;
     for (auto& it : items) raw_sum += it.second.size();
     EXPECT_EQ(StatGet(Stat::zram_raw_bytes) - raw0, raw_sum);
@@ -109,14 +111,11 @@ TEST(ZramStore, RoundTripsOnARealDeviceAndResetsIt) {
 }
 
 TEST(ZramStore, DeviceSizeLimitsAndSlotsAreReused) {
-  SKIP_UNLESS_ZRAM();
   std::unique_ptr<ZramStore> store;
-  std::string skip;
-  Status s = MakeStore(1 << 20, &store, &skip);
-  if (!skip.empty()) GTEST_SKIP() << skip;
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ZRAM_STORE_OR_SKIP(1 << 20, &store);
   auto d = Bytes(60000, 3);  // 15 slots of 4 KiB
   std::vector<StoreHandle> hs;
+  Status s;
   for (;;) {
     StoreHandle h;
     s = store->Put(d.data(), d.size(), 65536, &h);
@@ -129,62 +128,33 @@ TEST(ZramStore, DeviceSizeLimitsAndSlotsAreReused) {
   StoreHandle h;
   ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok()) << "the freed slots are reused";
   hs[3] = h;
-  for (StoreHandle x : hs) {
-    std::vector<unsigned char> got;
-    ASSERT_TRUE(ReadInto(store.get(), x, &got).ok());
-    ASSERT_EQ(got, d);
-  }
+  for (StoreHandle x : hs) ASSERT_TRUE(ReadsBack(store.get(), x, d));
 }
 
 TEST(ZramStore, BatchOfAdjacentSlotsIsReadInFewRequestsWithHoles) {
-  SKIP_UNLESS_ZRAM();
   std::unique_ptr<ZramStore> store;
-  std::string skip;
-  Status s = MakeStore(8 << 20, &store, &skip);
-  if (!skip.empty()) GTEST_SKIP() << skip;
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ZRAM_STORE_OR_SKIP(8 << 20, &store);
   const size_t n = 48;
   std::vector<std::vector<unsigned char>> data;
-  std::vector<ExtentStore::PutReq> puts(n);
-  for (size_t i = 0; i < n; ++i) {
-    data.push_back(Bytes(10000 + i * 613, 50 + i));
-    puts[i].data = data[i].data();
-    puts[i].len = data[i].size();
-    puts[i].raw_len = 65536;
-  }
-  store->PutBatch(puts.data(), n);
-  for (size_t i = 0; i < n; i += 5) store->Free(puts[i].out);  // holes between the rest
+  for (size_t i = 0; i < n; ++i) data.push_back(Bytes(10000 + i * 613, 50 + i));
+  std::vector<StoreHandle> hs = testing::PutAll(store.get(), data);
+  for (size_t i = 0; i < n; i += 5) store->Free(hs[i]);  // holes between the rest
   std::vector<size_t> live;
   for (size_t i = 0; i < n; ++i)
     if (i % 5) live.push_back(i);
   std::reverse(live.begin(), live.end());  // out of order
-  std::vector<std::vector<unsigned char>> got(live.size());
-  std::vector<ExtentStore::GetReq> gets(live.size());
-  for (size_t k = 0; k < live.size(); ++k) {
-    ASSERT_TRUE(puts[live[k]].status.ok()) << puts[live[k]].status.ToString();
-    gets[k].h = puts[live[k]].out;
-    gets[k].out = &got[k];
-  }
   ExtentStore::IoCounts c0 = store->io_counts();
-  store->GetBatch(gets.data(), gets.size());
+  ASSERT_TRUE(testing::BatchReadsBack(store.get(), hs, data, live));
   ExtentStore::IoCounts c1 = store->io_counts();
-  for (size_t k = 0; k < live.size(); ++k) {
-    ASSERT_TRUE(gets[k].status.ok()) << gets[k].status.ToString();
-    ASSERT_EQ(got[k], data[live[k]]) << live[k];
-  }
   EXPECT_EQ(c1.read_entries - c0.read_entries, live.size());
   EXPECT_LT(c1.read_requests - c0.read_requests, live.size() / 4);
 }
 
 TEST(ZramStore, BusyDeviceIsRefused) {
-  SKIP_UNLESS_ZRAM();
   std::unique_ptr<ZramStore> first;
-  std::string skip;
-  Status s = MakeStore(1 << 20, &first, &skip);
-  if (!skip.empty()) GTEST_SKIP() << skip;
-  ASSERT_TRUE(s.ok()) << s.ToString();
+  ZRAM_STORE_OR_SKIP(1 << 20, &first);
   std::unique_ptr<ZramStore> second;
-  s = ZramStore::Create(first->device().path(), 1 << 20, Os::Default(), &second);
+  Status s = ZramStore::Create(first->device().path(), 1 << 20, Os::Default(), &second);
   EXPECT_EQ(s.code(), EBUSY) << s.ToString();
   EXPECT_NE(s.message().find("ZRTIER_ZRAM_DEVICE"), std::string::npos);
   s = ZramStore::Create("/dev/sda", 1 << 20, Os::Default(), &second);
@@ -193,38 +163,29 @@ TEST(ZramStore, BusyDeviceIsRefused) {
 
 TEST(ZramStore, StackSpillsThroughZramIntoFiles) {
   SKIP_UNLESS_ZRAM();
-  char tmpl[] = "/var/tmp/zrtier-zram-test-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = testing::MakeTempDir("/var/tmp/zrtier-zram-test-");
+  ASSERT_FALSE(dir.empty());
   Options opts;
   ASSERT_TRUE(opts.Set(Opt::kStoreBackend, "ram+zram+file").ok());
   ASSERT_TRUE(opts.Set(Opt::kStoreLimit, "512K").ok());
   ASSERT_TRUE(opts.Set(Opt::kZramSize, "1M").ok());
-  ASSERT_TRUE(opts.Set(Opt::kSpillDir, tmpl).ok());
+  ASSERT_TRUE(opts.Set(Opt::kSpillDir, dir).ok());
   {
     std::unique_ptr<ChunkStore> base;
     Status s = CreateStore(opts, Os::Default(), &base);
-    if (!s.ok() && (s.code() == EPERM || s.code() == EACCES || s.code() == EBUSY))
-      GTEST_SKIP() << "cannot claim a zram device: " << s.ToString();
+    if (std::string why = ClaimSkipReason(s); !why.empty()) GTEST_SKIP() << why;
     ASSERT_TRUE(s.ok()) << s.ToString();
     auto* store = static_cast<TieredStore*>(base.get());
     EXPECT_STREQ(store->name(), "ram+zram+file");
-    std::vector<std::pair<StoreHandle, std::vector<unsigned char>>> items;
-    for (int i = 0; i < 80; ++i) {  // 80 x 40 KB = 3.2 MB through 0.5 MB RAM + 1 MB zram
-      auto d = Bytes(40000, 100 + i);
-      StoreHandle h;
-      ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
-      items.emplace_back(h, std::move(d));
-    }
+    testing::Entries items;
+    for (int i = 0; i < 80; ++i)  // 80 x 40 KB = 3.2 MB through 0.5 MB RAM + 1 MB zram
+      ASSERT_TRUE(testing::PutEntry(store, Bytes(40000, 100 + i), 65536, &items));
     store->WaitIdle();
     EXPECT_GT(store->TierUsage(1).entries, 0u) << "zram holds some";
     EXPECT_GT(store->TierUsage(2).entries, 0u) << "files hold the rest";
-    for (auto& [h, d] : items) {
-      std::vector<unsigned char> got;
-      ASSERT_TRUE(ReadInto(store, h, &got).ok());
-      ASSERT_EQ(got, d);
-    }
+    for (auto& [h, d] : items) ASSERT_TRUE(ReadsBack(store, h, d));
   }
-  std::filesystem::remove_all(tmpl);
+  std::filesystem::remove_all(dir);
 }
 
 // A process that ends without releasing its device (killed, or exiting with the store in use)

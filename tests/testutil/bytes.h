@@ -1,7 +1,6 @@
-// Test data and checks shared by the suites: deterministic pseudo-random bytes, sample chunks of a
-// given kind (tools/bench/sample_data.h), reading a store entry back, and device buffers of the
+// Test data shared by the suites: deterministic pseudo-random bytes, and device buffers of the
 // (fake) CUDA runtime. Header-only, so that programs linking only the fake runtime (preload_test)
-// can use it too.
+// can use it too. Sample data of a kind is in sample_bytes.h, store entries in store_bytes.h.
 #pragma once
 
 #include <cuda_runtime_api.h>

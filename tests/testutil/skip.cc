@@ -53,6 +53,13 @@ uint64_t TestSeed() {
   return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
+uint64_t PrintedTestSeed() {
+  uint64_t seed = TestSeed();
+  printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  fflush(stdout);
+  return seed;
+}
+
 namespace {
 
 // Set when the test program ends having skipped every test it ran (and failed none).

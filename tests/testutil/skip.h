@@ -23,6 +23,9 @@ std::string IoUringUnavailableReason();
 int StressSeconds(int default_seconds);
 // The seed for randomized tests: ZRTIER_TEST_SEED, else time-based; printed by the caller.
 uint64_t TestSeed();
+// TestSeed(), printed first on stdout as "seed N" (flushed), so that a failed run can be repeated
+// with ZRTIER_TEST_SEED=N.
+uint64_t PrintedTestSeed();
 
 }  // namespace zrtier::testing
 
