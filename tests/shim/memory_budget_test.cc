@@ -189,8 +189,8 @@ TEST_F(MemoryBudgetTest, WhenTheMachineRunsShortRunsAreUnpinnedAndPinnedAgainLat
   ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
 }
 
-// Threads copy a pinned region both ways and check every byte while the keeper unpins and repins
-// its runs under them.
+// Threads copy a pinned region both ways (each in its half of it, two runs) and check every byte
+// while the keeper unpins and repins its runs under them.
 TEST_F(MemoryBudgetTest, CopiesStayExactWhileRunsAreUnpinnedUnderThem) {
   meminfo_.SetAvailable(8 * kGiB);
   Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/0);
@@ -211,7 +211,8 @@ TEST_F(MemoryBudgetTest, CopiesStayExactWhileRunsAreUnpinnedUnderThem) {
       uint64_t x = 77 + t;
       while (!stop.load()) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        const size_t off = ((x >> 20) % (n - len)) & ~size_t{4095};
+        // Each thread in its own half: a write-back never races another thread's read.
+        const size_t off = t * (n / 2) + (((x >> 20) % (n / 2 - len)) & ~size_t{4095});
         if (shim_->Memcpy(d, p + off, len, cudaMemcpyHostToDevice, s, false) != cudaSuccess ||
             cudaMemcpyAsync(out.data(), d, len, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
             cudaStreamSynchronize(s) != cudaSuccess ||
