@@ -150,7 +150,15 @@ Status RegionIo::Write(void* dst, const void* src, size_t len) {
     char* p = r->table.AddressOf(i);
     char* from = std::max(p, d0);
     char* to = std::min(p + e_.chunk, d0 + len);
-    if (!IsResident(c.word.load())) e_.budget->WaitForRoom();
+    if (!IsResident(c.word.load())) {
+      // T1 is full: a whole chunk goes straight to the store instead of waiting for the evictors
+      // to make room for it (and then encoding it anyway).
+      bool stored = false;
+      if (to - from == static_cast<ptrdiff_t>(e_.chunk) && e_.budget->OverBudget())
+        ZRTIER_RETURN_IF_ERROR(WriteStored(r.get(), i, in + (from - d0), &stored));
+      if (stored) continue;
+      e_.budget->WaitForRoom();
+    }
     uint32_t w;
     int spins = 0;
     for (;;) {
@@ -162,6 +170,54 @@ Status RegionIo::Write(void* dst, const void* src, size_t len) {
     }
     ZRTIER_RETURN_IF_ERROR(WriteChunk(r.get(), i, w, from - p, to - from, in + (from - d0)));
   }
+  return Status::Ok();
+}
+
+Status RegionIo::WriteStored(Region* r, size_t i, const char* s, bool* stored) {
+  *stored = false;
+  Chunk& c = r->table.chunks[i];
+  // Encoded before the chunk is claimed: faults on it do not wait for the codec.
+  size_t enc_len = 0;
+  char* enc = nullptr;
+  if (!e_.io->Encode(s, &enc, &enc_len).ok()) return Status::Ok();  // installed instead
+  StoreHandle h = 0;
+  if (enc_len) {
+    Status st = e_.io->store()->Put(enc, enc_len, e_.chunk, &h);
+    if (!st.ok()) {
+      StatAdd(st.code() == ENOSPC ? Stat::store_full : Stat::io_errors, 1);
+      return Status::Ok();  // installed instead, past the resident limit
+    }
+  }
+  uint32_t w;
+  int spins = 0;
+  for (;;) {
+    w = c.word.load();
+    const ChunkState st = StateOf(w);
+    if (st == kFreed) {
+      if (enc_len) e_.io->store()->Free(h);
+      return Status::Error(EINVAL, "Write: region freed");
+    }
+    if (st != kBusy && c.TryBusy(w)) break;
+    Backoff(&spins);
+  }
+  if (IsResident(w)) {  // faulted in meanwhile: written in place
+    if (enc_len) e_.io->store()->Free(h);
+    *stored = true;
+    return WriteChunk(r, i, w, 0, e_.chunk, s);
+  }
+  const ChunkState was = StateOf(w);
+  if (was == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
+  if (was == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
+  e_.io->FreeHandle(r, c);
+  if (enc_len) {
+    e_.io->SetHandle(r, c, h, enc_len);
+    e_.regions->AddStoredRaw(r, static_cast<int64_t>(e_.chunk));
+  }
+  const uint64_t held_gen = c.gen.fetch_add(1);
+  c.EndBusy(enc_len ? kStored : kEmpty);
+  e_.parked->Signal();
+  if (was == kExternal) external_->Released(r, i, held_gen);
+  *stored = true;
   return Status::Ok();
 }
 

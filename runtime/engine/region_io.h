@@ -43,6 +43,11 @@ class RegionIo {
   // `streaming`: `d` is a T0 slot, written with non-temporal stores (CopyStreaming for resident
   // bytes, the codec's streaming merge for stored ones).
   Status ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming = false);
+  // Write of the whole chunk `i` of `r` from `s` straight into the store, for a chunk that is not
+  // resident while T1 is full: encoded, put, then claimed; one that became resident meanwhile is
+  // written in place. *stored false (nothing changed): the codec or the store refused it, and
+  // the caller installs it instead.
+  Status WriteStored(Region* r, size_t i, const char* s, bool* stored);
   // Write of bytes [off, off+n) of chunk `i` (claimed by the caller in state word `was`), from `s`.
   Status WriteChunk(Region* r, size_t i, uint32_t was, size_t off, size_t n, const char* s);
   // Installs a chunk that was not resident (claimed in `was`): a whole one straight from `s`, a

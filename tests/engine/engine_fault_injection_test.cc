@@ -4,6 +4,7 @@
 // stderr.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -34,6 +35,7 @@ class FlakyStore : public ChunkStore {
   }
   const char* name() const override { return "flaky"; }
   Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override {
+    while (gate.load() && std::this_thread::get_id() != gate_owner) usleep(1000);
     if (int e = put_err.load()) return Status::Error(e, "injected Put failure");
     return inner_->Put(data, len, raw_len, out);
   }
@@ -46,6 +48,9 @@ class FlakyStore : public ChunkStore {
 
   std::atomic<int> put_err{0};
   std::atomic<int> get_err{0};
+  // While `gate` is set, Put from any thread but `gate_owner` waits (evictors stuck in the store).
+  std::atomic<bool> gate{false};
+  std::thread::id gate_owner;
 
  private:
   std::unique_ptr<ChunkStore> inner_;
@@ -70,6 +75,40 @@ testing::TestRegion MakeFlakyRegion(size_t chunks, FlakyStore** flaky) {
   return ::testing::AssertionFailure()
          << "Create: " << st.ToString() << (e ? ", an engine made" : "") << "; want error " << code
          << " naming \"" << words << "\"";
+}
+
+// A whole chunk written while T1 is full goes straight to the store: the writer neither waits for
+// the evictors (here stuck in the store) nor installs the chunk for them to encode again.
+TEST(EngineFaultInjectionTest, WholeChunksWrittenWhileT1IsFullGoStraightToTheStore) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto store = std::make_unique<FlakyStore>();
+  FlakyStore* flaky = store.get();
+  flaky->gate_owner = std::this_thread::get_id();
+  flaky->gate = true;
+  auto [e, cs, r, p] = testing::MakeTestRegion(
+      32, testing::MakeTestEngine(TestEngineOptions("1M"), Os::Default(), std::move(store)));
+  ASSERT_TRUE(p);
+  // The CPU fills T1 up to the limit and its slack (4 chunks at this limit): the faults install
+  // every chunk, the evictors wake and get stuck in Put with the oldest chunks claimed. Chunk by
+  // chunk: a large memcpy may store its tail first, and a chunk an evictor holds would block it.
+  const size_t fill = (1 << 20) / cs + 4;
+  std::vector<char> model = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 12);
+  for (size_t k = 0; k < fill; ++k) memcpy(p + k * cs, model.data() + k * cs, cs);
+  const EngineUsage before = e->Usage();
+  const size_t n = 8;
+  const uint64_t t0 = MonotonicNs();
+  ASSERT_TRUE(e->Write(p + fill * cs, model.data() + fill * cs, n * cs).ok());
+  const double secs = (MonotonicNs() - t0) / 1e9;
+  const EngineUsage after = e->Usage();
+  EXPECT_EQ(after.resident_bytes, before.resident_bytes) << "written chunks were installed";
+  EXPECT_EQ(after.stored_raw_bytes, before.stored_raw_bytes + n * cs);
+  printf("Write of %zu chunks into a full T1: %.3f s\n", n, secs);
+  flaky->gate = false;
+  std::vector<char> out(r.size);
+  ASSERT_TRUE(e->Read(p, r.size, out.data(), nullptr).ok());
+  EXPECT_EQ(0, memcmp(out.data(), model.data(), (fill + n) * cs));
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_EQ(0, memcmp(p, model.data(), (fill + n) * cs));
 }
 
 TEST(EngineFaultInjectionTest, UserfaultfdUnavailableNamesTheFix) {
