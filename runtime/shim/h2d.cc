@@ -316,6 +316,8 @@ void H2DPath::Copier::StartFill(Piece* raw) {
         }
       },
       [path, raw] {
+        if (raw->release.exchange(Piece::kBytes, std::memory_order_acq_rel) == Piece::kFlagged)
+          path->ReleaseFlag(raw);
         if (raw->state.exchange(Piece::kFilled, std::memory_order_acq_rel) == Piece::kDeferred)
           path->FinishDeferred(raw);
       });

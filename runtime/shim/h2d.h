@@ -70,14 +70,22 @@ class H2DPath {
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream);
   // Hands `piece` (its slots pinned, its misses still filling on the workers) to `stream`: a wait
   // on a StreamFlags word, then a DMA of every chunk from its slot (a never-written chunk's too:
-  // its slot is zeroed) and an event that keeps the slots until the DMAs are done; the fill's last
-  // step (FinishDeferred) publishes the filled chunks, unpins the slots and sets the word. `dst0`
-  // and `src0` are the copy's destination and source. Returns false, with nothing queued, when no
-  // event or stream flag is free: the caller waits for the fill instead. On true the piece is no
-  // longer the caller's (released, or finished here after a CUDA error, returned in *err).
+  // its slot is zeroed) and an event that keeps the slots until the DMAs are done. The word is set
+  // (ReleaseFlag) as soon as the wait is queued and the fill is done, by whichever comes second --
+  // never after this call's own DMA calls, which may block inside the driver behind another
+  // thread's cudaHostUnregister that waits for this very stream. The fill's last step, or this
+  // call, whichever comes second, then publishes the filled chunks and unpins the slots
+  // (FinishDeferred). `dst0` and `src0` are the copy's destination and source. Returns false,
+  // with nothing queued, when no event or stream flag is free: the caller waits for the fill
+  // instead. On true the piece is no longer the caller's (released, or finished here after a
+  // CUDA error, returned in *err).
   bool Defer(std::unique_ptr<Piece>& piece, char* dst0, const char* src0, uint64_t region,
              cudaStream_t stream, Readiness* readiness, cudaError_t* err);
-  // The end of a deferred piece once it is filled (on whichever thread ran the fill's last item).
+  // Zeroes the slots of the piece's never-written chunks and sets its stream flag: its DMAs may
+  // run. Once per deferred piece, when both its wait is queued and its fill is done.
+  void ReleaseFlag(Piece* piece);
+  // The end of a deferred piece once it is filled and its DMAs are queued (on whichever thread
+  // came second): publishes, unpins, and deletes it.
   void FinishDeferred(Piece* piece);
   // The copy while a D2H into the same chunks is still queued: fills run as host functions.
   cudaError_t CopyOrdered(void* dst, const RegionInfo& r, const char* src, size_t n,

@@ -23,6 +23,9 @@ bool H2DPath::Defer(std::unique_ptr<Piece>& piece, char* dst0, const char* src0,
   Piece* p = piece.get();
   p->region = region;
   p->flag = flag;
+  // The wait is queued: the flag is released now if the fill is done, else by its last step.
+  if (p->release.exchange(Piece::kFlagged, std::memory_order_acq_rel) == Piece::kBytes)
+    ReleaseFlag(p);
   // Every chunk's DMA reads its slot: whether a miss is a never-written chunk (a memset in
   // IssuePiece) is known only once it is filled.
   DmaBatch dmas(ctx_.api, cudaMemcpyHostToDevice);
@@ -38,11 +41,10 @@ bool H2DPath::Defer(std::unique_ptr<Piece>& piece, char* dst0, const char* src0,
   e = dmas.Issue(stream);
   if (e == cudaSuccess) e = ctx_.api->cudaEventRecord(ev, stream);
   if (e != cudaSuccess) {
-    // Finished here: the stream drains only once the flag is set, and the slots are released
-    // only once it has drained. Nothing is published.
+    // Finished here: the stream drains once the flag is set (by the fill's end at the latest),
+    // and the slots are released only once it has drained. Nothing is published.
     ctx_.pool->events()->Put(ev);
     ctx_.workers->Wait(*p->fill);
-    ctx_.flags->Signal(flag);
     DmaBatch::Synchronize(ctx_.api, stream);
     ctx_.pool->UnpinRun(busy.data(), busy.size());
     piece.reset();
@@ -67,12 +69,19 @@ bool H2DPath::Defer(std::unique_ptr<Piece>& piece, char* dst0, const char* src0,
   return true;
 }
 
+void H2DPath::ReleaseFlag(Piece* p) {
+  for (Chunk& c : p->chunks)
+    if (!c.hit && c.zero) memset(ctx_.pool->SlotPtr(c.slot), 0, ctx_.chunk);
+  // The slots hold the bytes: the DMAs may run (the release store orders the fills' stores).
+  p->reached = ctx_.flags->Signal(p->flag);
+  if (p->reached == StreamFlags::Reached::kWaiting) StatAdd(Stat::h2d_pieces_waited_on, 1);
+}
+
 void H2DPath::FinishDeferred(Piece* p) {
   std::vector<PinnedPool::PublishItem> items;
   std::vector<int> slots;
   const bool failed = p->failed.load(std::memory_order_relaxed);
   for (Chunk& c : p->chunks) {
-    if (!c.hit && c.zero) memset(ctx_.pool->SlotPtr(c.slot), 0, ctx_.chunk);
     if (!failed && !c.hit && !c.zero) items.push_back({c.slot, c.index, c.gen, c.resident});
     slots.push_back(c.slot);
   }
@@ -82,10 +91,7 @@ void H2DPath::FinishDeferred(Piece* p) {
         "zeros for them");
   ctx_.pool->PublishRun(p->region, items.data(), items.size());
   ctx_.pool->UnpinRun(slots.data(), slots.size());
-  // The slots hold the bytes: the DMAs may run (the release store orders the fills' stores).
-  const StreamFlags::Reached reached = ctx_.flags->Signal(p->flag);
-  if (reached == StreamFlags::Reached::kWaiting) StatAdd(Stat::h2d_pieces_waited_on, 1);
-  p->readiness->Release(reached != StreamFlags::Reached::kNotYet);
+  p->readiness->Release(p->reached != StreamFlags::Reached::kNotYet);
   delete p;
 }
 

@@ -49,6 +49,12 @@ struct H2DPath::Piece {
   // one that finds the other's state there finishes a deferred piece (FinishDeferred).
   enum State { kFilling, kFilled, kDeferred };
   std::atomic<int> state{kFilling};
+  // Who releases the stream flag: Defer swaps in kFlagged once the wait is queued (before its DMA
+  // calls), the fill's last step kBytes; the one that finds the other's mark there calls
+  // ReleaseFlag, which records in `reached` whether the stream was already waiting.
+  enum Release { kNeither, kFlagged, kBytes };
+  std::atomic<int> release{kNeither};
+  StreamFlags::Reached reached = StreamFlags::Reached::kUnknown;
   uint64_t region = 0;             // set when deferred
   int flag = -1;                   // the StreamFlags token its DMAs wait on, once deferred
   Readiness* readiness = nullptr;  // once deferred: a reference to its copy's

@@ -88,6 +88,7 @@ struct Global {
   std::atomic<uint64_t> stream_waits_blocked{0};
   std::atomic<uint64_t> batch_calls{0};
   std::atomic<int> batch_error{0};  // fakecudaSetBatchError
+  std::atomic<bool> issue_waits{false};  // fakecudaSetIssueWaitsForStream
   std::atomic<uint32_t> devices_touched{0};  // fakecudaDevicesTouched
 };
 
@@ -260,6 +261,7 @@ cudaError_t CopyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
       g->pageable_async.fetch_add(1);
   }
   Stream* s = Resolve(stream);
+  if (!sync && g->issue_waits.load()) WaitFor(l, s, s->submitted);
   int delay = CopyDelayUs(n);
   uint64_t seq = EnqueueLocked(s, [dst, src, n, delay, g] {
     if (delay) std::this_thread::sleep_for(std::chrono::microseconds(delay));
@@ -355,6 +357,7 @@ FAKE_API uint32_t fakecudaDevicesTouched(void) {
 FAKE_API void fakecudaResetDevicesTouched(void) {
   G()->devices_touched.store(0);
 }
+FAKE_API void fakecudaSetIssueWaitsForStream(int on) { G()->issue_waits.store(on != 0); }
 FAKE_API void fakecudaSetBatchError(cudaError_t err) {
   G()->batch_error.store(static_cast<int>(err));
 }

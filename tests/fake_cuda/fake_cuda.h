@@ -41,6 +41,10 @@ void fakecudaResetDevicesTouched(void);
 // Makes every later cudaMemcpyBatchAsync fail with `err` (cudaSuccess: works again), as a runtime
 // or driver without batch copies would.
 void fakecudaSetBatchError(cudaError_t err);
+// While `on`, every asynchronous copy call waits until everything queued before it on its stream
+// has run before it queues its copy: a driver that holds the issuing thread behind the stream, as
+// a real one does while another thread's cudaHostUnregister waits for the device.
+void fakecudaSetIssueWaitsForStream(int on);
 // Calls of any CUDA function made from inside a host function (must stay 0: host functions never
 // call CUDA, DESIGN.md section 6).
 uint64_t fakecudaCallsFromHostFunctions(void);

@@ -343,6 +343,38 @@ TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+// A deferred piece's stream flag is set once its fill is done, whatever its copy call is doing: here
+// the fake driver holds every asynchronous copy call until its stream is idle (as a real one does
+// while another thread's cudaHostUnregister waits for the device), so a piece whose flag waited for
+// its copy call to get past its own DMA calls would hang the call and the stream forever.
+TEST_F(ShimCopyTest, ADeferredPieceIsReleasedByItsFillNotByItsCopyCall) {
+  char *r, *d;
+  cudaStream_t s;
+  auto data = AsyncCopyStart(31, &r, &d, &s);
+  ASSERT_FALSE(HasFailure());
+  const size_t n = kAsyncChunks * kChunk;
+  ClearDevice(d, n);
+  const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
+  fakecudaSetIssueWaitsForStream(1);
+  heap_->Hold();
+  auto copy = std::async(std::launch::async, [&] {
+    return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  heap_->Release();
+  if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "the copy call never returned: its stream waits on a flag only it sets";
+    fflush(nullptr);
+    std::_Exit(1);  // a deadlock cannot be unwound
+  }
+  fakecudaSetIssueWaitsForStream(0);
+  EXPECT_EQ(copy.get(), cudaSuccess);
+  EXPECT_GT(StatGet(Stat::h2d_deferred_pieces), deferred);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 // Stat::copies_ready_in_time: an asynchronous copy whose pieces went to the stream still filling
 // counts once its fills are done, as ready in time only if the stream had not got to their DMAs
 // by then (the flag's mark). With the stream busy behind a host function, the fills win: counted,
