@@ -118,7 +118,10 @@ void Evictor::Loop() {
       if (st.code() == EAGAIN) e_.budget->SetStalled(true);  // nothing evictable: release throttled
       e_.parked->Signal();
       e_.budget->RoomMade();
-      e_.budget->WaitForWork(std::chrono::milliseconds(st.code() == EAGAIN ? 1 : 50));
+      // Nothing evictable (every resident chunk held, pinned by a copy or claimed): an install
+      // kicks the evictors again, so the wait can be long; a short one has every evictor rescan
+      // the whole chunk space a thousand times a second.
+      e_.budget->WaitForWork(std::chrono::milliseconds(st.code() == EAGAIN ? 10 : 50));
     }
   }
 }
