@@ -28,6 +28,10 @@ enum class OptionType { kBool, kInt, kSize, kString };
 #define ZRTIER_OPTIONS(X)                                                                          \
   X(kDisable, "DISABLE", kBool, "0", "", "", "",                                                 \
     "1 = pass every CUDA call to the real runtime untouched")                                     \
+  X(kRequire, "REQUIRE", kBool, "0", "", "", "require",                                          \
+    "1 = zrtier must manage memory: if it cannot start (no userfaultfd, no CUDA runtime, ...), "   \
+    "the program exits with status 69 instead of running unmanaged; zrtier run checks first and " \
+    "refuses to start it")                                                                        \
   X(kVerbose, "VERBOSE", kInt, "0", "level", "", "verbose",                                      \
     "stderr logging: 0 errors and warnings, 1 info, 2 debug")                                     \
   X(kChunk, "CHUNK", kSize, "256K", "bytes", "", "chunk",                                         \
@@ -100,6 +104,10 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kTestStatsDir, "TEST_STATS_DIR", kString, "/dev/shm", "path", "", "",                        \
     "tests only: the directory of the statistics blocks")
 // clang-format on
+
+// Exit status of a program stopped by ZRTIER_REQUIRE=1 because zrtier cannot start, and of
+// `zrtier run` refusing to start one (EX_UNAVAILABLE in sysexits.h).
+inline constexpr int kRequireExitStatus = 69;
 
 enum class Opt : int {
 #define ZRTIER_OPTION_ENUM(id, ...) id,

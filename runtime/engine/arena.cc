@@ -56,8 +56,9 @@ Status Arena::Create(Os* os, uint64_t size, size_t align, std::unique_ptr<Arena>
     if (e == EPERM || e == ENOSYS || e == EACCES)
       return Status::Error(
           e, "userfaultfd unavailable: " + Err(fd) +
-                 " (sysctl vm.unprivileged_userfaultfd=1, give the process "
-                 "CAP_SYS_PTRACE, or run as root; ZRTIER_DISABLE=1 turns zrtier off)");
+                 " (as root: sysctl -w vm.unprivileged_userfaultfd=1, or let this user open "
+                 "/dev/userfaultfd; or give the process CAP_SYS_PTRACE; `zrtier doctor` "
+                 "explains)");
     return Status::Error(e, "userfaultfd: " + Err(fd));
   }
   if (!(got & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {

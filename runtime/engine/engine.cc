@@ -243,4 +243,8 @@ const Codec& Engine::codec() const {
   return io_->codec();
 }
 
+uint64_t Engine::uffd_features() const {
+  return arena_->features();
+}
+
 }  // namespace zrtier

@@ -107,6 +107,8 @@ class Engine final : public RegionBackend {
   Status EvictTo(uint64_t target_resident_bytes);
   EngineUsage Usage() const;
   const Codec& codec() const;
+  // The userfaultfd features the kernel reported for the arena (UFFDIO_API: all it supports).
+  uint64_t uffd_features() const;
 
  private:
   Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,

@@ -48,7 +48,16 @@ struct ErrnoKeeper {
   ~ErrnoKeeper() { errno = saved; }
 };
 
+// Start-up failed. By default the program goes on without zrtier; with ZRTIER_REQUIRE=1 it ends
+// here, at its first allocation zrtier would have managed, with kRequireExitStatus. _exit: this
+// runs inside a CUDA call of an arbitrary thread with g_init_mu held, where atexit handlers and
+// static destructors (the CUDA runtime's among them) are not safe to run.
 void Fallback(const std::string& why) {
+  if (g_opts->Bool(Opt::kRequire)) {
+    Log(LogLevel::kError, "cannot start and ZRTIER_REQUIRE=1, exiting with status %d: %s",
+        kRequireExitStatus, why.c_str());
+    _exit(kRequireExitStatus);
+  }
   StatAdd(Stat::fallbacks, 1);
   Log(LogLevel::kError, "disabled, every CUDA call goes to the real runtime: %s", why.c_str());
 }

@@ -1,7 +1,8 @@
 // End to end through LD_PRELOAD=libzrtier.so, exactly as users run it: this program knows nothing
 // of zrtier (it links only the fake libcudart.so.13) and checks exact bytes through pinned
 // allocations, copies in both directions, stream order, host functions, threads, the pointer
-// queries, the pass-through cases, ZRTIER_DISABLE=1 and the init fallback. ctest runs it several
+// queries, the pass-through cases, ZRTIER_DISABLE=1, the init fallback and ZRTIER_REQUIRE=1's exit
+// instead of a fallback. ctest runs it several
 // times with different environments and gtest filters (tests/shim/CMakeLists.txt).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -349,6 +350,28 @@ TEST(Fallback, InitFailureFallsBackWithOneLine) {
   size_t first = err.find("disabled, every CUDA call goes to the real runtime");
   EXPECT_NE(first, std::string::npos) << err;
   EXPECT_EQ(err.find("disabled", first + 1), std::string::npos) << "said more than once: " << err;
+}
+
+// ZRTIER_REQUIRE=1 with a start-up that fails: the first allocation zrtier would manage ends the
+// program with status 69 and the reason, instead of passing through.
+TEST(Require, InitFailureExitsWithTheReason) {
+  ASSERT_TRUE(Preloaded());
+  ASSERT_STREQ(getenv("ZRTIER_REQUIRE"), "1");
+  ASSERT_NE(getenv("ZRTIER_TEST_FAIL_INIT"), nullptr);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the fake runtime runs a thread
+  // Below the threshold nothing starts: the program goes on.
+  bool managed = true;
+  char* small = PinnedAlloc(4096, 0, &managed);
+  EXPECT_FALSE(managed);
+  EXPECT_EQ(cudaFreeHost(small), cudaSuccess);
+  EXPECT_EXIT(
+      {
+        bool m = false;
+        PinnedAlloc(4 << 20, 0, &m);
+        fprintf(stderr, "still running\n");
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(69), "cannot start and ZRTIER_REQUIRE=1.*userfaultfd unavailable");
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // `zrtier doctor`: checks what zrtier needs from this machine and says, one line each, OK / WARN /
-// FAIL and what to do about a WARN or FAIL. Exit status 1 only if zrtier cannot work at all
-// (no usable userfaultfd with write-protect); every other problem only disables one tier or
+// FAIL and what to do about a WARN or FAIL, for the user who runs it. Exit status 1 only if zrtier
+// cannot work at all: the engine does not start for this user with these ZRTIER_* settings
+// (ProbeEngine: the Engine::Create the shim calls). Every other problem only disables one tier or
 // feature.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <liburing.h>
 #include <numa.h>
-#include <sys/ioctl.h>
+#include <pwd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -22,22 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "runtime/os/os.h"
 #include "runtime/os/uffd_compat.h"
 #include "tools/top/format.h"
 #include "tools/zrtier/commands.h"
+#include "tools/zrtier/engine_probe.h"
 #include "zrtier/options.h"
 #include "zrtier/stats_reader.h"
 #include "zrtier/version.h"
-
-#ifndef USERFAULTFD_IOC
-#define USERFAULTFD_IOC 0xAA
-#endif
-#ifndef USERFAULTFD_IOC_NEW
-#define USERFAULTFD_IOC_NEW _IO(USERFAULTFD_IOC, 0x00)
-#endif
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
 
 namespace zrtier::tools {
 namespace {
@@ -84,67 +79,64 @@ void CheckKernel(Doctor* d) {
             "upgrade to Linux >= 5.7 (6.8 or newer recommended)");
 }
 
-// Returns the fd of a userfaultfd obtained by the syscall or /dev/userfaultfd, or -1.
-int CheckUserfaultfdAccess(Doctor* d) {
-  std::string sysctl = ReadFirstLine("/proc/sys/vm/unprivileged_userfaultfd");
-  bool root = geteuid() == 0;
-  long fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
-  int sys_err = fd < 0 ? errno : 0;
-  if (fd < 0) {
-    fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-    if (fd >= 0) sys_err = 0;
-  }
-  std::string detail = "vm.unprivileged_userfaultfd=" + (sysctl.empty() ? "?" : sysctl) +
-                       (root ? ", running as root" : ", not root");
-  if (fd >= 0) {
-    d->Line(Level::kOk, "userfaultfd", "syscall works (" + detail + ")");
-  } else {
-    d->Line(Level::kWarn, "userfaultfd",
-            std::string("syscall refused: ") + strerror(sys_err) + " (" + detail + ")",
-            "sysctl -w vm.unprivileged_userfaultfd=1, or give the user access to /dev/userfaultfd");
-  }
-  int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-  if (dev >= 0) {
-    long dfd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-    int e = errno;
-    close(dev);
-    if (dfd >= 0) {
-      d->Line(Level::kOk, "/dev/userfaultfd", "opens and hands out userfaultfds");
-      if (fd < 0)
-        fd = dfd;
-      else
-        close(static_cast<int>(dfd));
-    } else {
-      d->Line(Level::kWarn, "/dev/userfaultfd", std::string("USERFAULTFD_IOC_NEW: ") + strerror(e),
-              "needs Linux >= 6.1");
-    }
-  } else {
-    int e = errno;
-    Level lvl = fd >= 0 ? Level::kOk : Level::kFail;
-    d->Line(lvl, "/dev/userfaultfd",
-            std::string("cannot open: ") + strerror(e) +
-                (fd >= 0 ? " (not needed: the syscall works)" : ""),
-            "chmod/chgrp /dev/userfaultfd for this user (Linux >= 6.1), or allow the syscall");
-  }
-  if (fd < 0) {
-    d->Line(Level::kFail, "zrtier", "no userfaultfd: zrtier cannot manage memory here",
-            "fix one of the two lines above; until then the shim passes every call through");
-    d->fatal = true;
-  }
-  return static_cast<int>(fd);
+// "crw------- root:root" for `path`, or "" when it cannot be stat'ed.
+std::string ModeAndOwner(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return "";
+  std::string mode = S_ISCHR(st.st_mode) ? "c" : S_ISDIR(st.st_mode) ? "d" : "-";
+  const char* kRwx = "rwxrwxrwx";
+  for (int i = 0; i < 9; ++i) mode += (st.st_mode & (0400 >> i)) ? kRwx[i] : '-';
+  const passwd* pw = getpwuid(st.st_uid);
+  const group* gr = getgrgid(st.st_gid);
+  return mode + " " + (pw ? pw->pw_name : std::to_string(st.st_uid)) + ":" +
+         (gr ? gr->gr_name : std::to_string(st.st_gid));
 }
 
-void CheckUserfaultfdFeatures(Doctor* d, int fd) {
-  uffdio_api api;
-  memset(&api, 0, sizeof(api));
-  api.api = UFFD_API;
-  api.features = 0;  // ask for nothing: the kernel answers with everything it supports
-  if (ioctl(fd, UFFDIO_API, &api) != 0) {
-    d->Line(Level::kFail, "uffd features", std::string("UFFDIO_API: ") + strerror(errno),
-            "upgrade the kernel");
-    d->fatal = true;
+std::string UserName() {
+  const passwd* pw = getpwuid(geteuid());
+  return pw ? pw->pw_name : "uid " + std::to_string(geteuid());
+}
+
+// How the engine gets its userfaultfd: Os::Userfaultfd with the arena's flags -- the syscall
+// without UFFD_USER_MODE_ONLY (the engine must also resolve faults the kernel takes on the
+// program's behalf, as in read() into a pinned buffer), then /dev/userfaultfd. This line explains
+// which of the two works and how to open one; whether the engine starts is CheckEngine's verdict.
+void CheckUserfaultfd(Doctor* d) {
+  const std::string sysctl = ReadFirstLine("/proc/sys/vm/unprivileged_userfaultfd");
+  const bool root = geteuid() == 0;
+  const std::string who = "vm.unprivileged_userfaultfd=" + (sysctl.empty() ? "?" : sysctl) +
+                          (root ? ", root" : ", user " + UserName() + ", not root");
+  long sys = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+  const int sys_err = sys < 0 ? errno : 0;
+  if (sys >= 0) {
+    close(static_cast<int>(sys));
+    d->Line(Level::kOk, "userfaultfd", "the syscall works (" + who + ")");
     return;
   }
+  long fd = Os::Default()->Userfaultfd(O_CLOEXEC | O_NONBLOCK);  // the engine's path
+  if (fd >= 0) {
+    close(static_cast<int>(fd));
+    d->Line(Level::kOk, "userfaultfd",
+            std::string("through /dev/userfaultfd (the syscall: ") + strerror(sys_err) + "; " +
+                who + ")");
+    return;
+  }
+  int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  const std::string dev_err = dev < 0 ? strerror(errno) : "USERFAULTFD_IOC_NEW refused";
+  if (dev >= 0) close(dev);
+  const std::string mode = ModeAndOwner("/dev/userfaultfd");
+  d->Line(Level::kFail, "userfaultfd",
+          std::string("refused for this user: the syscall: ") + strerror(sys_err) + " (" + who +
+              "); /dev/userfaultfd: " + dev_err + (mode.empty() ? "" : " (" + mode + ")"),
+          "as root, one of: sysctl -w vm.unprivileged_userfaultfd=1 (persist it in "
+          "/etc/sysctl.d/); or let this user open /dev/userfaultfd (Linux >= 6.1): groupadd -f "
+          "userfaultfd && chgrp userfaultfd /dev/userfaultfd && chmod 0660 /dev/userfaultfd && "
+          "usermod -aG userfaultfd " +
+              UserName() + " (a new login picks up the group; a udev rule keeps the mode)");
+}
+
+// The kernel features the engine asked for and got (features of the engine's own userfaultfd).
+void CheckUserfaultfdFeatures(Doctor* d, uint64_t features) {
   struct Feature {
     const char* name;
     uint64_t bit;
@@ -165,7 +157,7 @@ void CheckUserfaultfdFeatures(Doctor* d, int fd) {
   Level worst = Level::kOk;
   std::string fix;
   for (const Feature& f : kFeatures) {
-    bool ok = (api.features & f.bit) != 0;
+    bool ok = (features & f.bit) != 0;
     (ok ? have : missing) += std::string(f.name) + " ";
     if (!ok) {
       worst = std::max(worst, f.missing);
@@ -180,7 +172,28 @@ void CheckUserfaultfdFeatures(Doctor* d, int fd) {
           "have " + (have.empty() ? std::string("none") : trim(have)) +
               (missing.empty() ? "" : "; missing " + trim(missing)),
           "upgrade the kernel. " + fix);
-  if (worst == Level::kFail) d->fatal = true;
+}
+
+// The verdict's ground truth: the engine started with this user's ZRTIER_* settings, as the
+// preloaded shim starts it (ProbeEngine).
+void CheckEngine(Doctor* d) {
+  Options opts = Options::FromEnvironment([](const std::string&) {});
+  if (opts.Bool(Opt::kDisable))
+    d->Line(Level::kWarn, "engine", "ZRTIER_DISABLE=1 is set: the shim passes every call through",
+            "unset ZRTIER_DISABLE");
+  EngineProbe probe = ProbeEngine(opts);
+  if (!probe.status.ok()) {
+    d->Line(Level::kFail, "engine",
+            "does not start for this user with these settings: " + probe.status.message(),
+            "fix the cause above; until then the shim passes every CUDA call through "
+            "(ZRTIER_REQUIRE=1 makes that an error)");
+    d->fatal = true;
+    return;
+  }
+  CheckUserfaultfdFeatures(d, probe.uffd_features);
+  d->Line(Level::kOk, "engine",
+          "starts for this user: chunk " + opts.Text(Opt::kChunk) + ", arena " +
+              opts.Text(Opt::kArena) + ", store " + opts.String(Opt::kStoreBackend));
 }
 
 void CheckIoUring(Doctor* d) {
@@ -225,7 +238,10 @@ void CheckZram(Doctor* d) {
     closedir(dir);
   }
   std::sort(devs.begin(), devs.end());
-  bool hot_add = access("/sys/class/zram-control/hot_add", F_OK) == 0;
+  // Reading hot_add adds a device (ZRTIER_ZRAM_DEVICE=auto); the file is root-only.
+  const char* kHotAdd = "/sys/class/zram-control/hot_add";
+  const bool hot_add = access(kHotAdd, F_OK) == 0;
+  const bool hot_add_usable = hot_add && access(kHotAdd, R_OK) == 0;
   if (devs.empty()) {
     d->Line(Level::kWarn, "zram", "no zram device",
             "modprobe zram (the zram tier is optional; the RAM store works without it)");
@@ -235,22 +251,32 @@ void CheckZram(Doctor* d) {
     std::string base = "/sys/block/" + dev + "/";
     std::string algos = ReadFirstLine(base + "comp_algorithm");
     uint64_t disksize = strtoull(ReadFirstLine(base + "disksize").c_str(), nullptr, 10);
-    bool writable = access(("/dev/" + dev).c_str(), R_OK | W_OK) == 0;
+    // Claiming a device writes its disksize; the tier then reads and writes the device node.
+    bool usable = access(("/dev/" + dev).c_str(), R_OK | W_OK) == 0 &&
+                  access((base + "disksize").c_str(), W_OK) == 0;
     std::string detail = "/dev/" + dev + ": algorithms " + algos + "; " +
                          (disksize ? "in use, disksize " + HumanBytes(static_cast<double>(disksize))
-                                   : std::string("free (disksize 0)")) +
-                         (writable ? "" : "; not writable by this user");
+                                   : std::string("free (disksize 0)"));
     bool zstd = algos.find("zstd") != std::string::npos;
-    if (!writable)
-      d->Line(Level::kWarn, "zram", detail, "run as root or give the user access to /dev/" + dev);
+    if (!usable)
+      d->Line(Level::kWarn, "zram",
+              detail + "; this user cannot configure it (/dev/" + dev + " " +
+                  ModeAndOwner("/dev/" + dev) + ", " + base + "disksize " +
+                  ModeAndOwner(base + "disksize") + ")",
+              "the zram tier (ZRTIER_STORE_BACKEND=ram+zram) needs root; the RAM store and the "
+              "file tier work without it");
     else if (!zstd)
       d->Line(Level::kOk, "zram", detail + " (no kernel zstd: zrtier compresses before writing)");
     else
       d->Line(Level::kOk, "zram", detail);
   }
-  if (hot_add)
-    d->Line(Level::kOk, "zram-control",
-            "hot_add present: ZRTIER_ZRAM_DEVICE=auto can add a device");
+  if (hot_add_usable)
+    d->Line(Level::kOk, "zram-control", "hot_add usable: ZRTIER_ZRAM_DEVICE=auto can add a device");
+  else if (hot_add)
+    d->Line(Level::kWarn, "zram-control",
+            std::string("hot_add is root-only (") + ModeAndOwner(kHotAdd) +
+                "): ZRTIER_ZRAM_DEVICE=auto cannot add a device for this user",
+            "run as root to use the zram tier");
 }
 
 void CheckMemlock(Doctor* d) {
@@ -378,23 +404,23 @@ void CheckSpillDir(Doctor* d) {
     probe = probe.substr(0, probe.rfind('/'));
     if (probe.empty()) probe = "/";
   }
-  if (access(probe.c_str(), W_OK) == 0)
+  if (access(probe.c_str(), W_OK | X_OK) == 0)
     d->Line(Level::kOk, "spill directory",
             dir + (probe == dir ? " writable" : " (created on first spill under " + probe + ")"));
   else
-    d->Line(Level::kWarn, "spill directory", dir + ": " + probe + " not writable",
-            "set ZRTIER_SPILL_DIR (zrtier run --spill DIR) to a writable NVMe directory");
+    d->Line(Level::kWarn, "spill directory",
+            dir + ": " + probe + " (" + ModeAndOwner(probe) + ") not writable by " + UserName(),
+            "the file tier needs it: set ZRTIER_SPILL_DIR (zrtier run --spill DIR) to an NVMe "
+            "directory this user may write, or give the user " +
+                probe);
 }
 
 int RunDoctor() {
   Doctor d;
   printf("zrtier %s\n", Version());
   CheckKernel(&d);
-  int fd = CheckUserfaultfdAccess(&d);
-  if (fd >= 0) {
-    CheckUserfaultfdFeatures(&d, fd);
-    close(fd);
-  }
+  CheckUserfaultfd(&d);
+  CheckEngine(&d);
   CheckIoUring(&d);
   CheckZram(&d);
   CheckMemlock(&d);
@@ -404,13 +430,16 @@ int RunDoctor() {
   CheckShm(&d);
   CheckSpillDir(&d);
   printf("libraries: zstd %s (linked)\n", ZSTD_versionString());
+  const std::string user = UserName();
   if (d.fatal)
-    printf("verdict: zrtier cannot work here (see FAIL above)\n");
+    printf("verdict: zrtier cannot work here for %s (see FAIL above)\n", user.c_str());
   else if (d.fails + d.warns)
-    printf("verdict: zrtier works here; %d warning%s, %d failure%s limit some tiers or features\n",
-           d.warns, d.warns == 1 ? "" : "s", d.fails, d.fails == 1 ? "" : "s");
+    printf(
+        "verdict: zrtier works here for %s; %d warning%s, %d failure%s limit some tiers or "
+        "features\n",
+        user.c_str(), d.warns, d.warns == 1 ? "" : "s", d.fails, d.fails == 1 ? "" : "s");
   else
-    printf("verdict: everything zrtier can use is here\n");
+    printf("verdict: everything zrtier can use is here for %s\n", user.c_str());
   return d.fatal ? 1 : 0;
 }
 
