@@ -1,6 +1,7 @@
 # Covers zrtier-top as a user sees it: in a real terminal (tmux, 120x40) against a live
 # `zrtier demo`, the screen shows the demo's process and tiers, the numbers change between two
-# captures, h shows the help, a resize re-lays the frame out, and q quits (the pane closes).
+# captures, h shows the help, s/r sort (with the marker), / filters, a resize re-lays the frame
+# out, and q quits (the pane closes).
 source "$(dirname "$0")/lib.sh"
 command -v tmux >/dev/null || skip "tmux is not installed"
 tmp=$(mktemp -d)
@@ -53,7 +54,25 @@ T send-keys -t top x; sleep 0.5
 [[ "$(capture)" != *"select a process"* ]] || fail "any key should close the help"
 
 T send-keys -t top s; sleep 0.5
-expect_contains "$(capture)" "sort: resident" "s changes the sort key"
+screen=$(capture)
+expect_contains "$screen" "sort: resident" "s changes the sort key"
+expect_contains "$screen" "▼RESIDENT" "sort marker on the sorted column"
+T send-keys -t top r; sleep 0.5
+expect_contains "$(capture)" "▲RESIDENT" "r reverses the order"
+T send-keys -t top r; sleep 0.5
+# The filter: a substring of the command keeps the demo, another hides it; Esc clears it.
+T send-keys -t top / d e m o Enter; sleep 0.5
+screen=$(capture)
+expect_contains "$screen" "filter: demo" "filter shown"
+expect_contains "$screen" " $demo " "the filter keeps the demo"
+T send-keys -t top / x y z; sleep 0.5
+screen=$(capture)
+expect_contains "$screen" "Filter (Enter keeps, Esc clears): demoxyz_" "filter prompt"
+expect_contains "$screen" "no process matches the filter" "the filter hides the demo"
+T send-keys -t top Escape; sleep 0.7
+screen=$(capture)
+[[ "$screen" != *"filter:"* ]] || fail "Esc should clear the filter: $screen"
+expect_contains "$screen" " $demo " "the demo is back"
 T send-keys -t top p; sleep 0.5
 expect_contains "$(capture)" "[PAUSED]" "p pauses"
 T send-keys -t top p; sleep 0.5

@@ -48,6 +48,11 @@ bool LocaleIsUtf8() {
   return cs && (strcasecmp(cs, "UTF-8") == 0 || strcasecmp(cs, "utf8") == 0);
 }
 
+bool ColorWanted() {
+  const char* no_color = getenv("NO_COLOR");
+  return isatty(STDOUT_FILENO) && (no_color == nullptr || *no_color == '\0');
+}
+
 bool Terminal::Open(std::string* error) {
   if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) {
     *error = "not a terminal (use --once for a plain-text snapshot)";

@@ -39,5 +39,8 @@ class Terminal {
 
 // True when the locale's character set (LC_CTYPE from the environment) is UTF-8.
 bool LocaleIsUtf8();
+// True when colours are wanted: stdout is a terminal and NO_COLOR is unset or empty
+// (https://no-color.org).
+bool ColorWanted();
 
 }  // namespace zrtier::tools

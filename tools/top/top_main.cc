@@ -7,7 +7,7 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "zrtier-top: live view of every process running under zrtier\n"
-      "keys: q quit, up/down select, s sort, p pause, h help"};
+      "keys: q quit, up/down select, s sort, r reverse, / filter, p pause, h help"};
   app.set_version_flag("--version", std::string("zrtier-top ") + zrtier::Version());
   zrtier::tools::TopOptions opts;
   zrtier::tools::AddTopFlags(&app, &opts);

@@ -64,11 +64,12 @@ class Model {
     procs_ = std::move(next);
   }
 
-  std::vector<ProcessView> Sorted(SortKey key) const {
-    std::vector<ProcessView> out;
-    for (const auto& [pid, v] : procs_) out.push_back(v);
-    SortProcesses(&out, key);
-    return out;
+  // The processes to show for `st` (its filter and sort order); sets st->total.
+  std::vector<ProcessView> Shown(ViewState* st) const {
+    std::vector<ProcessView> all;
+    for (const auto& [pid, v] : procs_) all.push_back(v);
+    st->total = static_cast<int>(all.size());
+    return ShownProcesses(std::move(all), *st);
   }
 
  private:
@@ -107,6 +108,36 @@ void FixSelection(const std::vector<ProcessView>& shown, ViewState* st) {
   st->selected_pid = shown.empty() ? 0 : shown[0].snap.pid;
 }
 
+// Keys typed while the filter prompt is open: printable characters extend the filter, Backspace
+// takes one back, Ctrl-U clears it, Enter closes the prompt keeping the filter, Esc closes it and
+// clears the filter. Other escape sequences (arrows) are ignored.
+void EditFilter(const std::string& keys, ViewState* st) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(keys[i]);
+    if (c == 0x1b) {
+      if (i + 1 < keys.size() && (keys[i + 1] == '[' || keys[i + 1] == 'O')) {
+        i += 2;  // an arrow or other key: skip its sequence
+        while (i < keys.size() && !(keys[i] >= '@' && keys[i] <= '~')) ++i;
+        continue;
+      }
+      st->filter.clear();
+      st->editing_filter = false;
+      return;
+    }
+    if (c == '\r' || c == '\n') {
+      st->editing_filter = false;
+      return;
+    }
+    if (c == 0x7f || c == 0x08) {
+      if (!st->filter.empty()) st->filter.pop_back();
+    } else if (c == 0x15) {
+      st->filter.clear();
+    } else if (c >= 0x20 && c < 0x7f && st->filter.size() < 64) {
+      st->filter += static_cast<char>(c);
+    }
+  }
+}
+
 int RunOnce(const TopOptions& opts) {
   Model model;
   model.Sample();
@@ -120,7 +151,7 @@ int RunOnce(const TopOptions& opts) {
   st.height = 0;
   st.interval_s = opts.interval_s;
   st.clock = Clock();
-  std::vector<ProcessView> shown = model.Sorted(st.sort);
+  std::vector<ProcessView> shown = model.Shown(&st);
   FixSelection(shown, &st);
   for (const auto& l : RenderLines(shown, st)) printf("%s\n", l.c_str());
   // Every further process gets its own detail section.
@@ -143,7 +174,9 @@ void AddTopFlags(CLI::App* app, TopOptions* opts) {
   app->add_flag("--once", opts->once,
                 "print one plain-text snapshot (rates over one interval) and exit");
   app->add_flag("--ascii", opts->ascii, "ASCII bars and sparklines even in a UTF-8 locale");
-  app->footer("keys: q quit, up/down (or k/j) select, s sort, p pause, h help");
+  app->footer(
+      "keys: q quit, up/down (or k/j) select, s sort by the next column, r reverse, / filter, p "
+      "pause, h help. Colours unless NO_COLOR is set or stdout is not a terminal.");
 }
 
 int RunTop(const TopOptions& opts) {
@@ -156,6 +189,7 @@ int RunTop(const TopOptions& opts) {
   }
   ViewState st;
   st.utf8 = !opts.ascii && LocaleIsUtf8();
+  st.color = ColorWanted();
   st.interval_s = opts.interval_s;
   Model model;
   model.Sample();
@@ -164,7 +198,7 @@ int RunTop(const TopOptions& opts) {
   std::vector<ProcessView> shown;
   bool quit = false;
   while (!quit) {
-    shown = model.Sorted(st.sort);
+    shown = model.Shown(&st);
     FixSelection(shown, &st);
     st.width = std::max(20, term.cols() - 1);  // never write the last column: no pending wrap
     st.height = term.rows();
@@ -197,6 +231,10 @@ int RunTop(const TopOptions& opts) {
             if (keys == "q" || keys == "Q") quit = true;
             break;
           }
+          if (st.editing_filter) {
+            EditFilter(keys, &st);
+            break;
+          }
           for (size_t i = 0; i < keys.size(); ++i) {
             char c = keys[i];
             if (c == '\x1b' && i + 2 < keys.size() && (keys[i + 1] == '[' || keys[i + 1] == 'O')) {
@@ -212,7 +250,12 @@ int RunTop(const TopOptions& opts) {
             } else if (c == 's') {
               st.sort = static_cast<SortKey>((static_cast<int>(st.sort) + 1) %
                                              static_cast<int>(SortKey::kCount));
-              shown = model.Sorted(st.sort);
+            } else if (c == 'r') {
+              st.reverse = !st.reverse;
+            } else if (c == '/' || c == 'f') {
+              st.editing_filter = true;
+              EditFilter(keys.substr(i + 1), &st);  // keys typed in the same read
+              break;
             } else if (c == 'p') {
               st.paused = !st.paused;
             } else if (c == 'h' || c == '?') {

@@ -1,6 +1,7 @@
 #include "tools/top/view.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -13,6 +14,14 @@ namespace {
 constexpr char kReverse[] = "\x1b[7m";
 constexpr char kBold[] = "\x1b[1m";
 constexpr char kReset[] = "\x1b[0m";
+// Colours (SGR foregrounds), one per tier and per history series.
+constexpr char kCyan[] = "\x1b[36m";
+constexpr char kBlue[] = "\x1b[34m";
+constexpr char kGreen[] = "\x1b[32m";
+constexpr char kYellow[] = "\x1b[33m";
+constexpr char kMagenta[] = "\x1b[35m";
+constexpr char kRed[] = "\x1b[31m";
+constexpr char kBoldCyan[] = "\x1b[1;36m";
 
 std::string Printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string Printf(const char* fmt, ...) {
@@ -24,16 +33,21 @@ std::string Printf(const char* fmt, ...) {
   return buf;
 }
 
-// A horizontal bar of `width` cells filled to `frac` (0..1).
-std::string Bar(double frac, int width, bool utf8) {
+// `text` in the SGR `sgr` when the state has colours, else as is.
+std::string Paint(const ViewState& st, const char* sgr, const std::string& text) {
+  return st.color && st.terminal ? sgr + text + kReset : text;
+}
+
+// A horizontal bar of `width` cells filled to `frac` (0..1), its filled part in `sgr` when the
+// state has colours.
+std::string Bar(double frac, int width, const ViewState& st, const char* sgr) {
+  const bool utf8 = st.utf8;
   if (!(frac >= 0)) frac = 0;
   if (frac > 1) frac = 1;
   std::string s;
   if (!utf8) {
     int full = static_cast<int>(std::lround(frac * width));
-    s.append(full, '#');
-    s.append(width - full, '.');
-    return "[" + s + "]";
+    return "[" + Paint(st, sgr, std::string(full, '#')) + std::string(width - full, '.') + "]";
   }
   static const char* kEighths[] = {"", "▏", "▎", "▍", "▌", "▋", "▊", "▉"};
   int eighths = static_cast<int>(std::lround(frac * width * 8));
@@ -44,44 +58,171 @@ std::string Bar(double frac, int width, bool utf8) {
     s += kEighths[eighths % 8];
     ++cells;
   }
-  for (; cells < width; ++cells) s += "░";
-  return "▕" + s + "▏";
+  std::string empty;
+  for (; cells < width; ++cells) empty += "░";
+  return "▕" + Paint(st, sgr, s) + empty + "▏";
 }
 
-// The last `width` values of `series` as a sparkline scaled to their maximum.
-std::string Sparkline(const std::deque<double>& series, int width, bool utf8, double* max_out) {
+// The last `width` values of `series` as a chart `rows` lines tall (top line first), scaled to
+// their maximum: one column per sample, each line holding eight levels.
+std::vector<std::string> Sparkline(const std::deque<double>& series, int width, int rows, bool utf8,
+                                   double* max_out) {
   static const char* kUtf8[] = {" ", "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
   static const char kAscii[] = " .:-=+*#%@";
   size_t n = std::min(series.size(), static_cast<size_t>(std::max(width, 0)));
   double max = 0;
   for (size_t i = series.size() - n; i < series.size(); ++i) max = std::max(max, series[i]);
   *max_out = max;
-  std::string s;
-  for (int pad = static_cast<int>(n); pad < width; ++pad) s += ' ';
+  rows = std::max(rows, 1);
+  std::vector<std::string> lines(static_cast<size_t>(rows),
+                                 std::string(static_cast<size_t>(width) - n, ' '));
   for (size_t i = series.size() - n; i < series.size(); ++i) {
     double f = max > 0 ? series[i] / max : 0;
-    if (utf8) {
-      int level = series[i] > 0 ? std::max(1, static_cast<int>(std::lround(f * 8))) : 0;
-      s += kUtf8[level];
-    } else {
+    if (!utf8 && rows == 1) {
       int level = series[i] > 0 ? std::max(1, static_cast<int>(std::lround(f * 9))) : 0;
-      s += kAscii[level];
+      lines[0] += kAscii[level];
+      continue;
+    }
+    int level = series[i] > 0 ? std::max(1, static_cast<int>(std::lround(f * 8 * rows))) : 0;
+    for (int r = 0; r < rows; ++r) {  // r = 0: the top line
+      int fill = std::clamp(level - 8 * (rows - 1 - r), 0, 8);
+      std::string& line = lines[static_cast<size_t>(r)];
+      if (utf8)
+        line += kUtf8[fill];
+      else
+        line += fill == 8 ? '#' : kAscii[fill ? std::max(1, fill * 9 / 8) : 0];
     }
   }
-  return s;
+  return lines;
+}
+
+// Original bytes of the chunks held in the store, zram and spill files.
+uint64_t StoredBytes(const StatsSnapshot& s) {
+  return s.Value(Stat::store_raw_bytes) + s.Value(Stat::zram_raw_bytes) +
+         s.Value(Stat::spill_raw_bytes);
 }
 
 double Sortable(const ProcessView& p, SortKey key) {
   switch (key) {
     case SortKey::kResident:
       return static_cast<double>(p.snap.Value(Stat::resident_bytes));
+    case SortKey::kStored:
+      return static_cast<double>(StoredBytes(p.snap));
     case SortKey::kH2d:
       return p.rates.h2d_bytes_per_s;
     case SortKey::kFaults:
       return p.rates.faults_per_s;
+    case SortKey::kEvict:
+      return p.rates.evictions_per_s;
     default:
       return 0;
   }
+}
+
+// The process list's columns. COMMAND takes the width the others leave, between kMinCommand and
+// kMaxCommand. `drop`: the order in which columns go when the width is short (0: never).
+struct Column {
+  const char* name;
+  int width;  // 0 = COMMAND
+  SortKey key;
+  int drop;
+};
+constexpr Column kColumns[] = {
+    {"PID", 7, SortKey::kPid, 0},       {"COMMAND", 0, SortKey::kCount, 0},
+    {"REGIONS", 7, SortKey::kCount, 1}, {"RESIDENT", 9, SortKey::kResident, 7},
+    {"STORED", 9, SortKey::kStored, 4}, {"RATIO", 6, SortKey::kCount, 2},
+    {"H2D", 10, SortKey::kH2d, 6},      {"FAULTS", 9, SortKey::kFaults, 5},
+    {"EVICT", 8, SortKey::kEvict, 3},
+};
+constexpr int kColumnCount = sizeof(kColumns) / sizeof(kColumns[0]);
+constexpr int kMinCommand = 14;
+constexpr int kMaxCommand = 48;
+
+// Which columns show at `width` and how wide COMMAND is.
+struct Layout {
+  bool shown[kColumnCount];
+  int command = kMinCommand;
+};
+
+Layout LayoutFor(int width, SortKey sort) {
+  Layout l;
+  int fixed = 2;  // the selection marker and a space
+  for (int i = 0; i < kColumnCount; ++i) {
+    l.shown[i] = true;
+    fixed += kColumns[i].width + (i ? 1 : 0);
+  }
+  for (int rank = 1; rank <= kColumnCount && fixed + kMinCommand > width; ++rank) {
+    int victim = -1;
+    for (int i = 0; i < kColumnCount; ++i)
+      if (kColumns[i].drop == rank && kColumns[i].key != sort) victim = i;
+    if (victim < 0) continue;
+    l.shown[victim] = false;
+    fixed -= kColumns[victim].width + 1;
+  }
+  l.command = std::clamp(width - fixed, kMinCommand, kMaxCommand);
+  return l;
+}
+
+// The program's base name and its arguments, safe to print.
+std::string CommandText(const std::string& cmdline, int width) {
+  std::string cmd = cmdline;
+  size_t space = cmd.find(' ');
+  size_t slash = cmd.rfind('/', space == std::string::npos ? std::string::npos : space);
+  if (slash != std::string::npos) cmd = cmd.substr(slash + 1);
+  // From the process: no escape sequence gets through.
+  return PrintableText(cmd.substr(0, static_cast<size_t>(width)));
+}
+
+std::string Cell(const ProcessView& p, int column, int command_width) {
+  const StatsSnapshot& s = p.snap;
+  char buf[64];
+  switch (column) {
+    case 0:
+      snprintf(buf, sizeof(buf), "%7d", s.pid);
+      return buf;
+    case 1: {
+      std::string cmd = CommandText(s.cmdline, command_width);
+      return cmd + std::string(static_cast<size_t>(command_width - DisplayWidth(cmd)), ' ');
+    }
+    case 2:
+      snprintf(buf, sizeof(buf), "%7llu", static_cast<unsigned long long>(s.Value(Stat::regions)));
+      return buf;
+    case 3:
+      return Printf("%9s", HumanBytes(static_cast<double>(s.Value(Stat::resident_bytes))).c_str());
+    case 4:
+      return Printf("%9s", HumanBytes(static_cast<double>(StoredBytes(s))).c_str());
+    case 5: {
+      double ratio = CompressionRatio(s);
+      return Printf("%6s", ratio > 0 ? Printf("%.2fx", ratio).c_str() : "-");
+    }
+    case 6:
+      return Printf("%10s", HumanRate(p.rates.h2d_bytes_per_s).c_str());
+    case 7:
+      return Printf("%9s", HumanCountRate(p.rates.faults_per_s).c_str());
+    default:
+      return Printf("%8s", HumanCountRate(p.rates.evictions_per_s).c_str());
+  }
+}
+
+// The column header; the sorted column carries an arrow in the direction of the order.
+std::string ColumnHeader(const Layout& l, const ViewState& st) {
+  std::string out = "  ";
+  for (int i = 0; i < kColumnCount; ++i) {
+    if (!l.shown[i]) continue;
+    const Column& c = kColumns[i];
+    std::string name = c.name;
+    const bool sorted = c.key == st.sort && st.terminal;
+    if (sorted) {
+      const bool ascending = (st.sort == SortKey::kPid) != st.reverse;
+      name = std::string(ascending ? (st.utf8 ? "▲" : "^") : (st.utf8 ? "▼" : "v")) + name;
+    }
+    const int w = c.width ? c.width : l.command;
+    const std::string pad(static_cast<size_t>(std::max(0, w - DisplayWidth(name))), ' ');
+    std::string cell = c.width ? pad + name : name + pad;
+    if (i) out += ' ';
+    out += sorted ? Paint(st, kBoldCyan, cell) : cell;
+  }
+  return out;
 }
 
 std::string Percent(double p) {
@@ -97,15 +238,24 @@ std::string Latency(double ns) {
   return ns > 0 ? HumanNs(ns) : std::string("-");
 }
 
-void TierLine(std::vector<std::string>* out, const ViewState& st, const char* name, uint64_t used,
-              uint64_t scale, const std::string& note) {
+void TierLine(std::vector<std::string>* out, const ViewState& st, const char* name, const char* sgr,
+              uint64_t used, uint64_t scale, const std::string& note) {
   int bar_width = std::clamp(st.width - 60, 10, 40);
   double frac = scale ? static_cast<double>(used) / static_cast<double>(scale) : 0;
-  out->push_back(Printf("  %-12s %s %8s  %s", name, Bar(frac, bar_width, st.utf8).c_str(),
-                        Bytes(used).c_str(), note.c_str()));
+  out->push_back("  " + Paint(st, sgr, Printf("%-12s", name)) + " " +
+                 Bar(frac, bar_width, st, sgr) +
+                 Printf(" %8s  %s", Bytes(used).c_str(), note.c_str()));
 }
 
-void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState& st) {
+// A count that should stay 0: red when it is not.
+std::string Alarm(const ViewState& st, uint64_t n) {
+  std::string text = std::to_string(n);
+  return n ? Paint(st, kRed, text) : text;
+}
+
+// The selected process's detail. `spare`: lines to spend on taller history charts.
+void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState& st,
+            int spare = 0) {
   const StatsSnapshot& s = p.snap;
   double up = (static_cast<double>(s.taken_unix_ns) - static_cast<double>(s.start_unix_ns)) / 1e9;
   double beat =
@@ -131,21 +281,21 @@ void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState
   out->push_back(Printf("Tiers  (%llu regions, %s virtual)",
                         static_cast<unsigned long long>(s.Value(Stat::regions)),
                         Bytes(region).c_str()));
-  TierLine(out, st, "T0 in place", held, region, "pinned where they are: copied straight");
-  TierLine(out, st, "T0 slots", s.Value(Stat::t0_bytes), pool ? pool : region,
+  TierLine(out, st, "T0 in place", kCyan, held, region, "pinned where they are: copied straight");
+  TierLine(out, st, "T0 slots", kCyan, s.Value(Stat::t0_bytes), pool ? pool : region,
            pool ? "of " + Bytes(pool) + " pool" : "no pool");
-  TierLine(out, st, "T1 resident", resident > held ? resident - held : 0,
+  TierLine(out, st, "T1 resident", kGreen, resident > held ? resident - held : 0,
            res_limit ? res_limit : region,
            res_limit ? "of " + Bytes(res_limit) + " limit" : "no limit");
-  TierLine(out, st, "T2 store",
+  TierLine(out, st, "T2 store", kYellow,
            s.Value(Stat::store_used_bytes) ? s.Value(Stat::store_used_bytes)
                                            : s.Value(Stat::store_bytes),
            store_limit ? store_limit : region,
            "holds " + Bytes(s.Value(Stat::store_raw_bytes)) +
                (store_limit ? ", limit " + Bytes(store_limit) : std::string()));
-  TierLine(out, st, "zram", s.Value(Stat::zram_bytes), region,
+  TierLine(out, st, "zram", kMagenta, s.Value(Stat::zram_bytes), region,
            "holds " + Bytes(s.Value(Stat::zram_raw_bytes)));
-  TierLine(out, st, "spill", s.Value(Stat::spill_bytes), region,
+  TierLine(out, st, "spill", kBlue, s.Value(Stat::spill_bytes), region,
            "holds " + Bytes(s.Value(Stat::spill_raw_bytes)));
 
   const Rates& r = p.rates;
@@ -172,11 +322,11 @@ void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState
                         HumanCountRate(r.evictions_per_s).c_str(),
                         static_cast<unsigned long long>(s.Value(Stat::evictions)),
                         Latency(p.restore_p99_ns).c_str()));
-  out->push_back(Printf("Spill I/O    write %s   read %s   io errors %llu   store full %llu",
+  out->push_back(Printf("Spill I/O    write %s   read %s   io errors ",
                         HumanRate(r.spill_write_bytes_per_s).c_str(),
-                        HumanRate(r.spill_read_bytes_per_s).c_str(),
-                        static_cast<unsigned long long>(s.Value(Stat::io_errors)),
-                        static_cast<unsigned long long>(s.Value(Stat::store_full))));
+                        HumanRate(r.spill_read_bytes_per_s).c_str()) +
+                 Alarm(st, s.Value(Stat::io_errors)) + "   store full " +
+                 Alarm(st, s.Value(Stat::store_full)));
 
   int spark = std::max(10, std::min(st.width - 36, static_cast<int>(kHistoryLength)));
   out->push_back(Printf("History (one sample per %.1fs)", st.interval_s));
@@ -184,18 +334,40 @@ void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState
     const char* name;
     const std::deque<double>* data;
     bool bytes;
-  } series[] = {{"H2D", &p.h2d, true},
-                {"D2H", &p.d2h, true},
-                {"faults", &p.faults, false},
-                {"evictions", &p.evictions, false}};
-  for (const auto& se : series) {
+    const char* sgr;
+  } series[] = {{"H2D", &p.h2d, true, kCyan},
+                {"D2H", &p.d2h, true, kBlue},
+                {"faults", &p.faults, false, kYellow},
+                {"evictions", &p.evictions, false, kMagenta}};
+  // Spare lines go to the charts that have something to draw (all of them when none has).
+  const int n_series = static_cast<int>(sizeof(series) / sizeof(series[0]));
+  int rows_of[n_series], drawn = 0;
+  for (const Series& se : series)
+    drawn += std::any_of(se.data->begin(), se.data->end(), [](double v) { return v > 0; });
+  for (int k = 0, nth = 0; k < n_series; ++k) {
+    const bool has =
+        std::any_of(series[k].data->begin(), series[k].data->end(), [](double v) { return v > 0; });
+    rows_of[k] = 1;
+    if (has || drawn == 0) {
+      const int share = drawn ? drawn : n_series;
+      rows_of[k] += std::max(spare, 0) / share + (nth < std::max(spare, 0) % share);
+      ++nth;
+    }
+  }
+  for (int k = 0; k < n_series; ++k) {
+    const Series& se = series[k];
+    const int rows = rows_of[k];
     double max = 0;
-    std::string line = Sparkline(*se.data, spark, st.utf8, &max);
+    std::vector<std::string> chart = Sparkline(*se.data, spark, rows, st.utf8, &max);
     double last = se.data->empty() ? 0 : se.data->back();
     std::string now = se.bytes ? HumanRate(last) : HumanCountRate(last);
     std::string peak = se.bytes ? HumanRate(max) : HumanCountRate(max);
-    out->push_back(
-        Printf("  %-9s %s %s (max %s)", se.name, line.c_str(), now.c_str(), peak.c_str()));
+    for (int r = 0; r < rows; ++r) {  // the name and the numbers on the bottom line
+      const bool bottom = r + 1 == rows;
+      out->push_back(Printf("  %-9s ", bottom ? se.name : "") +
+                     Paint(st, se.sgr, chart[static_cast<size_t>(r)]) +
+                     (bottom ? Printf(" %s (max %s)", now.c_str(), peak.c_str()) : ""));
+    }
   }
 }
 
@@ -203,7 +375,10 @@ void Help(std::vector<std::string>* out) {
   out->push_back("Keys");
   out->push_back("  q          quit (also Ctrl-C)");
   out->push_back("  up/down    select a process (also k/j)");
-  out->push_back("  s          sort by: pid, resident bytes, H2D rate, faults/s");
+  out->push_back("  s          sort by the next column: pid, resident, stored, H2D, faults, evict");
+  out->push_back("  r          reverse the sort order");
+  out->push_back("  /          filter: type part of a command line or pid; Enter keeps it,");
+  out->push_back("             Esc clears it");
   out->push_back("  p          pause/resume sampling");
   out->push_back("  h          this help (any key closes it)");
   out->push_back("Tiers: T0 = pinned: regions pinned in place, and the slots of zrtier's pool;");
@@ -220,21 +395,53 @@ const char* SortKeyName(SortKey k) {
       return "pid";
     case SortKey::kResident:
       return "resident";
+    case SortKey::kStored:
+      return "stored";
     case SortKey::kH2d:
       return "H2D";
     case SortKey::kFaults:
       return "faults";
+    case SortKey::kEvict:
+      return "evict";
     default:
       return "?";
   }
 }
 
-void SortProcesses(std::vector<ProcessView>* procs, SortKey key) {
-  std::stable_sort(procs->begin(), procs->end(), [key](const ProcessView& a, const ProcessView& b) {
-    double x = Sortable(a, key), y = Sortable(b, key);
-    if (x != y) return x > y;
-    return a.snap.pid < b.snap.pid;
-  });
+bool MatchesFilter(const ProcessView& p, const std::string& filter) {
+  if (filter.empty()) return true;
+  auto lower = [](std::string t) {
+    for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return t;
+  };
+  const std::string f = lower(filter);
+  return std::to_string(p.snap.pid).find(f) != std::string::npos ||
+         lower(p.snap.cmdline).find(f) != std::string::npos;
+}
+
+void SortProcesses(std::vector<ProcessView>* procs, SortKey key, bool reverse) {
+  std::stable_sort(procs->begin(), procs->end(),
+                   [key, reverse](const ProcessView& a, const ProcessView& b) {
+                     double x = Sortable(a, key), y = Sortable(b, key);
+                     if (x != y) return reverse ? x < y : x > y;
+                     return (a.snap.pid < b.snap.pid) != (reverse && key == SortKey::kPid);
+                   });
+}
+
+std::vector<ProcessView> ShownProcesses(std::vector<ProcessView> all, const ViewState& st) {
+  std::vector<ProcessView> out;
+  for (auto& p : all)
+    if (MatchesFilter(p, st.filter)) out.push_back(std::move(p));
+  SortProcesses(&out, st.sort, st.reverse);
+  return out;
+}
+
+std::vector<std::string> VisibleColumns(int width, SortKey sort) {
+  Layout l = LayoutFor(width, sort);
+  std::vector<std::string> names;
+  for (int i = 0; i < kColumnCount; ++i)
+    if (l.shown[i]) names.push_back(kColumns[i].name);
+  return names;
 }
 
 int DisplayWidth(const std::string& s) {
@@ -278,61 +485,84 @@ std::string Fit(const std::string& s, int width, bool pad) {
 
 std::vector<std::string> RenderLines(const std::vector<ProcessView>& procs, const ViewState& st) {
   std::vector<std::string> lines;
-  std::string head = Printf("zrtier-top  %zu process%s  every %.1fs  sort: %s  %s%s", procs.size(),
-                            procs.size() == 1 ? "" : "es", st.interval_s, SortKeyName(st.sort),
-                            st.clock.c_str(), st.paused ? "  [PAUSED]" : "");
-  std::string keys = "h help  q quit";
-  int gap = st.width - DisplayWidth(head) - DisplayWidth(keys);
-  if (gap >= 2) head += std::string(static_cast<size_t>(gap), ' ') + keys;
+  const size_t total = st.total < 0 ? procs.size() : static_cast<size_t>(st.total);
+  std::string count = total == procs.size() ? Printf("%zu process%s", total, total == 1 ? "" : "es")
+                                            : Printf("%zu of %zu processes", procs.size(), total);
+  std::string sort = SortKeyName(st.sort);
+  if (st.reverse) sort += " (reversed)";
+  std::string head =
+      Printf("zrtier-top  %s  every %.1fs  sort: %s", count.c_str(), st.interval_s, sort.c_str());
+  if (!st.filter.empty()) head += "  filter: " + PrintableText(st.filter);
+  head += "  " + st.clock + (st.paused ? "  [PAUSED]" : "");
+  if (st.terminal) {  // the key hints only where keys work
+    std::string keys = "h help  q quit";
+    int gap = st.width - DisplayWidth(head) - DisplayWidth(keys);
+    if (gap >= 2) head += std::string(static_cast<size_t>(gap), ' ') + keys;
+  }
   lines.push_back(st.terminal ? std::string(kReverse) + Fit(head, st.width, true) + kReset : head);
 
-  std::string cols = Printf("  %7s %-22s %7s %9s %9s %6s %10s %9s %8s", "PID", "COMMAND", "REGIONS",
-                            "RESIDENT", "STORED", "RATIO", "H2D", "FAULTS", "EVICT");
+  const Layout layout = LayoutFor(st.width, st.sort);
+  std::string cols = ColumnHeader(layout, st);
   lines.push_back(st.terminal ? std::string(kBold) + cols + kReset : cols);
 
-  // The process list: at most a quarter of the screen when space is short; scrolled so that the
-  // selection is visible.
+  // What goes below the list: the help or the selected process's detail, and the filter prompt.
   int selected = 0;
   for (size_t i = 0; i < procs.size(); ++i)
     if (procs[i].snap.pid == st.selected_pid) selected = static_cast<int>(i);
+  std::vector<std::string> below;
+  if (st.help)
+    Help(&below);
+  else if (!procs.empty())
+    Detail(&below, procs[static_cast<size_t>(selected)], st);
+  const int prompt = st.editing_filter ? 1 : 0;
+
+  // The process list takes every line the rest leaves (at least a quarter of the screen, then
+  // the rest is cut at the bottom); scrolled so that the selection is visible. Lines still left
+  // over make the history charts taller, so that a tall screen has no blank lines.
   int max_rows = static_cast<int>(procs.size());
-  if (st.height > 0) max_rows = std::max(3, std::min(max_rows, st.height / 4));
+  if (st.height > 0) {
+    const int room = st.height - 3 - static_cast<int>(below.size()) - prompt;
+    max_rows = std::min(max_rows, std::max(room, std::max(3, st.height / 4)));
+    const int spare = room - std::max(max_rows, 1);
+    if (spare > 0 && !st.help && !procs.empty()) {
+      below.clear();
+      Detail(&below, procs[static_cast<size_t>(selected)], st, spare);
+    }
+  }
   int first = std::max(0, selected - max_rows + 1);
-  if (procs.empty()) lines.push_back("  (no process is running under zrtier)");
+  if (procs.empty())
+    lines.push_back(total ? "  (no process matches the filter)"
+                          : "  (no process is running under zrtier)");
   for (int i = first; i < static_cast<int>(procs.size()) && i < first + max_rows; ++i) {
     const ProcessView& p = procs[static_cast<size_t>(i)];
-    const StatsSnapshot& s = p.snap;
-    uint64_t stored = s.Value(Stat::store_raw_bytes) + s.Value(Stat::zram_raw_bytes) +
-                      s.Value(Stat::spill_raw_bytes);
-    double ratio = CompressionRatio(s);
-    // The program's base name and its arguments.
-    std::string cmd = s.cmdline;
-    size_t space = cmd.find(' ');
-    size_t slash = cmd.rfind('/', space == std::string::npos ? std::string::npos : space);
-    if (slash != std::string::npos) cmd = cmd.substr(slash + 1);
-    cmd = PrintableText(cmd.substr(0, 22));  // from the process: no escape sequence gets through
-    std::string row = Printf(
-        "%c %7d %-22s %7llu %9s %9s %6s %10s %9s %8s", i == selected ? '>' : ' ', s.pid,
-        cmd.c_str(), static_cast<unsigned long long>(s.Value(Stat::regions)),
-        Bytes(s.Value(Stat::resident_bytes)).c_str(), Bytes(stored).c_str(),
-        ratio > 0 ? Printf("%.2fx", ratio).c_str() : "-",
-        HumanRate(p.rates.h2d_bytes_per_s).c_str(), HumanCountRate(p.rates.faults_per_s).c_str(),
-        HumanCountRate(p.rates.evictions_per_s).c_str());
-    if (st.terminal && i == selected)
-      row = std::string(kReverse) + Fit(row, st.width, true) + kReset;
+    const bool mark = st.terminal && i == selected;
+    std::string row = mark ? "> " : "  ";
+    bool any = false;
+    for (int c = 0; c < kColumnCount; ++c) {
+      if (!layout.shown[c]) continue;
+      if (any) row += ' ';
+      row += Cell(p, c, layout.command);
+      any = true;
+    }
+    if (mark) row = std::string(kReverse) + Fit(row, st.width, true) + kReset;
     lines.push_back(row);
   }
   lines.push_back("");
-  if (st.help)
-    Help(&lines);
-  else if (!procs.empty())
-    Detail(&lines, procs[static_cast<size_t>(selected)], st);
+  lines.insert(lines.end(), below.begin(), below.end());
 
   for (auto& l : lines) l = Fit(l, st.width, st.terminal);
   if (!st.terminal)
     for (auto& l : lines)
       while (!l.empty() && l.back() == ' ') l.pop_back();
-  if (st.height > 0 && static_cast<int>(lines.size()) > st.height) lines.resize(st.height);
+  if (st.height > 0 && static_cast<int>(lines.size()) > st.height - prompt)
+    lines.resize(static_cast<size_t>(std::max(0, st.height - prompt)));
+  if (prompt) {
+    if (st.height > 0)
+      while (static_cast<int>(lines.size()) < st.height - 1) lines.push_back("");
+    std::string text = "Filter (Enter keeps, Esc clears): " + PrintableText(st.filter) + "_";
+    lines.push_back(st.terminal ? std::string(kReverse) + Fit(text, st.width, true) + kReset
+                                : text);
+  }
   return lines;
 }
 
