@@ -2,7 +2,7 @@
 # The one call on the GPU machine: build, the whole ctest suite, the GPU tests (real PyTorch
 # programs under LD_PRELOAD, outputs compared bit for bit with a run without zrtier) and the
 # benchmarks; prints a PASS/FAIL table at the end.
-#   here:   scripts/device-prep.sh          (liburing for the GPU machine, into .device/)
+#   here:   scripts/device-prep.sh          (liburing and nlohmann-json for the GPU machine, into .device/)
 #   device: scripts/device-check.sh [build] [test] [gpu] [bench]   (default: all; carry .device)
 #           scripts/device-check.sh suite   (not in the default list: the offloading suite, see its stage)
 # Results (logs, JSON) go to $OUT (the device tool's output folder) or /tmp/zrtier-device.
@@ -24,6 +24,11 @@ for stage in "${stages[@]}"; do
       if [[ -d $uring/usr/include ]]; then
         export PKG_CONFIG_PATH=$uring/usr/lib/x86_64-linux-gnu/pkgconfig
         export PKG_CONFIG_SYSROOT_DIR=$uring
+      fi
+      # nlohmann-json (header-only): its CMake package config, found through CMAKE_PREFIX_PATH.
+      nlohmann=$PWD/.device/nlohmann
+      if [[ -d $nlohmann/usr/include/nlohmann ]]; then
+        export CMAKE_PREFIX_PATH=$nlohmann/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
       fi
       if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$OUT/configure.log" 2>&1 &&
          cmake --build "$BUILD" -j "$(nproc)" >"$OUT/build.log" 2>&1; then

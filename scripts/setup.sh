@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
 packages=(build-essential cmake ninja-build pkg-config libzstd-dev liburing-dev libnuma-dev
-  libcli11-dev libgtest-dev googletest tmux zstd)
+  libcli11-dev nlohmann-json3-dev libgtest-dev googletest tmux zstd)
 if [[ "${ZRTIER_SKIP_APT:-0}" != 1 ]]; then
   missing=()
   for p in "${packages[@]}"; do

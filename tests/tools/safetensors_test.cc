@@ -1,5 +1,6 @@
 // Covers the safetensors reader behind `zrtier bench codec FILE`: a file the test writes itself
-// parses to the right tensors, and malformed files fail with EINVAL naming the problem.
+// parses to the right tensors, and malformed files fail with EINVAL naming the problem (syntax
+// errors in nlohmann-json's words, with line and column).
 //
 // tools/ sources are linked into the zrtier program, not into a library the tests can link, so this
 // test compiles the reader itself.
@@ -75,7 +76,8 @@ TEST(Safetensors, MalformedFilesFailClearly) {
     size_t data;
     const char* expect;  // a piece of the message
   } cases[] = {
-      {R"({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]})", 8, "unterminated"},
+      {R"({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]})", 8,
+       "unexpected end of input"},
       {R"({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 9]}})", 8, "outside"},
       {R"({"a": {"dtype": "BF16", "shape": [5], "data_offsets": [0, 8]}})", 8, "need 10 bytes"},
       {R"({"a": {"dtype": "BF16", "shape": [4], "data_offsets": [8, 0]}})", 8, "outside"},
@@ -85,11 +87,12 @@ TEST(Safetensors, MalformedFilesFailClearly) {
       {R"({"a": {"dtype": "BF16", "shape": [1.5], "data_offsets": [0, 8]}})", 8, "non-integer"},
       {R"({"a": 5})", 8, "not an object"},
       {R"([1, 2])", 8, "not a JSON object"},
-      {R"({"a": {"dtype": "BF16"} "b": 1})", 8, "expected ','"},
-      {R"({"a": tru})", 8, "bad literal"},
-      {R"({"a": "x\q"})", 8, "bad escape"},
-      {R"({"a": {}} x)", 8, "trailing"},
+      {R"({"a": {"dtype": "BF16"} "b": 1})", 8, "expected '}'"},
+      {R"({"a": tru})", 8, "invalid literal"},
+      {R"({"a": "x\q"})", 8, "forbidden character after backslash"},
+      {R"({"a": {}} x)", 8, "expected end of input"},
       {std::string(100, '[') + std::string(100, ']'), 8, "deeper"},
+      {"{\"a\": \"\xff\"}", 8, "invalid string"},  // not UTF-8
   };
   for (const Case& c : cases) {
     std::vector<uint8_t> f = MakeFile(c.header, c.data);

@@ -2,9 +2,9 @@
 // little-endian header length N, N bytes of JSON
 //   {"__metadata__": {...}, "<name>": {"dtype": "BF16", "shape": [..], "data_offsets": [b, e]},
 //   ...}
-// and the tensor data, offsets relative to the byte after the header. The JSON is parsed by a
-// small recursive-descent parser (no JSON library); every malformed input is an EINVAL Status
-// that says what is wrong and where, never a crash.
+// and the tensor data, offsets relative to the byte after the header. The JSON is parsed with
+// nlohmann-json (strict: UTF-8, no trailing text); every malformed input is an EINVAL Status that
+// says what is wrong and where, never a crash or an exception.
 //
 // Thread safety: pure functions, except MappedFile, which one thread owns.
 #pragma once
