@@ -7,7 +7,8 @@
 // ABI rules (readers are other processes, possibly of another zrtier version):
 //   - StatsBlock starts with magic, version and size; a reader checks all three.
 //   - New counters are appended to ZRTIER_STATS (never reordered or removed) and bump
-//   kStatsVersion.
+//   kStatsVersion; a field added to the block bumps it too. Readers read every version from
+//   kStatsOldestReadable on (the layouts they know), newer ones are refused.
 //   - Readers tolerate torn reads: each value is one aligned 64-bit word; region rows carry a
 //     sequence number (odd while being written).
 #pragma once
@@ -126,6 +127,7 @@ const char* HistName(int i);
 
 struct Histogram {
   std::atomic<uint64_t> buckets[kHistBuckets];
+  std::atomic<uint64_t> sum_ns;  // the sum of every sample recorded (since version 14)
   // Records one sample of `ns` nanoseconds.
   void Record(uint64_t ns);
   // The value below which `q` (0..1) of the samples lie, interpolated inside the bucket; 0 if
@@ -139,8 +141,11 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // fault_blocks_dropped; 9: dma_calls; 10: h2d_deferred_pieces; 11: copies_ready_in_time and
 // h2d_pieces_waited_on; 12: held_bytes, memory_budget_bytes, h2d/d2h_direct_bytes, runs_pinned,
 // runs_unpinned, readahead_chunks; 13: pid_ns (the header word that was `reserved`): the writer's
-// pid namespace, so that a reader judges a block's pid only in the namespace it belongs to
-inline constexpr uint32_t kStatsVersion = 13;
+// pid namespace, so that a reader judges a block's pid only in the namespace it belongs to; 14:
+// Histogram::sum_ns (the exact sum of each histogram's samples)
+inline constexpr uint32_t kStatsVersion = 14;
+// The oldest version a reader still reads (zrtier/stats_reader.h says how older blocks map).
+inline constexpr uint32_t kStatsOldestReadable = 13;
 inline constexpr int kStatsMaxRegions = 64;
 
 // One managed region as the monitor sees it. Written by the runtime under `seq` (odd = writing).

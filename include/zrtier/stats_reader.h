@@ -1,11 +1,12 @@
 // Reading the statistics blocks of zrtier processes (the ABI is zrtier/stats.h) -- for `zrtier
 // stats`, zrtier-top and the tests. ListStatsPids finds the blocks, ReadStatsFile checks magic,
-// version and size and copies the values out. A block is opened with O_NOFOLLOW | O_NONBLOCK (a
-// symlink is refused, a FIFO cannot stop the reader), only a regular file of the block's exact size
-// is read, and it is read with pread into the reader's memory, never mapped: a block truncated
-// while it is read gives a short read (retried, then skipped), not SIGBUS. Values are single
-// aligned 64-bit words; region rows are taken from a copy only if their sequence word was even and
-// unchanged in the copies read just before and after it.
+// version and size and copies the values out. Blocks of every version from kStatsOldestReadable to
+// kStatsVersion are read, each in its own layout, into the current one (zrtier/stats.h). A block is
+// opened with O_NOFOLLOW | O_NONBLOCK (a symlink is refused, a FIFO cannot stop the reader), only a
+// regular file of the block's exact size is read, and it is read with pread into the reader's
+// memory, never mapped: a block truncated while it is read gives a short read (retried, then
+// skipped), not SIGBUS. Values are single aligned 64-bit words; region rows are taken from a copy
+// only if their sequence word was even and unchanged in the copies read just before and after it.
 //
 // Whose blocks: a reader shows a block owned by its own user, or by the user of the process the
 // block names. Liveness is judged in the block's pid namespace (StatsBlock::pid_ns): a block of
@@ -46,6 +47,13 @@ struct StatsSnapshot {
   std::string cmdline;
   uint64_t values[kStatCount] = {};
   uint64_t hist[kHistCount][kHistBuckets] = {};
+  uint64_t hist_sum_ns[kHistCount] = {};  // the sum of each histogram's samples
+  // True when the block (version 13) kept no sums: hist_sum_ns is then estimated from the buckets
+  // (each sample at its bucket's midpoint).
+  bool hist_sum_estimated = false;
+  // True when read from a statistics file written at the process's exit
+  // (runtime/base/stats_file.h): the final values of a process that is gone.
+  bool final = false;
   struct Region {
     uint64_t base, size, resident_bytes, stored_raw_bytes, stored_bytes;
   };
@@ -56,8 +64,9 @@ struct StatsSnapshot {
 
 // Copies the block at `path` into *out. Fails with EINVAL ("not a zrtier statistics block", also
 // for anything but a regular file), ELOOP (a symlink), EPROTO ("written by zrtier stats version N,
-// this reader knows M", or the wrong size), EAGAIN (it kept changing size while being read), EPERM
-// (owned by neither this user nor the user of the process it names) or the open errno.
+// this reader knows M to K", or the wrong size for its version), EAGAIN (it kept changing size
+// while being read), EPERM (owned by neither this user nor the user of the process it names) or the
+// open errno.
 Status ReadStatsFile(const std::string& path, StatsSnapshot* out);
 // ReadStatsFile(StatsPath(dir, pid)); ENOENT if that process publishes nothing.
 Status ReadStats(pid_t pid, StatsSnapshot* out, const std::string& dir = StatsDir());
@@ -78,6 +87,10 @@ std::vector<StatsSnapshot> ReadAllStats(bool clean_stale,
                                         const std::string& dir = StatsDir());
 // Unlinks the stale blocks of ours (see above) of processes that are gone; returns how many.
 int CleanStaleStats(const std::string& dir = StatsDir());
+
+// The sum of the samples of a histogram estimated from its buckets (each sample at the midpoint of
+// its bucket), for blocks and files written before the sums were kept.
+uint64_t EstimatedHistSumNs(const uint64_t (&buckets)[kHistBuckets]);
 
 // CLOCK_REALTIME in ns.
 uint64_t RealtimeNs();

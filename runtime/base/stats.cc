@@ -53,6 +53,7 @@ void Histogram::Record(uint64_t ns) {
   int b = ns < 2 ? 0 : 63 - __builtin_clzll(ns);
   if (b >= kHistBuckets) b = kHistBuckets - 1;
   buckets[b].fetch_add(1, std::memory_order_relaxed);
+  sum_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 double Histogram::Quantile(const uint64_t (&buckets)[kHistBuckets], double q) {
@@ -107,6 +108,9 @@ void InstallStatsBlock(StatsBlock* block) {
     for (int b = 0; b < kHistBuckets; ++b)
       block->hist[h].buckets[b].store(old->hist[h].buckets[b].load(std::memory_order_relaxed),
                                       std::memory_order_relaxed);
+  for (int h = 0; h < kHistCount; ++h)
+    block->hist[h].sum_ns.store(old->hist[h].sum_ns.load(std::memory_order_relaxed),
+                                std::memory_order_relaxed);
   g_block.store(block, std::memory_order_release);
 }
 

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -91,6 +93,13 @@ uint64_t ProcessStartUnixNs(pid_t pid) {
 
 }  // namespace
 
+uint64_t EstimatedHistSumNs(const uint64_t (&buckets)[kHistBuckets]) {
+  double sum = static_cast<double>(buckets[0]);
+  for (int b = 1; b < kHistBuckets; ++b)
+    sum += static_cast<double>(buckets[b]) * 1.5 * std::ldexp(1.0, b);
+  return static_cast<uint64_t>(sum);
+}
+
 uint64_t RealtimeNs() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -156,18 +165,50 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
+// The size of a block of `version`, 0 for a version this reader does not know. Version 13 is the
+// current layout without Histogram::sum_ns: each histogram is kHistBuckets words, so the region
+// rows sit kHistCount words earlier.
+constexpr size_t kV13Size = sizeof(StatsBlock) - kHistCount * sizeof(uint64_t);
+size_t BlockSizeOf(uint32_t version) {
+  if (version == kStatsVersion) return sizeof(StatsBlock);
+  if (version == 13) return kV13Size;
+  return 0;
+}
+
 Status CheckHeader(const StatsBlock& b, off_t file_size, const std::string& path) {
   if (b.magic != kStatsMagic)
     return Status::Error(EINVAL, path + ": not a zrtier statistics block (bad magic)");
-  if (b.version != kStatsVersion)
+  const size_t want = BlockSizeOf(b.version);
+  if (want == 0)
     return Status::Error(EPROTO, path + ": written by zrtier stats version " +
                                      std::to_string(b.version) + ", this reader knows " +
+                                     std::to_string(kStatsOldestReadable) + " to " +
                                      std::to_string(kStatsVersion));
-  if (b.size != sizeof(StatsBlock) || file_size != static_cast<off_t>(sizeof(StatsBlock)))
+  if (b.size != want || file_size != static_cast<off_t>(want))
     return Status::Error(EPROTO, path + ": block size " + std::to_string(b.size) + " (file " +
                                      std::to_string(file_size) + "), expected " +
-                                     std::to_string(sizeof(StatsBlock)));
+                                     std::to_string(want) + " for version " +
+                                     std::to_string(b.version));
   return Status::Ok();
+}
+
+// Converts `raw`, a whole block of `version` (checked by CheckHeader), into the current layout.
+// A version-13 block has no histogram sums: they are left 0.
+void ToCurrentLayout(const char* raw, uint32_t version, StatsBlock* out) {
+  if (version == kStatsVersion) {
+    memcpy(static_cast<void*>(out), raw, sizeof(StatsBlock));
+    return;
+  }
+  constexpr size_t kHistAt = offsetof(StatsBlock, hist);
+  constexpr size_t kOldHistBytes = kHistBuckets * sizeof(uint64_t);
+  memcpy(static_cast<void*>(out), raw, kHistAt);
+  for (int h = 0; h < kHistCount; ++h) {
+    memcpy(static_cast<void*>(out->hist[h].buckets), raw + kHistAt + h * kOldHistBytes,
+           kOldHistBytes);
+    out->hist[h].sum_ns.store(0, std::memory_order_relaxed);
+  }
+  memcpy(static_cast<void*>(out->regions), raw + kHistAt + kHistCount * kOldHistBytes,
+         sizeof(out->regions));
 }
 
 // Copies the block open at `fd` into *out with pread (never mapped: a file truncated meanwhile
@@ -183,11 +224,21 @@ Status CopyBlock(int fd, const struct stat& st, const std::string& path, StatsSn
     return Status::Error(EINVAL, path + ": not a zrtier statistics block (too short)");
   ZRTIER_RETURN_IF_ERROR(CheckHeader(*header, st.st_size, path));
 
+  // Each copy is read in the writer's layout (`raw`) and converted into the current one.
+  const uint32_t version = header->version;
+  const size_t size = BlockSizeOf(version);
+  std::unique_ptr<char[]> raw(new char[size]);
   std::unique_ptr<StatsBlock[]> copies(new StatsBlock[3]());
   StatsBlock* before = &copies[0];
   StatsBlock* cur = &copies[1];
   StatsBlock* after = &copies[2];
-  auto read = [&](StatsBlock* b) { return PreadAll(fd, b, sizeof(StatsBlock), 0); };
+  auto read = [&](StatsBlock* b) {
+    if (!PreadAll(fd, raw.get(), size, 0)) return false;
+    const auto* h = reinterpret_cast<const StatsBlock*>(raw.get());
+    if (h->version != version) return false;  // replaced by a block of another version meanwhile
+    ToCurrentLayout(raw.get(), version, b);
+    return true;
+  };
   bool whole = false;
   for (int attempt = 0; attempt < kCopyAttempts && !whole; ++attempt)
     whole = read(before) && read(cur) && read(after) && CheckHeader(*cur, st.st_size, path).ok();
@@ -203,9 +254,13 @@ Status CopyBlock(int fd, const struct stat& st, const std::string& path, StatsSn
   out->cmdline.assign(cur->cmdline, strnlen(cur->cmdline, sizeof(cur->cmdline)));
   for (int i = 0; i < kStatCount; ++i)
     out->values[i] = cur->values[i].load(std::memory_order_relaxed);
-  for (int h = 0; h < kHistCount; ++h)
+  for (int h = 0; h < kHistCount; ++h) {
     for (int k = 0; k < kHistBuckets; ++k)
       out->hist[h][k] = cur->hist[h].buckets[k].load(std::memory_order_relaxed);
+    out->hist_sum_ns[h] = version >= 14 ? cur->hist[h].sum_ns.load(std::memory_order_relaxed)
+                                        : EstimatedHistSumNs(out->hist[h]);
+  }
+  out->hist_sum_estimated = version < 14;
 
   StatsSnapshot::Region rows[kStatsMaxRegions];
   bool taken[kStatsMaxRegions] = {};

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -153,6 +154,8 @@ TEST_F(StatsShmTest, OneProcessPublishesAnotherReads) {
   for (int b = 0; b < kHistBuckets; ++b)
     count += snap.hist[static_cast<int>(Hist::fault_latency)][b];
   EXPECT_EQ(count, 100u);
+  EXPECT_EQ(snap.hist_sum_ns[static_cast<int>(Hist::fault_latency)], 100u * 20000u);
+  EXPECT_FALSE(snap.hist_sum_estimated);
   double p50 = Histogram::Quantile(snap.hist[static_cast<int>(Hist::fault_latency)], 0.5);
   EXPECT_GE(p50, 16384.0);
   EXPECT_LE(p50, 32768.0);
@@ -213,6 +216,45 @@ TEST_F(StatsShmTest, ReusedPidIsStale) {
   EXPECT_FALSE(StatsProcessGone(getpid(), block->start_unix_ns));
   EXPECT_EQ(ReadAllStats(true, nullptr, dir_).size(), 1u);
   EXPECT_EQ(CleanStaleStats(dir_), 0);
+  delete block;
+}
+
+// A block of version 13 (histograms without sums, so the region rows sit three words earlier) is
+// read into the current layout: values, buckets and rows where they belong, sums estimated.
+TEST_F(StatsShmTest, ReadsVersion13Blocks) {
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  block->version = 13;
+  block->values[static_cast<int>(Stat::faults_missing)].store(4242);
+  block->hist[static_cast<int>(Hist::restore_latency)].buckets[10].store(8);  // [1024, 2048) ns
+  block->regions[5].base.store(0x7f0000000000ull);
+  block->regions[5].size.store(1 << 30);
+  block->regions[5].stored_bytes.store(777);
+  // The old layout: every histogram without its sum word, then the rows.
+  std::string raw(reinterpret_cast<const char*>(block), offsetof(StatsBlock, hist));
+  for (int h = 0; h < kHistCount; ++h)
+    raw.append(reinterpret_cast<const char*>(block->hist[h].buckets),
+               sizeof(block->hist[h].buckets));
+  raw.append(reinterpret_cast<const char*>(block->regions), sizeof(block->regions));
+  reinterpret_cast<StatsBlock*>(raw.data())->size = static_cast<uint32_t>(raw.size());
+  WriteBlock(getpid(), raw.data(), raw.size());
+
+  StatsSnapshot snap;
+  Status s = ReadStats(getpid(), &snap, dir_);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(snap.version, 13u);
+  EXPECT_EQ(snap.Value(Stat::faults_missing), 4242u);
+  EXPECT_EQ(snap.hist[static_cast<int>(Hist::restore_latency)][10], 8u);
+  EXPECT_TRUE(snap.hist_sum_estimated);
+  EXPECT_EQ(snap.hist_sum_ns[static_cast<int>(Hist::restore_latency)], 8u * 1536u);
+  ASSERT_EQ(snap.regions.size(), 1u);
+  EXPECT_EQ(snap.regions[0].base, 0x7f0000000000ull);
+  EXPECT_EQ(snap.regions[0].stored_bytes, 777u);
+
+  // Version 13 with the current size is refused.
+  block->version = 13;
+  WriteBlock(getpid(), block, sizeof(StatsBlock));
+  EXPECT_EQ(ReadStats(getpid(), &snap, dir_).code(), EPROTO);
   delete block;
 }
 
