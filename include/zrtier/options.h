@@ -80,6 +80,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "NUMA node for the RAM store's memory. -1 = not placed (the pinned pool never is)")          \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \
     "1 = publish statistics in /dev/shm/zrtier.<pid> for zrtier stats and zrtier-top")           \
+  X(kStatsFile, "STATS_FILE", kString, "", "path", "", "stats-file",                            \
+    "at exit, write the final statistics to this file as JSON (zrtier stats FILE reads it); "     \
+    "%p = the pid, so that several processes do not overwrite each other's")                     \
   X(kZramSize, "ZRAM_SIZE", kSize, "25%", "bytes", "", "",                                       \
     "disksize of the zram device the zram tier configures (its capacity for encoded chunks)")    \
   X(kLibrary, "LIBRARY", kString, "", "path", "", "",                                            \

@@ -43,6 +43,8 @@ class Os {
   virtual long Fallocate(int fd, int mode, off_t off, off_t len);
   virtual long Ftruncate(int fd, off_t len);
   virtual long Unlink(const char* path);
+  virtual long Rename(const char* from, const char* to);
+  virtual long Fsync(int fd);
   virtual long Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
   virtual long Eventfd(unsigned initval, int flags);
 

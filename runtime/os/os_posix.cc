@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "runtime/os/os.h"
 
@@ -87,6 +88,12 @@ long Os::Ftruncate(int fd, off_t len) {
 }
 long Os::Unlink(const char* path) {
   return Ret(unlink(path));
+}
+long Os::Rename(const char* from, const char* to) {
+  return Ret(rename(from, to));
+}
+long Os::Fsync(int fd) {
+  return Ret(fsync(fd));
 }
 long Os::Poll(struct pollfd* fds, nfds_t n, int timeout_ms) {
   return Ret(poll(fds, n, timeout_ms));

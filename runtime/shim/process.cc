@@ -11,6 +11,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/base/stats_file.h"
 #include "runtime/base/stats_shm.h"
 #include "runtime/cuda/dma_batch.h"
 #include "runtime/engine/engine.h"
@@ -151,6 +152,10 @@ Shim* ShimForAllocation(size_t size, unsigned flags) {
     if (opts.Bool(Opt::kStats)) {
       Status st = PublishStats();
       if (!st.ok()) Log(LogLevel::kWarn, "statistics not published: %s", st.ToString().c_str());
+    }
+    if (!opts.String(Opt::kStatsFile).empty()) {
+      Status st = WriteStatsFileAtExit(opts.String(Opt::kStatsFile));
+      if (!st.ok()) Log(LogLevel::kWarn, "no statistics file: %s", st.ToString().c_str());
     }
     g_state.store(kWaiting, std::memory_order_release);
   }

@@ -72,6 +72,12 @@ long FaultyOs::Ftruncate(int fd, off_t l) {
 long FaultyOs::Unlink(const char* p) {
   ZR_FAULTY(OsCall::kUnlink, Os::Unlink(p));
 }
+long FaultyOs::Rename(const char* from, const char* to) {
+  ZR_FAULTY(OsCall::kRename, Os::Rename(from, to));
+}
+long FaultyOs::Fsync(int fd) {
+  ZR_FAULTY(OsCall::kFsync, Os::Fsync(fd));
+}
 long FaultyOs::Poll(struct pollfd* fds, nfds_t n, int t) {
   ZR_FAULTY(OsCall::kPoll, Os::Poll(fds, n, t));
 }

@@ -31,6 +31,8 @@ enum class OsCall : int {
   kFallocate,
   kFtruncate,
   kUnlink,
+  kRename,
+  kFsync,
   kPoll,
   kEventfd,
   kIoUringQueueInit,
@@ -72,6 +74,8 @@ class FaultyOs : public Os {
   long Fallocate(int fd, int mode, off_t off, off_t len) override;
   long Ftruncate(int fd, off_t len) override;
   long Unlink(const char* path) override;
+  long Rename(const char* from, const char* to) override;
+  long Fsync(int fd) override;
   long Poll(struct pollfd* fds, nfds_t n, int timeout_ms) override;
   long Eventfd(unsigned initval, int flags) override;
   long IoUringQueueInit(unsigned entries, struct io_uring* ring, unsigned flags) override;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
+#include "runtime/base/stats_file.h"
 #include "runtime/base/stats_shm.h"
 #include "runtime/engine/engine.h"
 #include "tools/bench/sample_data.h"
@@ -162,6 +163,10 @@ int RunDemo(const DemoArgs& args) {
     Status ps = PublishStats();
     if (!ps.ok())
       fprintf(stderr, "zrtier demo: statistics not published: %s\n", ps.ToString().c_str());
+  }
+  if (!opts.String(Opt::kStatsFile).empty()) {
+    Status fs = WriteStatsFileAtExit(opts.String(Opt::kStatsFile));
+    if (!fs.ok()) fprintf(stderr, "zrtier demo: no statistics file: %s\n", fs.ToString().c_str());
   }
   std::unique_ptr<Engine> engine;
   s = Engine::Create(opts, Os::Default(), nullptr, &engine);
