@@ -23,6 +23,7 @@
 
 #include "runtime/base/stats.h"
 #include "tests/testutil/faulty_os.h"
+#include "tests/testutil/files.h"
 
 namespace zrtier {
 namespace {
@@ -53,23 +54,8 @@ class StatsFileTest : public ::testing::Test {
   std::unique_ptr<StatsBlock> block_;
 };
 
-std::string ReadFile(const std::string& path) {
-  std::string out;
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW);
-  if (fd < 0) return "<" + std::string(strerror(errno)) + ">";
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  close(fd);
-}
+using ::zrtier::testing::ReadFileText;
+using ::zrtier::testing::WriteFileText;
 
 // Runs `fn` in a forked child, its stderr going to `err_path`; returns the wait status.
 int InChild(const std::function<void()>& fn, const std::string& err_path) {
@@ -116,7 +102,7 @@ TEST_F(StatsFileTest, WritesEveryValueAsStrictJson) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 
   nlohmann::json j;
-  ASSERT_NO_THROW(j = nlohmann::json::parse(ReadFile(path))) << ReadFile(path);
+  ASSERT_NO_THROW(j = nlohmann::json::parse(ReadFileText(path))) << ReadFileText(path);
   EXPECT_EQ(j["pid"], getpid());
   EXPECT_EQ(j["version"], kStatsVersion);
   EXPECT_EQ(j["taken_unix_ns"], 42u);
@@ -143,20 +129,20 @@ TEST_F(StatsFileTest, WritesEveryValueAsStrictJson) {
   // A second write replaces the file.
   block_->values[0].store(7);
   ASSERT_TRUE(WriteStatsFile(*block_, path.c_str(), 43).ok());
-  j = nlohmann::json::parse(ReadFile(path));
+  j = nlohmann::json::parse(ReadFileText(path));
   EXPECT_EQ(j["stats"][StatInfoAt(0).name], 7u);
   EXPECT_EQ(Names(), std::vector<std::string>{"stats.json"});
 }
 
 TEST_F(StatsFileTest, SymlinkOrDirectoryAtTheTargetIsLeftAlone) {
   const std::string victim = dir_ + "/victim";
-  WriteFile(victim, "precious bytes");
+  WriteFileText(victim, "precious bytes", 0644);
   const std::string path = dir_ + "/stats.json";
   ASSERT_EQ(symlink(victim.c_str(), path.c_str()), 0);
   Status s = WriteStatsFile(*block_, path.c_str(), 1);
   EXPECT_EQ(s.code(), EEXIST) << s.ToString();
   EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
-  EXPECT_EQ(ReadFile(victim), "precious bytes");
+  EXPECT_EQ(ReadFileText(victim), "precious bytes");
   struct stat st;
   ASSERT_EQ(lstat(path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link itself is not replaced either";
@@ -170,12 +156,12 @@ TEST_F(StatsFileTest, SymlinkOrDirectoryAtTheTargetIsLeftAlone) {
 TEST_F(StatsFileTest, AFailingStepLeavesTheOldFile) {
   const std::string path = dir_ + "/stats.json";
   for (OsCall call : {OsCall::kWrite, OsCall::kFsync, OsCall::kRename, OsCall::kOpen}) {
-    WriteFile(path, "the previous run's file");
+    WriteFileText(path, "the previous run's file", 0644);
     FaultyOs os;
     os.Fail(call, EIO);
     Status s = WriteStatsFile(*block_, path.c_str(), 1, &os);
     EXPECT_EQ(s.code(), EIO) << static_cast<int>(call) << ": " << s.ToString();
-    EXPECT_EQ(ReadFile(path), "the previous run's file");
+    EXPECT_EQ(ReadFileText(path), "the previous run's file");
     EXPECT_EQ(Names(), std::vector<std::string>{"stats.json"}) << "the temporary file is removed";
   }
   Status s = WriteStatsFile(*block_, (dir_ + "/no/such/dir/s.json").c_str(), 1);
@@ -215,7 +201,7 @@ TEST_F(StatsFileTest, WrittenAtExitByTheRegisteringProcessOnly) {
   std::vector<std::string> names = Names();
   names.erase(std::remove(names.begin(), names.end(), "stderr"), names.end());
   ASSERT_EQ(names.size(), 1u) << "only the registering process writes";
-  nlohmann::json j = nlohmann::json::parse(ReadFile(dir_ + "/" + names[0]));
+  nlohmann::json j = nlohmann::json::parse(ReadFileText(dir_ + "/" + names[0]));
   EXPECT_EQ(names[0], "run." + std::to_string(j["pid"].get<int>()) + ".json");
   EXPECT_EQ(j["stats"]["faults_missing"], 777u) << "the child's counters are not in it";
   EXPECT_GE(j["histograms"]["fault_latency"]["sum_ns"].get<uint64_t>(), 5000u);
@@ -233,7 +219,7 @@ TEST_F(StatsFileTest, AFailureAtExitIsSaidOnceAndKeepsTheExitStatus) {
       err);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 5);
-  std::string text = ReadFile(err);
+  std::string text = ReadFileText(err);
   EXPECT_NE(text.find("final statistics not written"), std::string::npos) << text;
   EXPECT_EQ(text.find("final statistics not written"), text.rfind("final statistics not written"));
   EXPECT_EQ(Names(), std::vector<std::string>{"stderr"});

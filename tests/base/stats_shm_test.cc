@@ -19,6 +19,8 @@
 #include <functional>
 #include <string>
 
+#include "tests/testutil/files.h"
+
 namespace zrtier {
 namespace {
 
@@ -68,24 +70,8 @@ std::string Describe(int status) {
   return "status " + std::to_string(status);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::string out;
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW);
-  if (fd < 0) return "<" + std::string(strerror(errno)) + ">";
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return out;
-}
-
-void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
-  ASSERT_GE(fd, 0) << path << ": " << strerror(errno);
-  ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
-  ASSERT_EQ(fchmod(fd, mode), 0);
-  close(fd);
-}
+using ::zrtier::testing::ReadFileText;
+using ::zrtier::testing::WriteFileText;
 
 // A pid with no process: a child that has exited and been reaped.
 pid_t DeadPid() {
@@ -295,7 +281,7 @@ TEST_F(StatsShmTest, HeaderIsValidated) {
 // stays, and the process does not publish.
 TEST_F(StatsShmTest, WriterFollowsNoSymlink) {
   const std::string victim = dir_ + "/victim";
-  WriteFile(victim, "precious bytes of another file", 0644);
+  WriteFileText(victim, "precious bytes of another file", 0644);
   int status = InChild([&] {
     std::string path = StatsPath(dir_, getpid());
     if (symlink(victim.c_str(), path.c_str()) != 0) return 20;
@@ -307,7 +293,7 @@ TEST_F(StatsShmTest, WriterFollowsNoSymlink) {
     return StatGet(Stat::faults_missing) == 1 ? 0 : 24;
   });
   EXPECT_EQ(Describe(status), "exit 0") << "21: published through the symlink";
-  EXPECT_EQ(ReadFile(victim), "precious bytes of another file") << "the symlink was followed";
+  EXPECT_EQ(ReadFileText(victim), "precious bytes of another file") << "the symlink was followed";
   std::vector<pid_t> pids = ListStatsPids(dir_);
   ASSERT_EQ(pids.size(), 1u);
   struct stat st;
@@ -330,7 +316,7 @@ TEST_F(StatsShmTest, WriterUsesNoFileOfAnotherUser) {
     if (s.ok()) return 22;
     struct stat st;
     if (lstat(path.c_str(), &st) != 0 || st.st_uid != kNobody || st.st_size != 6) return 23;
-    return ReadFile(path) == "theirs" ? 0 : 24;
+    return ReadFileText(path) == "theirs" ? 0 : 24;
   });
   EXPECT_EQ(Describe(status), "exit 0")
       << "22: published into another user's file; 23/24: the file was changed";
@@ -407,7 +393,7 @@ TEST_F(StatsShmTest, ReadersFollowNoSymlink) {
   auto* block = new StatsBlock();
   InitStatsBlock(block);
   const std::string target = dir_ + "/elsewhere";
-  WriteFile(target, std::string(reinterpret_cast<const char*>(block), sizeof(*block)), 0600);
+  WriteFileText(target, std::string(reinterpret_cast<const char*>(block), sizeof(*block)), 0600);
   const pid_t dead = DeadPid();
   ASSERT_EQ(symlink(target.c_str(), StatsPath(dir_, getpid()).c_str()), 0);
   ASSERT_EQ(symlink(target.c_str(), StatsPath(dir_, dead).c_str()), 0);
@@ -479,7 +465,7 @@ TEST_F(StatsShmTest, BlockOfAnotherUserIsReadOnlyForItsProcess) {
 
 TEST_F(StatsShmTest, FilesThatAreNoBlockAreNotDeleted) {
   const pid_t dead = DeadPid();
-  WriteFile(StatsPath(dir_, dead), "not a statistics block, but somebody's data", 0600);
+  WriteFileText(StatsPath(dir_, dead), "not a statistics block, but somebody's data", 0600);
   std::vector<std::string> errors;
   EXPECT_TRUE(ReadAllStats(true, &errors, dir_).empty());
   EXPECT_EQ(errors.size(), 1u) << "reported, not deleted";
