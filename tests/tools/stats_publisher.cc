@@ -3,12 +3,15 @@
 // every 50 ms it adds two H2D copies of 1 MiB in all (one ready at the call, both in time), 10
 // faults with ~20 us latency and one eviction.
 //   stats_publisher [seconds]   (default 60; exits 0 afterwards, unlinking its block)
+// With ZRTIER_STATS_FILE set it registers the statistics file as the shim does, and before it
+// exits prints "final <name>=<value> ..." of the counters the tests compare with that file.
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "runtime/base/stats.h"
+#include "runtime/base/stats_file.h"
 #include "runtime/base/stats_shm.h"
 
 using namespace zrtier;
@@ -33,6 +36,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "stats_publisher: %s\n", s.ToString().c_str());
     return 1;
   }
+  if (const char* file = getenv("ZRTIER_STATS_FILE")) {
+    Status fs = WriteStatsFileAtExit(file);
+    if (!fs.ok()) {
+      fprintf(stderr, "stats_publisher: %s\n", fs.ToString().c_str());
+      return 1;
+    }
+  }
   StatSet(Stat::regions, 1);
   StatSet(Stat::region_bytes, 4ull << 30);
   StatSet(Stat::resident_bytes, 1ull << 30);
@@ -51,5 +61,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 10; ++i) HistRecord(Hist::fault_latency, 20000);
     StatAdd(Stat::evictions, 1);
   }
+  printf("final faults_missing=%llu evictions=%llu h2d_copies=%llu h2d_bytes=%llu\n",
+         static_cast<unsigned long long>(StatGet(Stat::faults_missing)),
+         static_cast<unsigned long long>(StatGet(Stat::evictions)),
+         static_cast<unsigned long long>(StatGet(Stat::h2d_copies)),
+         static_cast<unsigned long long>(StatGet(Stat::h2d_bytes)));
   return 0;
 }

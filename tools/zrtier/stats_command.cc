@@ -1,9 +1,13 @@
-// `zrtier stats [PID...] [--json | --prometheus]`: one snapshot of every process running under
-// zrtier (or the named ones), read from their shared-memory statistics blocks
-// (zrtier/stats_reader.h). Stale blocks of this user's processes that are gone are cleaned up on
-// the way (nothing else is deleted); command lines are printed with their control characters
-// replaced. Exit status 1 if a named PID publishes nothing, else 0 (no process at all is not an
-// error).
+// `zrtier stats [PID | FILE]... [--file FILE]... [--json | --prometheus [--listen ADDR]]`: one
+// snapshot of every process running under zrtier (or the named ones), read from their shared-memory
+// statistics blocks (zrtier/stats_reader.h), or the final values a process wrote at exit to its
+// statistics file (ZRTIER_STATS_FILE; tools/zrtier/stats_json.h), printed alike: a table, JSON
+// (nlohmann-json) or the Prometheus text format (tools/zrtier/stats_prometheus.h), which --listen
+// serves over HTTP until SIGINT/SIGTERM (tools/zrtier/metrics_server.h). Stale blocks of this
+// user's processes that are gone are cleaned up on the way (nothing else is deleted); command
+// lines are printed with their control characters replaced. Exit status 1 if a named PID
+// publishes nothing or a FILE cannot be read, 2 for a bad option, else 0 (no process at all is
+// not an error).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -11,15 +15,20 @@
 #include "tools/top/format.h"
 #include "tools/top/metrics.h"
 #include "tools/zrtier/commands.h"
+#include "tools/zrtier/metrics_server.h"
+#include "tools/zrtier/stats_json.h"
+#include "tools/zrtier/stats_prometheus.h"
 #include "zrtier/stats_reader.h"
 
 namespace zrtier::tools {
 namespace {
 
 struct StatsArgs {
-  std::vector<int> pids;
+  std::vector<std::string> targets;  // PIDs and statistics files
+  std::vector<std::string> files;    // --file
   bool json = false;
   bool prometheus = false;
+  std::string listen;  // --listen: serve --prometheus over HTTP
 };
 
 std::string ValueText(const StatInfo& info, uint64_t v) {
@@ -34,8 +43,12 @@ void PrintText(const StatsSnapshot& s) {
   double beat =
       (static_cast<double>(s.taken_unix_ns) - static_cast<double>(s.heartbeat_unix_ns)) / 1e9;
   // The command line comes from the process: printed with its control characters replaced.
-  printf("pid %d  up %s  heartbeat %.1fs ago  %s\n", s.pid, HumanDuration(up).c_str(),
-         beat < 0 ? 0.0 : beat, PrintableText(s.cmdline).c_str());
+  if (s.final)
+    printf("pid %d  ran %s  exited (final statistics)  %s\n", s.pid, HumanDuration(up).c_str(),
+           PrintableText(s.cmdline).c_str());
+  else
+    printf("pid %d  up %s  heartbeat %.1fs ago  %s\n", s.pid, HumanDuration(up).c_str(),
+           beat < 0 ? 0.0 : beat, PrintableText(s.cmdline).c_str());
   Rates r = RatesSinceStart(s);
   double ratio = CompressionRatio(s);
   double hit = PrefetchHitPercent(s), in_time = ReadyInTimePercent(s);
@@ -74,114 +87,90 @@ void PrintText(const StatsSnapshot& s) {
            HumanBytes(static_cast<double>(reg.stored_bytes)).c_str());
 }
 
-std::string Json(const StatsSnapshot& s) {
-  std::string o = "{\"pid\": " + std::to_string(s.pid) + ", \"cmdline\": \"" +
-                  JsonEscape(s.cmdline) + "\", \"version\": " + std::to_string(s.version) +
-                  ", \"start_unix_ns\": " + std::to_string(s.start_unix_ns) +
-                  ", \"heartbeat_unix_ns\": " + std::to_string(s.heartbeat_unix_ns) +
-                  ", \"taken_unix_ns\": " + std::to_string(s.taken_unix_ns) + ", \"stats\": {";
-  for (int i = 0; i < kStatCount; ++i) {
-    if (i) o += ", ";
-    o += "\"" + std::string(StatInfoAt(i).name) + "\": " + std::to_string(s.values[i]);
+// The snapshots `args` names, read now: live blocks (all, or the named PIDs) and files. Problems
+// go to stderr; the return value is the exit status (1 if something named gave nothing).
+int Collect(const StatsArgs& args, std::vector<StatsSnapshot>* chosen) {
+  std::vector<int> pids;
+  std::vector<std::string> files = args.files;
+  for (const std::string& t : args.targets) {
+    // A PID is all digits; anything else is a file (./123 names a file called 123).
+    if (!t.empty() && t.size() < 10 && t.find_first_not_of("0123456789") == std::string::npos)
+      pids.push_back(std::stoi(t));
+    else
+      files.push_back(t);
   }
-  o += "}, \"histograms\": {";
-  for (int h = 0; h < kHistCount; ++h) {
-    if (h) o += ", ";
-    Hist hist = static_cast<Hist>(h);
-    char buf[160];
-    snprintf(buf, sizeof(buf),
-             "\"count\": %llu, \"p50_ns\": %.0f, \"p90_ns\": %.0f, \"p99_ns\": %.0f",
-             static_cast<unsigned long long>(HistCount(s, hist)), HistQuantileNs(s, hist, 0.5),
-             HistQuantileNs(s, hist, 0.9), HistQuantileNs(s, hist, 0.99));
-    o += "\"" + std::string(HistName(h)) + "\": {" + buf + ", \"buckets\": [";
-    for (int b = 0; b < kHistBuckets; ++b) o += (b ? "," : "") + std::to_string(s.hist[h][b]);
-    o += "]}";
-  }
-  o += "}, \"regions\": [";
-  for (size_t i = 0; i < s.regions.size(); ++i) {
-    const auto& r = s.regions[i];
-    if (i) o += ", ";
-    o += "{\"base\": " + std::to_string(r.base) + ", \"size\": " + std::to_string(r.size) +
-         ", \"resident_bytes\": " + std::to_string(r.resident_bytes) +
-         ", \"stored_raw_bytes\": " + std::to_string(r.stored_raw_bytes) +
-         ", \"stored_bytes\": " + std::to_string(r.stored_bytes) + "}";
-  }
-  o += "]}";
-  return o;
-}
-
-// A label value: quotes, backslashes and newlines escaped (the format's rules), other control
-// characters replaced (they would reach a terminal raw).
-std::string PromLabel(const std::string& s) {
-  std::string out;
-  for (char c : PrintableText(s)) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
+  int status = 0;
+  if (!pids.empty() || files.empty()) {
+    std::vector<std::string> errors;
+    std::vector<StatsSnapshot> all = ReadAllStats(/*clean_stale=*/true, &errors);
+    if (pids.empty()) {
+      *chosen = all;
+    } else {
+      for (int pid : pids) {
+        bool found = false;
+        for (const auto& s : all)
+          if (s.pid == pid) chosen->push_back(s), found = true;
+        if (!found) {
+          fprintf(stderr,
+                  "zrtier stats: process %d publishes no statistics (not under zrtier, "
+                  "ZRTIER_STATS=0, or gone)\n",
+                  pid);
+          status = 1;
+        }
+      }
     }
-    out += c;
+    for (const auto& e : errors) fprintf(stderr, "zrtier stats: skipped %s\n", e.c_str());
   }
-  return out;
-}
-
-void PrintPrometheus(const std::vector<StatsSnapshot>& snaps) {
-  for (int i = 0; i < kStatCount; ++i) {
-    const StatInfo& info = StatInfoAt(i);
-    std::string name = std::string("zrtier_") + info.name;
-    if (info.kind == StatKind::kCounter) name += "_total";
-    printf("# HELP %s %s\n# TYPE %s %s\n", name.c_str(), info.help, name.c_str(),
-           info.kind == StatKind::kCounter ? "counter" : "gauge");
-    for (const auto& s : snaps)
-      printf("%s{pid=\"%d\",cmd=\"%s\"} %llu\n", name.c_str(), s.pid,
-             PromLabel(s.cmdline.substr(0, 64)).c_str(),
-             static_cast<unsigned long long>(s.values[i]));
-  }
-  for (int h = 0; h < kHistCount; ++h) {
-    std::string name = std::string("zrtier_") + HistName(h) + "_seconds";
-    printf("# HELP %s latency quantiles\n# TYPE %s summary\n", name.c_str(), name.c_str());
-    for (const auto& s : snaps) {
-      Hist hist = static_cast<Hist>(h);
-      for (double q : {0.5, 0.9, 0.99})
-        printf("%s{pid=\"%d\",quantile=\"%g\"} %.9f\n", name.c_str(), s.pid, q,
-               HistQuantileNs(s, hist, q) / 1e9);
-      printf("%s_count{pid=\"%d\"} %llu\n", name.c_str(), s.pid,
-             static_cast<unsigned long long>(HistCount(s, hist)));
+  for (const std::string& f : files) {
+    Status s = ReadStatsJsonFile(f, chosen);
+    if (!s.ok()) {
+      fprintf(stderr, "zrtier stats: %s\n", s.message().c_str());
+      status = 1;
     }
   }
+  return status;
+}
+
+std::string Prometheus(const std::vector<StatsSnapshot>& snaps) {
+  int skipped = 0;
+  std::string text = PrometheusText(snaps, &skipped);
+  if (skipped)
+    fprintf(stderr, "zrtier stats: %d snapshot(s) left out: same pid and command line as another\n",
+            skipped);
+  return text;
 }
 
 int RunStats(const StatsArgs& args) {
-  std::vector<std::string> errors;
-  std::vector<StatsSnapshot> all = ReadAllStats(/*clean_stale=*/true, &errors);
-  std::vector<StatsSnapshot> chosen;
-  int status = 0;
-  if (args.pids.empty()) {
-    chosen = all;
-  } else {
-    for (int pid : args.pids) {
-      bool found = false;
-      for (const auto& s : all)
-        if (s.pid == pid) chosen.push_back(s), found = true;
-      if (!found) {
-        fprintf(stderr,
-                "zrtier stats: process %d publishes no statistics (not under zrtier, "
-                "ZRTIER_STATS=0, or gone)\n",
-                pid);
-        status = 1;
-      }
+  if (!args.listen.empty()) {
+    ListenAddress addr;
+    Status s = ParseListenAddress(args.listen, &addr);
+    if (!s.ok()) {
+      fprintf(stderr, "zrtier stats: bad --listen: %s\n", s.message().c_str());
+      return 2;
     }
+    // Each scrape reads the blocks and files anew.
+    s = ServeMetrics(addr, [&args] {
+      std::vector<StatsSnapshot> snaps;
+      Collect(args, &snaps);
+      return Prometheus(snaps);
+    });
+    if (!s.ok()) {
+      fprintf(stderr, "zrtier stats: %s\n", s.message().c_str());
+      return 1;
+    }
+    return 0;
   }
-  for (const auto& e : errors) fprintf(stderr, "zrtier stats: skipped %s\n", e.c_str());
+  std::vector<StatsSnapshot> chosen;
+  const int status = Collect(args, &chosen);
   if (args.json) {
-    printf("{\"processes\": [");
-    for (size_t i = 0; i < chosen.size(); ++i)
-      printf("%s%s", i ? ", " : "", Json(chosen[i]).c_str());
-    printf("]}\n");
+    nlohmann::ordered_json doc;
+    doc["processes"] = nlohmann::ordered_json::array();
+    for (const auto& s : chosen) doc["processes"].push_back(SnapshotJson(s));
+    printf("%s\n", JsonText(doc).c_str());
   } else if (args.prometheus) {
-    PrintPrometheus(chosen);
+    fputs(Prometheus(chosen).c_str(), stdout);
   } else {
-    if (chosen.empty() && args.pids.empty())
+    if (chosen.empty() && args.targets.empty() && args.files.empty())
       printf("no process is running under zrtier (no live %s/zrtier.<pid>)\n", StatsDir().c_str());
     for (size_t i = 0; i < chosen.size(); ++i) {
       if (i) printf("\n");
@@ -196,11 +185,21 @@ int RunStats(const StatsArgs& args) {
 void AddStatsCommand(CLI::App* app) {
   static StatsArgs args;
   CLI::App* cmd = app->add_subcommand(
-      "stats", "print one snapshot of the statistics of every process under zrtier (or of PIDs)");
-  cmd->add_option("pid", args.pids, "only these processes");
+      "stats",
+      "print one snapshot of the statistics of every process under zrtier (or of PIDs, or the "
+      "final statistics a process wrote to a file)");
+  cmd->add_option("target", args.targets,
+                  "PID: only these processes; FILE: a statistics file (ZRTIER_STATS_FILE) or saved "
+                  "--json output");
+  cmd->add_option("--file", args.files, "a statistics file to print (also without live processes)");
   auto* json = cmd->add_flag("--json", args.json, "one JSON object: {\"processes\": [...]}");
   auto* prom = cmd->add_flag("--prometheus", args.prometheus, "Prometheus text exposition format");
+  auto* listen = cmd->add_option("--listen", args.listen,
+                                 "with --prometheus: serve it over HTTP at [HOST:]PORT/metrics "
+                                 "(HOST 127.0.0.1 unless named) until SIGINT/SIGTERM");
   json->excludes(prom);
+  json->excludes(listen);
+  listen->needs(prom);
   cmd->callback([] { SetExitStatus(RunStats(args)); });
 }
 
