@@ -12,8 +12,8 @@
 #include <new>
 #include <vector>
 
+#include "runtime/base/checksum.h"
 #include "runtime/base/log.h"
-#include "runtime/codec/checksum.h"
 #include "runtime/codec/estimate.h"
 #include "runtime/codec/planes.h"
 

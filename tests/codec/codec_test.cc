@@ -1,4 +1,4 @@
-// Covers the chunk codec: CRC32C, plane transforms, plan choice, round trips of every sample kind
+// Covers the chunk codec: plane transforms, plan choice, round trips of every sample kind
 // and odd size through every codec kind with and without verify, compression-ratio floors, and
 // rejection of corrupted or malformed encodings (EBADMSG, never a crash or overread).
 #include "runtime/codec/codec.h"
@@ -10,7 +10,6 @@
 #include <random>
 #include <vector>
 
-#include "runtime/codec/checksum.h"
 #include "runtime/codec/estimate.h"
 #include "runtime/codec/planes.h"
 #include "tests/testutil/skip.h"
@@ -45,22 +44,6 @@ double Ratio(const Codec& codec, SampleKind kind, int chunks) {
     out += Encode(codec, src).size();
   }
   return out ? double(in) / out : 1e30;
-}
-
-TEST(Crc32c, KnownVectorAndHardwareMatchesTable) {
-  EXPECT_EQ(Crc32c("123456789", 9), 0xe3069283u);
-  EXPECT_EQ(Crc32cPortable("123456789", 9), 0xe3069283u);
-  EXPECT_EQ(Crc32c("", 0), 0u);
-  std::vector<uint8_t> data = Sample(SampleKind::kRandom, 70000);
-  // Lengths around the hardware path's 3 x 1 KiB stripes, and whole chunks.
-  for (size_t off : {0, 1, 3, 7})
-    for (size_t len :
-         {0, 1, 7, 8, 9, 63, 64, 1000, 3071, 3072, 3073, 4090, 6144, 6150, 65536, 69000})
-      EXPECT_EQ(Crc32c(data.data() + off, len), Crc32cPortable(data.data() + off, len))
-          << off << " " << len;
-  uint32_t before = Crc32c(data.data(), data.size());
-  data[20000] ^= 4;
-  EXPECT_NE(Crc32c(data.data(), data.size()), before);
 }
 
 TEST(Planes, SplitMergeRoundTripEveryTransform) {

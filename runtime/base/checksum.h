@@ -1,4 +1,5 @@
-// CRC32C (Castagnoli) of a byte range: the codec's optional checksum of a chunk's original bytes.
+// CRC32C (Castagnoli) of a byte range: the codec's optional checksum of a chunk's original bytes
+// (ZRTIER_VERIFY). In base/ so that every layer above may use it.
 // Uses the SSE4.2 crc32 instruction when the CPU has it (checked once at run time), else a
 // slicing-by-8 table. Both give identical results (tested).
 //

@@ -1,4 +1,4 @@
-#include "runtime/codec/checksum.h"
+#include "runtime/base/checksum.h"
 
 #include <cstring>
 
