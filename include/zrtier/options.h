@@ -67,7 +67,7 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "chunk codec: auto (zero detection + byte planes + zstd), zstd (plain), raw (no compression)") \
   X(kZstdLevel, "ZSTD_LEVEL", kInt, "1", "level", "", "level", "zstd level for compressible planes") \
   X(kVerify, "VERIFY", kBool, "0", "", "", "verify",                                             \
-    "1 = checksum every compressed chunk and check it on decode")                                 \
+    "1 = also checksum each chunk's original bytes, checked on decode (covers the RAM tier); zram and spill-file entries are always checked") \
   X(kWorkers, "WORKERS", kInt, "0", "threads", "", "workers",                                    \
     "decode/prefetch worker threads. 0 = all cores but two, at least 2")                             \
   X(kPrefetchAhead, "PREFETCH_AHEAD", kSize, "0", "bytes", "", "prefetch",                       \

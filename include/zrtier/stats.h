@@ -88,7 +88,8 @@ enum class StatKind { kCounter, kGauge };
   X(d2h_direct_bytes, kCounter, "bytes", "D2H bytes copied straight into pinned-in-place pages (no T0 slot)") \
   X(runs_pinned, kCounter, "", "runs of region pages registered with CUDA (pinned in place)") \
   X(runs_unpinned, kCounter, "", "runs unregistered again to make room under the memory budget") \
-  X(readahead_chunks, kCounter, "", "stored chunks restored ahead of a sequential or strided CPU scan")
+  X(readahead_chunks, kCounter, "", "stored chunks restored ahead of a sequential or strided CPU scan") \
+  X(checksum_errors, kCounter, "", "reads of zram or spill-file entries whose checksum did not match (the read failed)")
 // clang-format on
 
 enum class Stat : int {
@@ -142,8 +143,8 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // h2d_pieces_waited_on; 12: held_bytes, memory_budget_bytes, h2d/d2h_direct_bytes, runs_pinned,
 // runs_unpinned, readahead_chunks; 13: pid_ns (the header word that was `reserved`): the writer's
 // pid namespace, so that a reader judges a block's pid only in the namespace it belongs to; 14:
-// Histogram::sum_ns (the exact sum of each histogram's samples)
-inline constexpr uint32_t kStatsVersion = 14;
+// Histogram::sum_ns (the exact sum of each histogram's samples); 15: checksum_errors
+inline constexpr uint32_t kStatsVersion = 15;
 // The oldest version a reader still reads (zrtier/stats_reader.h says how older blocks map).
 inline constexpr uint32_t kStatsOldestReadable = 13;
 inline constexpr int kStatsMaxRegions = 64;

@@ -1,12 +1,13 @@
 // Reading the statistics blocks of zrtier processes (the ABI is zrtier/stats.h) -- for `zrtier
 // stats`, zrtier-top and the tests. ListStatsPids finds the blocks, ReadStatsFile checks magic,
 // version and size and copies the values out. Blocks of every version from kStatsOldestReadable to
-// kStatsVersion are read, each in its own layout, into the current one (zrtier/stats.h). A block is
-// opened with O_NOFOLLOW | O_NONBLOCK (a symlink is refused, a FIFO cannot stop the reader), only a
-// regular file of the block's exact size is read, and it is read with pread into the reader's
-// memory, never mapped: a block truncated while it is read gives a short read (retried, then
-// skipped), not SIGBUS. Values are single aligned 64-bit words; region rows are taken from a copy
-// only if their sequence word was even and unchanged in the copies read just before and after it.
+// kStatsVersion are read, each in its own layout, into the current one (zrtier/stats.h; counters a
+// block's version predates read 0). A block is opened with O_NOFOLLOW | O_NONBLOCK (a symlink is
+// refused, a FIFO cannot stop the reader), only a regular file of the block's exact size is read,
+// and it is read with pread into the reader's memory, never mapped: a block truncated while it is
+// read gives a short read (retried, then skipped), not SIGBUS. Values are single aligned 64-bit
+// words; region rows are taken from a copy only if their sequence word was even and unchanged in
+// the copies read just before and after it.
 //
 // Whose blocks: a reader shows a block owned by its own user, or by the user of the process the
 // block names. Liveness is judged in the block's pid namespace (StatsBlock::pid_ns): a block of

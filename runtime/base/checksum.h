@@ -1,5 +1,5 @@
-// CRC32C (Castagnoli) of a byte range: the codec's optional checksum of a chunk's original bytes
-// (ZRTIER_VERIFY). In base/ so that every layer above may use it.
+// CRC32C (Castagnoli) of a byte range: the checksum the block tiers keep of every entry they store
+// (extent_store.h) and the codec's optional one of a chunk's original bytes (ZRTIER_VERIFY).
 // Uses the SSE4.2 crc32 instruction when the CPU has it (checked once at run time), else a
 // slicing-by-8 table. Both give identical results (tested).
 //

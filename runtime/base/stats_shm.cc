@@ -165,15 +165,34 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
-// The size of a block of `version`, 0 for a version this reader does not know. Version 13 is the
-// current layout without Histogram::sum_ns: each histogram is kHistBuckets words, so the region
-// rows sit kHistCount words earlier.
-constexpr size_t kV13Size = sizeof(StatsBlock) - kHistCount * sizeof(uint64_t);
+// What an older block lacks: versions 13 and 14 end their values before checksum_errors (the last
+// counter), and version 13's histograms have no sum_ns word (each is kHistBuckets words), so what
+// follows sits earlier.
+struct Layout {
+  int values = kStatCount;
+  bool sums = true;
+};
+Layout LayoutOf(uint32_t version) {
+  Layout l;
+  if (version < 15) l.values = static_cast<int>(Stat::checksum_errors);
+  if (version < 14) l.sums = false;
+  return l;
+}
+
+// The size of a block of `version`, 0 for a version this reader does not know.
 size_t BlockSizeOf(uint32_t version) {
   if (version == kStatsVersion) return sizeof(StatsBlock);
-  if (version == 13) return kV13Size;
-  return 0;
+  if (version < kStatsOldestReadable || version > kStatsVersion) return 0;
+  const Layout l = LayoutOf(version);
+  return offsetof(StatsBlock, values) + l.values * sizeof(uint64_t) +
+         kHistCount * (kHistBuckets + (l.sums ? 1 : 0)) * sizeof(uint64_t) +
+         sizeof(StatsBlock::regions);
 }
+static_assert(offsetof(StatsBlock, values) + kStatCount * sizeof(uint64_t) +
+                      kHistCount * (kHistBuckets + 1) * sizeof(uint64_t) +
+                      sizeof(StatsBlock::regions) ==
+                  sizeof(StatsBlock),
+              "StatsBlock has padding: BlockSizeOf's layouts would be wrong");
 
 Status CheckHeader(const StatsBlock& b, off_t file_size, const std::string& path) {
   if (b.magic != kStatsMagic)
@@ -193,22 +212,30 @@ Status CheckHeader(const StatsBlock& b, off_t file_size, const std::string& path
 }
 
 // Converts `raw`, a whole block of `version` (checked by CheckHeader), into the current layout.
-// A version-13 block has no histogram sums: they are left 0.
+// What an older block lacks (LayoutOf) is left 0: counters added since, histogram sums.
 void ToCurrentLayout(const char* raw, uint32_t version, StatsBlock* out) {
   if (version == kStatsVersion) {
     memcpy(static_cast<void*>(out), raw, sizeof(StatsBlock));
     return;
   }
-  constexpr size_t kHistAt = offsetof(StatsBlock, hist);
-  constexpr size_t kOldHistBytes = kHistBuckets * sizeof(uint64_t);
-  memcpy(static_cast<void*>(out), raw, kHistAt);
+  const Layout l = LayoutOf(version);
+  constexpr size_t kValuesAt = offsetof(StatsBlock, values);
+  memcpy(static_cast<void*>(out), raw, kValuesAt);
+  memcpy(static_cast<void*>(out->values), raw + kValuesAt, l.values * sizeof(uint64_t));
+  for (int i = l.values; i < kStatCount; ++i) out->values[i].store(0, std::memory_order_relaxed);
+  size_t at = kValuesAt + l.values * sizeof(uint64_t);
+  constexpr size_t kBucketBytes = kHistBuckets * sizeof(uint64_t);
   for (int h = 0; h < kHistCount; ++h) {
-    memcpy(static_cast<void*>(out->hist[h].buckets), raw + kHistAt + h * kOldHistBytes,
-           kOldHistBytes);
-    out->hist[h].sum_ns.store(0, std::memory_order_relaxed);
+    memcpy(static_cast<void*>(out->hist[h].buckets), raw + at, kBucketBytes);
+    at += kBucketBytes;
+    uint64_t sum = 0;
+    if (l.sums) {
+      memcpy(&sum, raw + at, sizeof(sum));
+      at += sizeof(sum);
+    }
+    out->hist[h].sum_ns.store(sum, std::memory_order_relaxed);
   }
-  memcpy(static_cast<void*>(out->regions), raw + kHistAt + kHistCount * kOldHistBytes,
-         sizeof(out->regions));
+  memcpy(static_cast<void*>(out->regions), raw + at, sizeof(out->regions));
 }
 
 // Copies the block open at `fd` into *out with pread (never mapped: a file truncated meanwhile

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/base/checksum.h"
 #include "runtime/base/log.h"
 
 namespace zrtier {
@@ -290,6 +291,20 @@ void ExtentStore::IoError(const char* what, long res) {
                   config_.name, what, strerror(static_cast<int>(-res)));
 }
 
+Status ExtentStore::CheckEntry(StoreHandle h, const Loc& loc, const unsigned char* p) const {
+  const uint32_t crc = Crc32c(p, loc.len);
+  if (crc == loc.crc) return Status::Ok();
+  StatAdd(Stat::checksum_errors, 1);
+  char what[256];
+  snprintf(what, sizeof(what),
+           "%s store: entry %llu (segment %u, offset %llu, %u bytes) fails its checksum: crc32c "
+           "%08x written, %08x read back",
+           config_.name, static_cast<unsigned long long>(h), loc.seg,
+           static_cast<unsigned long long>(loc.off), loc.len, loc.crc, crc);
+  ZRTIER_LOG_ONCE(LogLevel::kError, "%s (further mismatches are counted in checksum_errors)", what);
+  return Status::Error(EBADMSG, what);
+}
+
 void ExtentStore::PutBatch(PutReq* reqs, size_t n) {
   // Groups of at most a quarter of the arena, so concurrent batches always make progress.
   const uint64_t cap = config_.staging_bytes / 4;
@@ -371,6 +386,7 @@ void ExtentStore::PutBatch(PutReq* reqs, size_t n) {
         uint64_t at = locs[i].off - r.off;
         memcpy(base + at, group[i].data, group[i].len);
         memset(base + at + group[i].len, 0, locs[i].alen - group[i].len);
+        locs[i].crc = Crc32c(base + at, group[i].len);  // of the bytes written, in cache now
       }
       ops.push_back(RunOp(true, buf, r));
     }
@@ -478,9 +494,9 @@ void ExtentStore::GetBatch(GetReq* reqs, size_t n) {
       const unsigned char* base = buf.p + r.buf_off;
       for (size_t i : r.members) {
         const unsigned char* p = base + (locs[i].off - r.off);
-        reqs[i].out->assign(p, p + locs[i].len);
         StatAdd(Stat::spill_read_bytes, locs[i].len);
-        reqs[i].status = Status::Ok();
+        reqs[i].status = CheckEntry(reqs[i].h, locs[i], p);
+        if (reqs[i].status.ok()) reqs[i].out->assign(p, p + locs[i].len);
       }
     }
     GiveBuffer(buf);
@@ -514,7 +530,8 @@ Status ExtentStore::Get(StoreHandle h, const std::function<Status(const void*, s
         EIO, std::string(config_.name) + " store: read: " + strerror(static_cast<int>(-op.res)));
   } else {
     StatAdd(Stat::spill_read_bytes, loc.len);
-    s = fn(b.p, loc.len);
+    s = CheckEntry(h, loc, b.p);
+    if (s.ok()) s = fn(b.p, loc.len);
   }
   GiveBuffer(b);
   return s;

@@ -20,6 +20,12 @@
 // (fallocate, a failed submission, a CQE error) gives EIO/ENOSPC, counts io_errors, is logged once,
 // and nothing is stored (the extent is released).
 //
+// Checksums: every entry's CRC32C (of its encoded bytes, as copied into the staging buffer) is kept
+// in the entry table, in process memory, not on the device; every read (Get, GetBatch) checks it
+// before a byte reaches the caller. A mismatch -- a flipped bit, a zeroed or stale block, a write
+// that never landed -- fails that entry with EBADMSG naming the tier, the entry, its segment and
+// offset (counted in checksum_errors, logged once); the entry stays stored and fails every read.
+//
 // Locking: mu_ guards the entry table, the segments and the usage; I/O runs outside it. The staging
 // pool has its own lock (pool_mu_); the two are never held together. An extent goes back on the
 // free list only after its hole is punched, so a newer entry can never be punched away. Extents of
@@ -118,6 +124,7 @@ class ExtentStore : public ChunkStore {
   };
   struct Loc {
     uint32_t seg;
+    uint32_t crc;  // Crc32c of the entry's len bytes as written
     uint64_t off;
     uint32_t len;
     uint32_t alen;
@@ -159,6 +166,10 @@ class ExtentStore : public ChunkStore {
   Buf TakeBuffer(size_t need);
   void GiveBuffer(const Buf& b);
   void IoError(const char* what, long res);
+  // Ok if the `loc.len` bytes at `p`, read back for entry `h`, have the checksum they were written
+  // with; else EBADMSG naming the tier, the entry, its segment and offset (counted in
+  // checksum_errors, logged once).
+  Status CheckEntry(StoreHandle h, const Loc& loc, const unsigned char* p) const;
 
   // Several rings, so concurrent batches (mover, prefetchers, Gets) do not queue behind one
   // another.

@@ -44,7 +44,8 @@ class ChunkStore {
 
   // Calls `fn(data, len)` with the entry's bytes, valid only during the call (a RAM store passes
   // its own memory without copying; lower tiers read into a buffer first). Returns fn's Status, or
-  // the store's error (EIO) without calling fn.
+  // the store's error without calling fn: EIO, or EBADMSG when a lower tier's entry fails its
+  // checksum (extent_store.h).
   virtual Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) = 0;
 
   // Releases the entry. The handle is invalid afterwards.

@@ -205,43 +205,59 @@ TEST_F(StatsShmTest, ReusedPidIsStale) {
   delete block;
 }
 
-// A block of version 13 (histograms without sums, so the region rows sit three words earlier) is
-// read into the current layout: values, buckets and rows where they belong, sums estimated.
-TEST_F(StatsShmTest, ReadsVersion13Blocks) {
-  auto* block = new StatsBlock();
-  InitStatsBlock(block);
-  block->version = 13;
-  block->values[static_cast<int>(Stat::faults_missing)].store(4242);
-  block->hist[static_cast<int>(Hist::restore_latency)].buckets[10].store(8);  // [1024, 2048) ns
-  block->regions[5].base.store(0x7f0000000000ull);
-  block->regions[5].size.store(1 << 30);
-  block->regions[5].stored_bytes.store(777);
-  // The old layout: every histogram without its sum word, then the rows.
-  std::string raw(reinterpret_cast<const char*>(block), offsetof(StatsBlock, hist));
+// `block` in the layout of an older version: its first `values` counters, its histograms with or
+// without their sum words, then the rows; the size word set to the result's size.
+std::string OldLayout(const StatsBlock* block, int values, bool sums) {
+  std::string raw(reinterpret_cast<const char*>(block),
+                  offsetof(StatsBlock, values) + values * sizeof(uint64_t));
   for (int h = 0; h < kHistCount; ++h)
-    raw.append(reinterpret_cast<const char*>(block->hist[h].buckets),
-               sizeof(block->hist[h].buckets));
+    raw.append(reinterpret_cast<const char*>(&block->hist[h]),
+               sizeof(block->hist[h].buckets) + (sums ? sizeof(block->hist[h].sum_ns) : 0));
   raw.append(reinterpret_cast<const char*>(block->regions), sizeof(block->regions));
   reinterpret_cast<StatsBlock*>(raw.data())->size = static_cast<uint32_t>(raw.size());
-  WriteBlock(getpid(), raw.data(), raw.size());
+  return raw;
+}
 
-  StatsSnapshot snap;
-  Status s = ReadStats(getpid(), &snap, dir_);
-  ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(snap.version, 13u);
-  EXPECT_EQ(snap.Value(Stat::faults_missing), 4242u);
-  EXPECT_EQ(snap.hist[static_cast<int>(Hist::restore_latency)][10], 8u);
-  EXPECT_TRUE(snap.hist_sum_estimated);
-  EXPECT_EQ(snap.hist_sum_ns[static_cast<int>(Hist::restore_latency)], 8u * 1536u);
-  ASSERT_EQ(snap.regions.size(), 1u);
-  EXPECT_EQ(snap.regions[0].base, 0x7f0000000000ull);
-  EXPECT_EQ(snap.regions[0].stored_bytes, 777u);
+// Blocks of versions 13 (no checksum_errors, histograms without sums, so the region rows sit
+// earlier) and 14 (sums, no checksum_errors) are read into the current layout: values, buckets and
+// rows where they belong, sums exact (14) or estimated (13), the newer counter 0.
+TEST_F(StatsShmTest, ReadsVersion13And14Blocks) {
+  for (uint32_t version : {13u, 14u}) {
+    SCOPED_TRACE(version);
+    auto* block = new StatsBlock();
+    InitStatsBlock(block);
+    block->version = version;
+    block->values[static_cast<int>(Stat::faults_missing)].store(4242);
+    block->values[static_cast<int>(Stat::readahead_chunks)].store(17);
+    block->values[static_cast<int>(Stat::checksum_errors)].store(99);  // not in the old layouts
+    block->hist[static_cast<int>(Hist::restore_latency)].buckets[10].store(8);  // [1024, 2048) ns
+    block->hist[static_cast<int>(Hist::restore_latency)].sum_ns.store(12345);
+    block->regions[5].base.store(0x7f0000000000ull);
+    block->regions[5].size.store(1 << 30);
+    block->regions[5].stored_bytes.store(777);
+    std::string raw = OldLayout(block, static_cast<int>(Stat::checksum_errors), version >= 14);
+    WriteBlock(getpid(), raw.data(), raw.size());
 
-  // Version 13 with the current size is refused.
-  block->version = 13;
-  WriteBlock(getpid(), block, sizeof(StatsBlock));
-  EXPECT_EQ(ReadStats(getpid(), &snap, dir_).code(), EPROTO);
-  delete block;
+    StatsSnapshot snap;
+    Status s = ReadStats(getpid(), &snap, dir_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(snap.version, version);
+    EXPECT_EQ(snap.Value(Stat::faults_missing), 4242u);
+    EXPECT_EQ(snap.Value(Stat::readahead_chunks), 17u);
+    EXPECT_EQ(snap.Value(Stat::checksum_errors), 0u);
+    EXPECT_EQ(snap.hist[static_cast<int>(Hist::restore_latency)][10], 8u);
+    EXPECT_EQ(snap.hist_sum_estimated, version == 13);
+    EXPECT_EQ(snap.hist_sum_ns[static_cast<int>(Hist::restore_latency)],
+              version == 13 ? 8u * 1536u : 12345u);
+    ASSERT_EQ(snap.regions.size(), 1u);
+    EXPECT_EQ(snap.regions[0].base, 0x7f0000000000ull);
+    EXPECT_EQ(snap.regions[0].stored_bytes, 777u);
+
+    // An old version with the current size is refused.
+    WriteBlock(getpid(), block, sizeof(StatsBlock));
+    EXPECT_EQ(ReadStats(getpid(), &snap, dir_).code(), EPROTO);
+    delete block;
+  }
 }
 
 TEST_F(StatsShmTest, HeaderIsValidated) {

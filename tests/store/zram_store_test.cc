@@ -1,8 +1,9 @@
 // Covers the zram tier on a real zram device: a private hot-added device configured (algorithm,
 // disksize) and reset/removed afterwards, exact round trips through io_uring on O_DIRECT, slot
-// reuse, coalesced batch reads across holes, the device-size limit, a busy device refused, and the
-// ram+zram+file stack spilling through zram into files. Skips with the reason where there is no
-// zram or it cannot be configured.
+// reuse, coalesced batch reads across holes, the device-size limit, a busy device refused, the
+// ram+zram+file stack spilling through zram into files, and entries corrupted on the device (a
+// flipped bit, a zeroed 64 KiB block) failing every read with an error naming them. Skips with the
+// reason where there is no zram or it cannot be configured.
 #include "runtime/store/zram_store.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 
 #include "runtime/base/stats.h"
 #include "runtime/store/tiered_store.h"
+#include "tests/testutil/backing_bytes.h"
 #include "tests/testutil/skip.h"
 #include "tests/testutil/store_bytes.h"
 #include "tests/testutil/temp_dir.h"
@@ -190,6 +192,18 @@ TEST(ZramStore, StackSpillsThroughZramIntoFiles) {
 
 // A process that ends without releasing its device (killed, or exiting with the store in use)
 // leaves it configured; the next Claim resets it and hot-removes it (zram_device.h).
+// Issue #40 row 5: bytes changed on the device (written through the block device behind the
+// store's back) fail every read with an error naming the entry, never come back as wrong bytes.
+TEST(ZramStore, CorruptedEntriesFailEveryReadNamingThem) {
+  std::unique_ptr<ZramStore> store;
+  ZRAM_STORE_OR_SKIP(32 << 20, &store);
+  testing::BackingBytes device(store->device().path());
+  ASSERT_TRUE(device.ok()) << device.why();
+  const uint64_t seed = testing::PrintedTestSeed();
+  EXPECT_TRUE(testing::CorruptionFailsLoudly(store.get(), &device, "zram", seed));
+  EXPECT_TRUE(testing::EveryFlipCaught(store.get(), &device, "zram", 1000, seed));
+}
+
 TEST(ZramDeviceTest, ADeviceLeftByAGoneProcessIsResetAtTheNextClaim) {
   if (std::string why = ZramDevice::UnavailableReason(); !why.empty()) GTEST_SKIP() << why;
   if (geteuid() != 0) GTEST_SKIP() << "hot_add and reset need root";
