@@ -2,15 +2,16 @@
 // Prefetch issued ahead of Get) for 64 KiB bf16 chunks encoded with zrtier's codec, and the
 // compression ratio of the kernel's zram codecs on the same raw bf16 data against zrtier's codec.
 //
-// read_mbps counts the encoded bytes delivered to the caller (copied into its buffer) per second of
-// the read loop; p50/p99 are per-Get latencies; cpu_cores is the CPU time of the whole process
-// (the prefetch and io_uring worker threads too) over the loop's wall time; reqs / avg_req_kib are
-// the I/O requests the tier issued during the loop and their average size (adjacent entries of a
-// batch are read in one request). Reads go in shuffled order, except the `+prefetch-seq` rows,
-// which read the same entries in the order they were written (a region read front to back). The
-// file tier reads with O_DIRECT (no page cache) unless the file system refuses it. The `disk-dd-1m`
-// row reads the spill files themselves with 1 MiB O_DIRECT requests: the disk's speed during the
-// same run, for scale.
+// write_mbps (rows of a bare tier) counts the encoded bytes put per second of filling the tier (the
+// block tiers take 64 entries per PutBatch); read_mbps counts the encoded bytes delivered to the
+// caller (copied into its buffer) per second of the read loop; p50/p99 are per-Get latencies;
+// cpu_cores is the CPU time of the whole process (the prefetch and io_uring worker threads too)
+// over the loop's wall time; reqs / avg_req_kib are the I/O requests the tier issued during the
+// loop and their average size (adjacent entries of a batch are read in one request). Reads go in
+// shuffled order, except the `+prefetch-seq` rows, which read the same entries in the order they
+// were written (a region read front to back). The file tier reads with O_DIRECT (no page cache)
+// unless the file system refuses it. The `disk-dd-1m` row reads the spill files themselves with 1
+// MiB O_DIRECT requests: the disk's speed during the same run, for scale.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -293,10 +294,12 @@ int Run(const Args& a) {
     printf("%zu chunks of 64 KiB bf16, encoded to %.1f MB (zrtier codec auto, %.3fx)\n", n,
            enc_bytes / 1e6, static_cast<double>(n * kChunk) / enc_bytes);
 
-  Report tiers({"tier", "read_mbps", "p50_us", "p99_us", "cpu_cores", "reqs", "avg_req_kib"});
-  // `before`: the tier's request counts at the start of the read loop (store nullptr: RAM).
+  Report tiers(
+      {"tier", "write_mbps", "read_mbps", "p50_us", "p99_us", "cpu_cores", "reqs", "avg_req_kib"});
+  // `before`: the tier's request counts at the start of the read loop (store nullptr: RAM);
+  // `write_mbps` 0: not measured for this row.
   auto add = [&](const std::string& name, const ReadResult& r, const ExtentStore* store,
-                 const ExtentStore::IoCounts& before) {
+                 const ExtentStore::IoCounts& before, double write_mbps = 0) {
     std::string reqs = "-", avg = "-";
     if (r.reqs >= 0) {
       reqs = std::to_string(r.reqs);
@@ -307,25 +310,29 @@ int Run(const Args& a) {
       reqs = std::to_string(n);
       if (n) avg = Fixed((now.read_bytes - before.read_bytes) / 1024.0 / n, 1);
     }
-    tiers.AddRow({name, Fixed(r.mbps, 0), Fixed(r.p50, 1), Fixed(r.p99, 1), Fixed(r.cpu_cores, 2),
-                  reqs, avg});
+    tiers.AddRow({name, write_mbps > 0 ? Fixed(write_mbps, 0) : "-", Fixed(r.mbps, 0),
+                  Fixed(r.p50, 1), Fixed(r.p99, 1), Fixed(r.cpu_cores, 2), reqs, avg});
   };
   bool ok = true;
   {
     RamStore ram(0, -1, Os::Default());
     std::vector<StoreHandle> hs;
+    double w0 = NowUs();
     if (!Fill(&ram, enc, &hs)) return 1;
-    add("ram", ReadBack(&ram, hs, 0, 1, &ok), nullptr, {});
+    double write_mbps = enc_bytes / (NowUs() - w0);
+    add("ram", ReadBack(&ram, hs, 0, 1, &ok), nullptr, {}, write_mbps);
   }
   // Lower tiers alone, then behind a TieredStore whose RAM tier is (nearly) full, with Prefetch.
   auto run_lower = [&](const char* name, std::unique_ptr<ExtentStore> store) {
     std::vector<StoreHandle> hs;
+    double w0 = NowUs();
     if (!Fill(store.get(), enc, &hs)) {
       ok = false;
       return;
     }
+    double write_mbps = enc_bytes / (NowUs() - w0);
     ExtentStore::IoCounts c0 = store->io_counts();
-    add(name, ReadBack(store.get(), hs, 0, 2, &ok), store.get(), c0);
+    add(name, ReadBack(store.get(), hs, 0, 2, &ok), store.get(), c0, write_mbps);
     c0 = store->io_counts();
     add(std::string(name) + "+batch", BatchReadBack(store.get(), hs, 4, &ok), store.get(), c0);
     for (StoreHandle h : hs) store->Free(h);
