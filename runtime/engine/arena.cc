@@ -85,10 +85,7 @@ Status Arena::Create(Os* os, uint64_t size, size_t align, std::unique_ptr<Arena>
   std::unique_ptr<Arena> a(new Arena(os, static_cast<int>(fd), p, size, align));
   a->features_ = got;
   a->poison_ = poison && (got & UFFD_FEATURE_POISON);
-  long r = os->Madvise(p, size, MADV_DONTFORK);
-  if (r < 0)
-    return Status::Error(static_cast<int>(-r), "madvise(MADV_DONTFORK) on the arena: " + Err(r));
-  r = os->Madvise(p, size, MADV_NOHUGEPAGE);
+  long r = os->Madvise(p, size, MADV_NOHUGEPAGE);
   if (r < 0)
     return Status::Error(static_cast<int>(-r), "madvise(MADV_NOHUGEPAGE) on the arena: " + Err(r));
   uffdio_register reg{};

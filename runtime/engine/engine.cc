@@ -9,6 +9,7 @@
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/evictor.h"
 #include "runtime/engine/external.h"
+#include "runtime/engine/fork.h"
 #include "runtime/engine/held.h"
 #include "runtime/engine/pager.h"
 #include "runtime/engine/parked_faults.h"
@@ -46,9 +47,11 @@ Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
   evictor_->Start();
   pager_->Start();
   watchdog_->Start();
+  fork_support::Register(this);
 }
 
 Engine::~Engine() {
+  fork_support::Unregister(this);
   budget_->Stop();  // throttled writers and sleeping evictors wake up
   pager_->Stop();
   evictor_->Stop();
@@ -245,6 +248,40 @@ const Codec& Engine::codec() const {
 
 uint64_t Engine::uffd_features() const {
   return arena_->features();
+}
+
+void Engine::ForkPrepare() {
+  // The real runtime may mark the pages it registers MADV_DONTFORK (RDMA stacks do): pinned runs
+  // are made inheritable again (the kernel copies pinned pages for the child at the fork).
+  os_->Madvise(arena_->base(), arena_->size(), MADV_DOFORK);
+  fork_map_lock_ = regions_->LockShared();
+  if (ExternalCopies* x = external_->holder()) x->ForkPrepare();
+  io_->store()->ForkPrepare();
+}
+
+void Engine::ForkParent() {
+  io_->store()->ForkParent();
+  if (ExternalCopies* x = external_->holder()) x->ForkParent();
+  fork_map_lock_.unlock();
+  parked_->Signal();  // faults parked while the gate was closed
+}
+
+void Engine::ForkChild() {
+  io_->store()->ForkChild();
+  if (ExternalCopies* x = external_->holder()) x->ForkChild();
+  // Left held: the child never changes the map, and a writer that was waiting for the lock in the
+  // parent would own it in the child once the last reader left.
+  fork_map_lock_.release();
+  if (regions_->stored_raw() == 0 && regions_->external() == 0) return;  // nothing to serve
+  std::vector<std::shared_ptr<Region>> serve;
+  regions_->ForEachLocked([&](const std::shared_ptr<Region>& r) {
+    bool need = r->stored_raw.load() > 0;
+    for (size_t i = 0; !need && i < r->table.n; ++i)
+      need = StateOf(r->table.chunks[i].word.load()) == kExternal;
+    if (need) serve.push_back(r);
+  });
+  fork_support::ServeChild(
+      {os_, arena_.get(), io_.get(), external_->holder(), chunk_, std::move(serve)});
 }
 
 }  // namespace zrtier

@@ -14,8 +14,8 @@
 //     write-protect fault and makes older copies garbage).
 //   - The engine never calls CUDA. Read/Write never fault the calling thread on region memory, so
 //     they are safe inside CUDA host functions.
-//   - fork: the arena is MADV_DONTFORK; a child that touches a region gets SIGSEGV instead of
-//     reading zeros (real cudaHostAlloc memory would be inherited: documented difference).
+//   - fork: a forked child reads every region as it was at the fork, in every tier; its writes
+//     stay its own and the parent's later changes never reach it (fork.h).
 //
 // Thread safety: every public method may be called from any thread concurrently, except that a
 // region must not be used (by CPU access, Read or Write) while or after it is freed.
@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <shared_mutex>
 
 #include "runtime/codec/codec.h"
 #include "runtime/engine/region_backend.h"
@@ -110,6 +111,14 @@ class Engine final : public RegionBackend {
   // The userfaultfd features the kernel reported for the arena (UFFDIO_API: all it supports).
   uint64_t uffd_features() const;
 
+  // The fork handlers (fork.cc; the ForkGate is closed before ForkPrepare and stays closed in the
+  // child). ForkPrepare takes the region map's lock (shared), the holder's and the store's locks;
+  // ForkParent releases them and wakes parked faults; ForkChild releases the holder's and the
+  // store's and starts serving the child's faults on chunks whose bytes are not in its pages.
+  void ForkPrepare();
+  void ForkParent();
+  void ForkChild();
+
  private:
   Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
          std::unique_ptr<ChunkStore> store, const CodecConfig& cc, size_t chunk, int efd);
@@ -133,6 +142,7 @@ class Engine final : public RegionBackend {
   std::unique_ptr<Pager> pager_;
   std::unique_ptr<Evictor> evictor_;
   std::unique_ptr<Watchdog> watchdog_;
+  std::shared_lock<std::shared_mutex> fork_map_lock_;  // held from ForkPrepare to ForkParent
 };
 
 }  // namespace zrtier

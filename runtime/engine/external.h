@@ -36,6 +36,7 @@ class ExternalChunks {
 
   // RegionBackend::SetExternalCopies / Adopt / Attach (contracts in region_backend.h).
   void SetHolder(ExternalCopies* x) { holder_.store(x, std::memory_order_release); }
+  ExternalCopies* holder() const { return holder_.load(std::memory_order_acquire); }
   Status Adopt(void* p, size_t n, uint64_t* gens, const std::function<void()>& registered);
   Status Attach(void* chunk_start, uint64_t gen, const void* bytes, bool* installed);
 

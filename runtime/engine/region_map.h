@@ -92,6 +92,12 @@ class RegionMap {
     for (auto& [base, r] : regions_) fn(*r);
   }
 
+  // ForEach for a caller that holds the lock already (LockShared): fn(shared_ptr<Region>).
+  template <typename Fn>
+  void ForEachLocked(Fn fn) const {
+    for (auto& [base, r] : regions_) fn(r);
+  }
+
   // Tier accounting: per region and engine-wide (and the resident_bytes gauge).
   void AddResident(Region* r, int64_t delta);
   void AddStoredRaw(Region* r, int64_t delta);  // original bytes of kStored chunks

@@ -27,6 +27,7 @@ class Os {
   virtual void* Mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, int* err);
   virtual long Munmap(void* addr, size_t len);
   virtual long Madvise(void* addr, size_t len, int advice);
+  virtual long Mprotect(void* addr, size_t len, int prot);
   virtual long Mbind(void* addr, size_t len, int mode, const unsigned long* nodemask,
                      unsigned long maxnode, unsigned flags);
 
@@ -47,6 +48,8 @@ class Os {
   virtual long Fsync(int fd);
   virtual long Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
   virtual long Eventfd(unsigned initval, int flags);
+  // pipe2(2): fds[0] the read end, fds[1] the write end.
+  virtual long Pipe2(int fds[2], int flags);
 
   // io_uring: setup and the submit-and-wait step (liburing's io_uring_queue_init /
   // io_uring_submit_and_wait). Completion entries carry their own -errno results.

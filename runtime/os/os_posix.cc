@@ -40,6 +40,9 @@ long Os::Munmap(void* addr, size_t len) {
 long Os::Madvise(void* addr, size_t len, int advice) {
   return Ret(madvise(addr, len, advice));
 }
+long Os::Mprotect(void* addr, size_t len, int prot) {
+  return Ret(mprotect(addr, len, prot));
+}
 long Os::Mbind(void* addr, size_t len, int mode, const unsigned long* nodemask,
                unsigned long maxnode, unsigned flags) {
   return Ret(syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags));
@@ -94,6 +97,9 @@ long Os::Rename(const char* from, const char* to) {
 }
 long Os::Fsync(int fd) {
   return Ret(fsync(fd));
+}
+long Os::Pipe2(int fds[2], int flags) {
+  return Ret(pipe2(fds, flags));
 }
 long Os::Poll(struct pollfd* fds, nfds_t n, int timeout_ms) {
   return Ret(poll(fds, n, timeout_ms));

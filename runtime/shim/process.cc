@@ -1,5 +1,6 @@
 #include "runtime/shim/process.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,6 +74,14 @@ uint64_t PoolBytes(const Options& opts) {
   return std::clamp<uint64_t>(memory / 8, 64ull << 20, 1ull << 30);
 }
 
+// A forked child reads its regions through its own fault server (runtime/engine/fork.h) and never
+// uses the shim: the parent's threads, streams and CUDA context are not there. Every hook goes to
+// the real runtime from then on, as a plain program's would.
+void ShimOffInChild() {
+  g_shim.store(nullptr, std::memory_order_release);
+  g_state.store(kOff, std::memory_order_release);
+}
+
 // REQUIRES: g_init_mu held, g_state == kWaiting. Builds the shim or moves to kOff.
 void BuildShimLocked() {
   const Options& opts = *g_opts;
@@ -131,6 +140,7 @@ void BuildShimLocked() {
       shim->h2d_async() ? "before their last fills" : "once filled");
   g_shim.store(shim, std::memory_order_release);
   g_state.store(kActive, std::memory_order_release);
+  pthread_atfork(nullptr, nullptr, ShimOffInChild);
 }
 
 // The shim to allocate through, or null to pass the allocation to the real runtime.

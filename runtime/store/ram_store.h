@@ -79,6 +79,11 @@ class RamStore : public ChunkStore {
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
+  // fork: the forking thread holds mu_ across fork(); the extents are private anonymous memory, so
+  // the child's copy is copy-on-write and the parent's later changes never reach it.
+  void ForkPrepare() override { mu_.lock(); }
+  void ForkParent() override { mu_.unlock(); }
+  void ForkChild() override { mu_.unlock(); }
 
   // For tests and measurements: mapped extents, entries moved and extents evacuated by
   // compaction, and the footprint (live lengths rounded up to 16 bytes) the bound refers to.

@@ -60,6 +60,20 @@ class ChunkStore {
   virtual void SetReuseHint(StoreHandle h, uint64_t distance) {}
 
   virtual StoreUsage Usage() const = 0;
+
+  // fork (runtime/engine/fork.h). ForkPrepare takes the store's locks: the forking thread holds
+  // them across fork(), so the child inherits a consistent copy of the store. ForkParent and
+  // ForkChild release them. From then on, in the parent, an entry that was live at the fork keeps
+  // its bytes where the child can read them until every child forked then has exited or called
+  // exec (a RAM store's memory is copy-on-write; a block tier defers reusing the entry's extent).
+  virtual void ForkPrepare() {}
+  virtual void ForkParent() {}
+  virtual void ForkChild() {}
+  // Get in a forked child, after ForkChild: the entry as of the fork, read without the store's
+  // threads or io_uring rings (they belong to the parent). REQUIRES: one caller at a time.
+  virtual Status GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
+    return Get(h, fn);
+  }
 };
 
 // Builds the store stack named by ZRTIER_STORE_BACKEND ("ram", "ram+zram", "ram+file",

@@ -1,0 +1,195 @@
+#include "runtime/engine/fork.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "runtime/base/log.h"
+#include "runtime/engine/arena.h"
+#include "runtime/engine/chunk_io.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/region_map.h"
+#include "runtime/engine/uffd.h"
+#include "runtime/os/uffd_compat.h"
+
+namespace zrtier {
+namespace fork_support {
+namespace {
+
+// The registered engines. g_mu is held from the prepare handler to the parent or child handler,
+// so Register/Unregister never race a fork.
+std::mutex g_mu;
+std::vector<Engine*>* g_engines = nullptr;  // guarded by g_mu; never freed (a fork may follow exit)
+std::atomic<bool> g_in_child{false};
+std::once_flag g_installed;
+
+void Prepare() {
+  g_mu.lock();
+  if (!g_engines || g_engines->empty()) return;
+  ForkGate::Close();  // no chunk in transition from here on (already closed in a forked child)
+  for (Engine* e : *g_engines) e->ForkPrepare();
+}
+
+void Parent() {
+  if (g_engines && !g_engines->empty()) {
+    for (auto it = g_engines->rbegin(); it != g_engines->rend(); ++it) (*it)->ForkParent();
+    if (!g_in_child.load()) ForkGate::Open();
+  }
+  g_mu.unlock();
+}
+
+void Child() {
+  if (g_engines && !g_engines->empty()) {
+    g_in_child.store(true);
+    for (auto it = g_engines->rbegin(); it != g_engines->rend(); ++it) (*it)->ForkChild();
+  }
+  g_mu.unlock();
+}
+
+// The child's fault server: one thread reading the child's userfaultfd, answering each fault with
+// the chunk's bytes as of the fork. It never exits (the process's end takes it).
+class ChildServer {
+ public:
+  ChildServer(ChildParts parts, int fd, bool poison)
+      : p_(std::move(parts)), uffd_(p_.os, fd, poison) {
+    std::sort(p_.regions.begin(), p_.regions.end(),
+              [](const auto& a, const auto& b) { return a->base < b->base; });
+    buf_ = static_cast<char*>(aligned_alloc(kPage, p_.chunk));
+  }
+
+  void Run() {
+    for (;;) {
+      uffd_msg msg[16];
+      long n = p_.os->Read(uffd_.fd(), msg, sizeof(msg));
+      if (n == -EINTR || n == -EAGAIN) continue;
+      if (n <= 0) {
+        Log(LogLevel::kError,
+            "forked child: reading the userfaultfd failed (%s); faults on "
+            "evicted managed memory are no longer served",
+            ErrnoText(n).c_str());
+        return;
+      }
+      for (size_t k = 0; k < static_cast<size_t>(n) / sizeof(uffd_msg); ++k)
+        if (msg[k].event == UFFD_EVENT_PAGEFAULT) Serve(msg[k].arg.pagefault.address);
+    }
+  }
+
+ private:
+  Region* Find(uint64_t addr) const {
+    const char* a = reinterpret_cast<const char*>(addr);
+    auto it = std::upper_bound(p_.regions.begin(), p_.regions.end(), a,
+                               [](const char* x, const auto& r) { return x < r->base; });
+    if (it == p_.regions.begin()) return nullptr;
+    Region* r = std::prev(it)->get();
+    return a < r->base + r->size ? r : nullptr;
+  }
+
+  void Fail(uint64_t addr, const char* why) {
+    Log(LogLevel::kError, "forked child: the chunk at %p cannot be read (%s): SIGBUS",
+        reinterpret_cast<void*>(addr), why);
+    uffd_.Poison(addr & ~(kPage - 1));
+  }
+
+  void Serve(uint64_t addr) {
+    Region* r = Find(addr);
+    if (!r) {  // regions this child does not serve lie outside the span, so this is freed memory
+      Fail(addr, "outside any live region");
+      return;
+    }
+    const size_t i = r->table.IndexOf(reinterpret_cast<void*>(addr));
+    Chunk& c = r->table.chunks[i];
+    char* p = r->table.AddressOf(i);
+    const ChunkState s = StateOf(c.word.load());
+    const StoreHandle h = c.handle.load();
+    Status st;
+    if (s == kEmpty) {
+      st = uffd_.ZeroPage(p, p_.chunk);
+    } else if ((s == kStored || s == kClean) && h) {
+      // kClean: a page of it missing here is not expected (installs are whole chunks), but its
+      // store copy is current, so it is served from there.
+      st = p_.io->store()->GetInChild(h, [&](const void* enc, size_t len) {
+        return p_.io->codec().Decode(enc, len, buf_, p_.chunk);
+      });
+      if (st.ok()) st = uffd_.Copy(p, buf_, p_.chunk, /*wp=*/false);
+    } else if (s == kExternal) {
+      bool held = p_.holder && p_.holder->WithBytes(r->id, i, c.gen.load(), [&](const char* b) {
+        st = uffd_.Copy(p, b, p_.chunk, /*wp=*/false);
+      });
+      if (!held) st = Status::Error(EIO, "its owned T0 slot is gone");
+    } else {
+      // Resident chunks' pages were present at the fork and are inherited; a missing one has no
+      // other copy that is known to be current.
+      st = Status::Error(EIO, "a page of a resident chunk is missing");
+    }
+    if (!st.ok()) Fail(addr, st.ToString().c_str());
+  }
+
+  ChildParts p_;
+  Uffd uffd_;
+  char* buf_;
+};
+
+}  // namespace
+
+void Register(Engine* e) {
+  std::call_once(g_installed, [] { pthread_atfork(Prepare, Parent, Child); });
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_engines) g_engines = new std::vector<Engine*>;
+  g_engines->push_back(e);
+}
+
+void Unregister(Engine* e) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_engines)
+    g_engines->erase(std::remove(g_engines->begin(), g_engines->end(), e), g_engines->end());
+}
+
+bool InForkedChild() {
+  return g_in_child.load(std::memory_order_relaxed);
+}
+
+void ServeChild(ChildParts parts) {
+  char* lo = parts.regions.front()->base;
+  char* hi = lo;
+  for (const auto& r : parts.regions) {
+    lo = std::min(lo, r->base);
+    hi = std::max(hi, r->base + r->reserved);
+  }
+  Os* os = parts.os;
+  auto fail = [&](const char* what, long r) {
+    Log(LogLevel::kError,
+        "forked child: %s failed (%s): evicted managed memory is inaccessible here (SIGSEGV)", what,
+        ErrnoText(r).c_str());
+    os->Mprotect(lo, hi - lo, PROT_NONE);
+  };
+  long fd = os->Userfaultfd(O_CLOEXEC);
+  if (fd < 0) return fail("userfaultfd", fd);
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = parts.arena->poison_supported() ? UFFD_FEATURE_POISON : 0;
+  long r = os->Ioctl(static_cast<int>(fd), UFFDIO_API, &api);
+  if (r < 0) {
+    os->Close(static_cast<int>(fd));
+    return fail("UFFDIO_API", r);
+  }
+  uffdio_register reg{};
+  reg.range.start = reinterpret_cast<uint64_t>(lo);
+  reg.range.len = static_cast<uint64_t>(hi - lo);
+  reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+  r = os->Ioctl(static_cast<int>(fd), UFFDIO_REGISTER, &reg);
+  if (r < 0) {
+    os->Close(static_cast<int>(fd));
+    return fail("UFFDIO_REGISTER", r);
+  }
+  const bool poison = parts.arena->poison_supported() && (api.features & UFFD_FEATURE_POISON);
+  auto* server = new ChildServer(std::move(parts), static_cast<int>(fd), poison);  // never freed
+  std::thread([server] { server->Run(); }).detach();
+}
+
+}  // namespace fork_support
+}  // namespace zrtier

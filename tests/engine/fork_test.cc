@@ -1,0 +1,309 @@
+// Covers fork (runtime/engine/fork.h): a forked child reads every region's bytes as of the fork
+// whichever tier held them (T1 pages, an adopted T0-held copy, the RAM store, zram, spill files),
+// its writes stay its own, the parent's writes, evictions and frees after the fork never reach
+// it, a grandchild reads them too, fork+exec works, and forks while threads copy, evict and fault
+// never deadlock.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine/engine.h"
+#include "runtime/store/file_store.h"
+#include "runtime/store/zram_device.h"
+#include "runtime/store/zram_store.h"
+#include "tests/testutil/engine.h"
+#include "tests/testutil/external_holder.h"
+#include "tests/testutil/sample_bytes.h"
+#include "tests/testutil/skip.h"
+#include "tests/testutil/temp_dir.h"
+
+namespace zrtier {
+namespace {
+
+using testing::MakeTestEngine;
+using testing::TestEngineOptions;
+
+enum class Tier { kResident, kOwned, kRam, kZram, kFile };
+
+std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
+  switch (info.param) {
+    case Tier::kResident:
+      return "Resident";
+    case Tier::kOwned:
+      return "OwnedT0";
+    case Tier::kRam:
+      return "RamStore";
+    case Tier::kZram:
+      return "Zram";
+    case Tier::kFile:
+      return "SpillFile";
+  }
+  return "?";
+}
+
+// Runs `fn` in a forked child (no gtest there: its result is the exit code, 0 = all good) and
+// returns the child's wait status.
+int InChild(const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);  // a child that hangs dies of SIGALRM
+    _exit(fn());
+  }
+  int status = -1;
+  if (pid > 0) waitpid(pid, &status, 0);
+  return status;
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+// 0 if [p, p+n) equals `want`, else 1 + the chunk of the first difference (at most 250).
+int Compare(const char* p, const std::vector<char>& want, size_t cs) {
+  for (size_t i = 0; i < want.size(); i += cs)
+    if (memcmp(p + i, want.data() + i, std::min(cs, want.size() - i)) != 0)
+      return 1 + static_cast<int>(std::min<size_t>(i / cs, 249));
+  return 0;
+}
+
+class ForkTest : public ::testing::TestWithParam<Tier> {
+ protected:
+  static constexpr size_t kChunks = 24;
+  // Chunks kFirstEmpty..kFirstEmpty+1 are never written (zeros everywhere).
+  static constexpr size_t kFirstEmpty = 10;
+
+  void SetUp() override {
+    ZRTIER_SKIP_UNLESS_UFFD();
+    std::unique_ptr<ChunkStore> store;
+    if (GetParam() == Tier::kZram) {
+      std::string why = ZramDevice::UnavailableReason();
+      if (!why.empty()) GTEST_SKIP() << why;
+      why = testing::IoUringUnavailableReason();
+      if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why;
+      std::unique_ptr<ZramStore> z;
+      Status st = ZramStore::Create("auto", 64 << 20, Os::Default(), &z);
+      if (st.code() == EPERM || st.code() == EACCES || st.code() == EBUSY)
+        GTEST_SKIP() << "cannot claim a zram device: " << st.ToString();
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      store = std::move(z);
+    } else if (GetParam() == Tier::kFile) {
+      std::string why = testing::IoUringUnavailableReason();
+      if (!why.empty()) GTEST_SKIP() << "io_uring unavailable: " << why;
+      dir_ = testing::MakeTempDir("/var/tmp/zrtier-fork-");
+      std::unique_ptr<FileStore> f;
+      Status st = FileStore::Create(dir_, 0, Os::Default(), &f);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      store = std::move(f);
+    }
+    e_ = MakeTestEngine(TestEngineOptions(), Os::Default(), std::move(store));
+    ASSERT_TRUE(e_);
+    cs_ = e_->chunk_size();
+    holder_ = std::make_unique<testing::ExternalHolder>(cs_);
+    e_->SetExternalCopies(holder_.get());
+    ASSERT_TRUE(e_->Allocate(kChunks * cs_, &r_).ok());
+    p_ = static_cast<char*>(r_.base);
+    want_ = Fill(1);
+  }
+  void TearDown() override {
+    if (e_ && p_) {
+      EXPECT_TRUE(e_->Free(p_).ok());
+    }
+    e_.reset();
+    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
+  }
+
+  // Writes the region's bytes for `seed` (chunks kFirstEmpty.. +1 left alone) and pushes every
+  // written chunk to the test's tier. Returns what the region reads as.
+  std::vector<char> Fill(uint64_t seed) {
+    std::vector<char> v =
+        testing::SampleBytes<char>(SampleKind::kBf16Gaussian, kChunks * cs_, seed);
+    memset(v.data() + kFirstEmpty * cs_, 0, 2 * cs_);
+    std::vector<bool> written(kChunks, true);
+    written[kFirstEmpty] = written[kFirstEmpty + 1] = false;
+    if (GetParam() == Tier::kOwned) {
+      // Every written chunk's newest copy is held outside the engine (a landed D2H slot).
+      for (size_t i = 0; i < kChunks; ++i) {
+        if (!written[i]) continue;
+        uint64_t gen = 0;
+        EXPECT_TRUE(e_->Adopt(p_ + i * cs_, 1, &gen, [&] {
+                        holder_->Hold(r_.id, i, gen, v.data() + i * cs_);
+                      }).ok());
+      }
+      EXPECT_EQ(e_->Usage().external_bytes, (kChunks - 2) * cs_);
+      return v;
+    }
+    memcpy(p_, v.data(), kFirstEmpty * cs_);
+    memcpy(p_ + (kFirstEmpty + 2) * cs_, v.data() + (kFirstEmpty + 2) * cs_,
+           (kChunks - kFirstEmpty - 2) * cs_);
+    if (GetParam() != Tier::kResident) {
+      EXPECT_TRUE(e_->EvictTo(0).ok());
+      EXPECT_EQ(e_->Usage().stored_raw_bytes, (kChunks - 2) * cs_);
+    }
+    return v;
+  }
+
+  // In a child: the region reads as `want`; then a write of its own is seen there.
+  int ChildReadsAndWrites(const std::vector<char>& want) {
+    if (int c = Compare(p_, want, cs_)) return c;
+    memset(p_, 0x3C, cs_);
+    memset(p_ + (kChunks - 1) * cs_, 0x3D, cs_);
+    if (p_[cs_ - 1] != 0x3C || p_[(kChunks - 1) * cs_] != 0x3D) return 251;
+    return 0;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Engine> e_;
+  std::unique_ptr<testing::ExternalHolder> holder_;
+  size_t cs_ = 0;
+  RegionInfo r_{};
+  char* p_ = nullptr;
+  std::vector<char> want_;
+};
+
+TEST_P(ForkTest, ChildReadsTheBytesOfTheForkAndItsWritesStayItsOwn) {
+  int status = InChild([&] { return ChildReadsAndWrites(want_); });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << Describe(status) << " (1+N: chunk N differs)";
+  EXPECT_EQ(Compare(p_, want_, cs_), 0) << "the child's writes reached the parent";
+  // And again: the parent faulted its chunks back meanwhile (or they are still where they were).
+  status = InChild([&] { return Compare(p_, want_, cs_); });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Describe(status);
+}
+
+TEST_P(ForkTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheChild) {
+  int go[2], done[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(done), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);
+    char b;
+    if (read(go[0], &b, 1) != 1) _exit(252);
+    // Half now, half after the parent's second round.
+    int c = Compare(p_, std::vector<char>(want_.begin(), want_.begin() + kChunks / 2 * cs_), cs_);
+    if (write(done[1], "x", 1) != 1) _exit(253);
+    if (read(go[0], &b, 1) != 1) _exit(252);
+    if (!c) c = Compare(p_, want_, cs_);
+    _exit(c);
+  }
+  // New bytes in every chunk: old store entries freed (their extents free for reuse), new ones
+  // put; then again, and the region freed and allocated anew at the same place.
+  std::vector<char> next = Fill(2);
+  ASSERT_EQ(Compare(p_, next, cs_), 0);
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  char b;
+  ASSERT_EQ(read(done[0], &b, 1), 1);
+  next = Fill(3);
+  ASSERT_TRUE(e_->Free(p_).ok());
+  RegionInfo again;
+  ASSERT_TRUE(e_->Allocate(kChunks * cs_, &again).ok());
+  p_ = static_cast<char*>(again.base);
+  r_ = again;
+  next = Fill(4);
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  int status = -1;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << Describe(status) << " (1+N: chunk N differs)";
+  EXPECT_EQ(Compare(p_, next, cs_), 0);
+  for (int fd : {go[0], go[1], done[0], done[1]}) close(fd);
+}
+
+TEST_P(ForkTest, GrandchildReadsTheBytesToo) {
+  int status = InChild([&] {
+    int inner = InChild([&] { return Compare(p_, want_, cs_); });
+    return WIFEXITED(inner) ? WEXITSTATUS(inner) : 254;
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Describe(status);
+}
+
+TEST_P(ForkTest, ForkThenExecWorks) {
+  int status = InChild([] {
+    execl("/bin/sh", "sh", "-c", "exit 7", static_cast<char*>(nullptr));
+    return 255;
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << Describe(status);
+  EXPECT_EQ(Compare(p_, want_, cs_), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiers, ForkTest,
+                         ::testing::Values(Tier::kResident, Tier::kOwned, Tier::kRam, Tier::kZram,
+                                           Tier::kFile),
+                         TierName);
+
+// Forks while threads store into, read, evict and fault their own chunks: every fork returns
+// (the gate waits only for transitions in flight) and every child reads a stable region exactly.
+TEST(ForkConcurrencyTest, ForksWhileThreadsCopyEvictAndFaultNeverDeadlock) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeTestEngine(TestEngineOptions("2M"));
+  ASSERT_TRUE(e);
+  const size_t cs = e->chunk_size();
+  const size_t stable_chunks = 16, busy_chunks = 64;
+  RegionInfo stable, busy;
+  ASSERT_TRUE(e->Allocate(stable_chunks * cs, &stable).ok());
+  ASSERT_TRUE(e->Allocate(busy_chunks * cs, &busy).ok());
+  char* sp = static_cast<char*>(stable.base);
+  char* bp = static_cast<char*>(busy.base);
+  std::vector<char> want =
+      testing::SampleBytes<char>(SampleKind::kBf16Gaussian, stable_chunks * cs, 9);
+  memcpy(sp, want.data(), want.size());
+  ASSERT_TRUE(e->EvictRange(sp, want.size()).ok());
+
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<char> buf(cs);
+      uint64_t k = t;
+      while (!stop.load(std::memory_order_relaxed)) {
+        char* c = bp + ((k * 4 + t) % busy_chunks) * cs;
+        ++k;
+        switch (k % 4) {
+          case 0:
+            memset(c, static_cast<int>(k), cs);
+            break;  // CPU stores (faults)
+          case 1:
+            EXPECT_TRUE(e->Write(c, buf.data(), cs).ok());
+            break;
+          case 2:
+            EXPECT_TRUE(e->Read(c, cs, buf.data(), nullptr).ok());
+            break;
+          case 3:
+            EXPECT_TRUE(e->EvictRange(c, cs).ok());
+            break;
+        }
+      }
+    });
+  }
+  int bad = 0;
+  for (int f = 0; f < 25; ++f) {
+    int status = InChild([&] {
+      unsigned sum = 0;
+      for (size_t i = 0; i < busy_chunks * cs; i += 4096)  // every page served
+        sum += static_cast<unsigned char>(*static_cast<volatile char*>(bp + i));
+      if (sum == ~0u) return 250;
+      return Compare(sp, want, cs);
+    });
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ADD_FAILURE() << "fork " << f << ": " << Describe(status);
+      if (++bad > 3) break;
+    }
+  }
+  stop.store(true);
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(Compare(sp, want, cs), 0);
+}
+
+}  // namespace
+}  // namespace zrtier
