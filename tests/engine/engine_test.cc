@@ -1,5 +1,5 @@
 // Engine: regions carved from the arena, CPU faults through the real userfaultfd pager, eviction to
-// the store and exact read-back (CPU loads, Read, Write), generations, free and fork behaviour.
+// the store and exact read-back (CPU loads, Read, Write), generations and free (fork: fork_test.cc).
 #include "runtime/engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -488,29 +488,6 @@ TEST(EngineTest, ReadAndWriteRejectRangesOutsideARegion) {
   EXPECT_EQ(e->Read(static_cast<char*>(r.base) + r.size - 8, 16, buf, nullptr).code(), EINVAL);
   EXPECT_EQ(e->Write(buf, buf, 16).code(), EINVAL);
   EXPECT_EQ(e->EvictRange(buf, 16).code(), EINVAL);
-}
-
-TEST(EngineTest, ForkedChildTouchingARegionGetsSigsegv) {
-  ZRTIER_SKIP_UNLESS_UFFD();
-  auto e = MakeTestEngine(TestEngineOptions());
-  RegionInfo r;
-  ASSERT_TRUE(e->Allocate(1 << 20, &r).ok());
-  memset(r.base, 0x5a, 4096);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    // Our own handler (sanitizer builds install theirs): SIGSEGV -> exit code 42.
-    struct sigaction sa {};
-    sa.sa_handler = [](int) { _exit(42); };
-    sigaction(SIGSEGV, &sa, nullptr);
-    volatile char c = static_cast<volatile char*>(r.base)[0];
-    _exit(c == 0 ? 1 : 2);  // reaching here means the child read something: wrong
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 42) << "1: the child read zeros, 2: it read the data";
-  EXPECT_EQ(static_cast<char*>(r.base)[0], 0x5a);
 }
 
 }  // namespace
