@@ -19,6 +19,7 @@
 #include <functional>
 #include <string>
 
+#include "tests/testutil/child_process.h"
 #include "tests/testutil/files.h"
 
 namespace zrtier {
@@ -50,24 +51,10 @@ class StatsShmTest : public ::testing::Test {
   std::string dir_;
 };
 
-// Runs `fn` in a forked child (PublishStats works once per process) and returns its wait status.
-// The child is killed by SIGALRM after `timeout_s`: a hang fails the test instead of blocking it.
-int InChild(const std::function<int()>& fn, unsigned timeout_s = 20) {
-  fflush(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    alarm(timeout_s);
-    _exit(fn());
-  }
-  int status = -1;
-  if (pid > 0) waitpid(pid, &status, 0);
-  return status;
-}
-
+// PublishStats works once per process: each case runs in a child (testutil/child_process.h).
+using zrtier::testing::InChild;
 std::string Describe(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
-  return "status " + std::to_string(status);
+  return zrtier::testing::DescribeStatus(status);
 }
 
 using ::zrtier::testing::ReadFileText;

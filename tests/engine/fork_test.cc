@@ -20,6 +20,7 @@
 #include "runtime/store/file_store.h"
 #include "runtime/store/zram_device.h"
 #include "runtime/store/zram_store.h"
+#include "tests/testutil/child_process.h"
 #include "tests/testutil/engine.h"
 #include "tests/testutil/external_holder.h"
 #include "tests/testutil/sample_bytes.h"
@@ -50,23 +51,12 @@ std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
   return "?";
 }
 
-// Runs `fn` in a forked child (no gtest there: its result is the exit code, 0 = all good) and
-// returns the child's wait status.
+// A child that hangs dies of SIGALRM.
 int InChild(const std::function<int()>& fn) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    alarm(30);  // a child that hangs dies of SIGALRM
-    _exit(fn());
-  }
-  int status = -1;
-  if (pid > 0) waitpid(pid, &status, 0);
-  return status;
+  return testing::InChild(fn, 30);
 }
-
 std::string Describe(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
-  return "status " + std::to_string(status);
+  return testing::DescribeStatus(status);
 }
 
 // 0 if [p, p+n) equals `want`, else 1 + the chunk of the first difference (at most 250).
