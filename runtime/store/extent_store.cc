@@ -626,9 +626,10 @@ Status ExtentStore::GetInChild(StoreHandle h,
     done += static_cast<size_t>(r);
   }
   Status s = done >= loc.len
-                 ? fn(buf, loc.len)
+                 ? CheckEntry(h, loc, static_cast<const unsigned char*>(buf))
                  : Status::Error(EIO, std::string(config_.name) + " store: read: " +
                                           (r < 0 ? strerror(static_cast<int>(-r)) : "short read"));
+  if (s.ok()) s = fn(buf, loc.len);
   free(buf);
   return s;
 }

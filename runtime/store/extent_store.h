@@ -22,9 +22,10 @@
 //
 // Checksums: every entry's CRC32C (of its encoded bytes, as copied into the staging buffer) is kept
 // in the entry table, in process memory, not on the device; every read (Get, GetBatch) checks it
-// before a byte reaches the caller. A mismatch -- a flipped bit, a zeroed or stale block, a write
-// that never landed -- fails that entry with EBADMSG naming the tier, the entry, its segment and
-// offset (counted in checksum_errors, logged once); the entry stays stored and fails every read.
+// before a byte reaches the caller (GetInChild too). A mismatch -- a flipped bit, a zeroed or stale
+// block, a write that never landed -- fails that entry with EBADMSG naming the tier, the entry, its
+// segment and offset (counted in checksum_errors, logged once); the entry stays stored and fails
+// every read.
 //
 // fork: an entry live at a fork keeps its extent until every child of that fork has exited or
 // exec'd (fork_epochs.h); a child reads it with pread (GetInChild), never through the rings.
