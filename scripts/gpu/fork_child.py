@@ -9,7 +9,11 @@ first mismatch. What DataLoader workers and multiprocessing's fork start method 
      tensor through a pipe, compared with the parent's digest taken at the fork;
   2. the child writes into the tensors; the parent's bytes stay its own;
   3. a multiprocessing Pool with the fork start method hashes slices of a pinned tensor.
+With --expect shared (the plain run): plain CUDA pinned memory is a shared mapping, so the child
+reads the parent's later bytes and its writes reach the parent; zrtier gives the child the bytes
+of the fork instead (docs/decisions.md, "fork: the child serves its own faults").
 """
+import argparse
 import hashlib
 import multiprocessing
 import os
@@ -33,6 +37,11 @@ def slice_digest(i):
 
 def main():
     global _shared
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--expect", choices=("snapshot", "shared"), default="snapshot",
+                    help="what the child should see: the bytes of the fork (zrtier) or the "
+                         "parent's later bytes (plain pinned memory, a shared mapping)")
+    shared = ap.parse_args().expect == "shared"
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(11)
     pinned = []
@@ -51,6 +60,7 @@ def main():
     res_r, res_w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        torch.set_num_threads(1)  # as DataLoader workers do: the parent's intra-op pool is not here
         os.close(go_w)
         os.close(res_r)
         os.read(go_r, 1)
@@ -77,21 +87,25 @@ def main():
         got += b
     _, status = os.waitpid(pid, 0)
     got = got.decode().split()
-    if status != 0 or got != want:
-        print(f"fork child: MISMATCH (status {status}); child {got[:1]} want {want[:1]}")
+    child_want = parent_now if shared else want
+    if status != 0 or got != child_want:
+        print(f"fork child: MISMATCH (status {status}); child {got[:1]} want {child_want[:1]}")
         ok = False
     else:
-        print("fork child: read the bytes of the fork after the parent overwrote them: ok")
-    if [digest(t) for t in pinned] != parent_now:
-        print("fork child: MISMATCH: the child's writes reached the parent")
+        print(f"fork child: read the {'parent' + chr(39) + 's later bytes' if shared else 'bytes of the fork'}: ok")
+    sevens = digest(torch.full((N,), 7, dtype=torch.int32))
+    parent_after = [digest(t) for t in pinned]
+    if parent_after != ([sevens] * COUNT if shared else parent_now):
+        print("fork child: MISMATCH: the child's writes " + ("did not reach" if shared else "reached") + " the parent")
         ok = False
     else:
-        print("fork child: the child's writes stayed its own: ok")
+        print("fork child: the child's writes " + ("reached the parent (shared)" if shared else "stayed its own") + ": ok")
 
     # 3: multiprocessing with the fork start method.
     _shared = pinned[0]
     want_slices = [slice_digest(i) for i in range(8)]
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    with multiprocessing.get_context("fork").Pool(2, initializer=torch.set_num_threads,
+                                                  initargs=(1,)) as pool:
         got_slices = pool.map(slice_digest, range(8))
     if got_slices != want_slices:
         print("multiprocessing fork pool: MISMATCH")
