@@ -2,7 +2,8 @@
 # unprivileged user (nobody), doctor says "cannot work" exactly when `zrtier demo` cannot start the
 # engine, and then names the fixes; `zrtier run` says so before the command starts and, with
 # --require (ZRTIER_REQUIRE=1), does not start it (status 69); the preloaded shim with
-# ZRTIER_REQUIRE=1 ends a program it cannot manage with status 69.
+# ZRTIER_REQUIRE=1 ends a program it cannot manage with status 69. Doctor also states the fork and
+# security models.
 source "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); chmod 755 "$tmp"; trap 'rm -rf "$tmp"' EXIT
 export ZRTIER_TEST_STATS_DIR=$tmp ZRTIER_STATS=0 ZRTIER_LIBRARY=$DUMMY_PRELOAD
@@ -16,6 +17,8 @@ check_user() {
   if [[ $mst == 0 ]]; then
     expect_status 0 $dst "$label: demo works, so doctor must pass: $doc"
     expect_contains "$doc" "verdict: " "$label doctor"
+    expect_contains "$doc" "fork: a forked child reads every managed buffer as of the fork" "$label doctor's fork model"
+    expect_contains "$doc" "security: statistics blocks are created O_EXCL|O_NOFOLLOW" "$label doctor's security model"
     [[ "$doc" != *"cannot work"* ]] || fail "$label: demo works but doctor says it cannot: $doc"
     [[ "$doc" != *FAIL* ]] || fail "$label: demo works but doctor FAILs: $doc"
   else
