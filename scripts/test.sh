@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: every ctest test of the release build, then the concurrency tests
-# (ctest label `concurrency`) under ASan+UBSan and under TSan in their own build folders.
+# Runs the whole test suite: every ctest test of the release build, then under ASan+UBSan the
+# concurrency tests (ctest label `concurrency`) and every unit test of the engine, codec, T0 pool
+# and shim (label `unit`), and under TSan the concurrency tests, each in its own build folder.
 #   scripts/test.sh                    # everything
 #   ZRTIER_SANITIZERS=0 scripts/test.sh  # release build only
 # Tests that find a kernel feature missing report "skipped" with the reason: a test program whose
@@ -59,16 +60,19 @@ if [[ "${ZRTIER_SANITIZERS:-1}" != 0 ]]; then
   generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
   for san in address thread; do
     dir="$BUILD_DIR-$san"
-    echo "test: concurrency tests under -fsanitize=$san ($dir)"
+    # ASan+UBSan: the concurrency tests and every unit test of the engine, codec, T0 pool and
+    # shim; TSan: the concurrency tests.
+    labels=concurrency; [[ $san == address ]] && labels='concurrency|unit'
+    echo "test: $labels tests under -fsanitize=$san ($dir)"
     cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Debug -DZRTIER_SANITIZE=$san \
       -DZRTIER_WERROR=$werror >/dev/null
-    targets=$(cd "$dir" && ctest -N -L concurrency | sed -n 's/^ *Test *#[0-9]*: \(.*\)$/\1/p')
+    targets=$(cd "$dir" && ctest -N -L "$labels" | sed -n 's/^ *Test *#[0-9]*: \(.*\)$/\1/p')
     [[ -n "$targets" ]] || { echo "test: no concurrency tests found" >&2; exit 1; }
     cmake --build "$dir" -j "$jobs" --target $targets
     ZRTIER_TEST_STRESS_SECONDS=${ZRTIER_SAN_STRESS_SECONDS:-20} \
       TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
       ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
-      run_ctest "$dir" --output-on-failure -L concurrency
+      run_ctest "$dir" --output-on-failure -L "$labels"
   done
 fi
 summary
