@@ -1,5 +1,6 @@
 // Engine: regions carved from the arena, CPU faults through the real userfaultfd pager, eviction to
-// the store and exact read-back (CPU loads, Read, Write), generations and free (fork: fork_test.cc).
+// the store and exact read-back (CPU loads, Read, Write), generations and free (fork:
+// fork_test.cc).
 #include "runtime/engine/engine.h"
 
 #include <gtest/gtest.h>

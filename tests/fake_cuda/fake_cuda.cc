@@ -87,8 +87,8 @@ struct Global {
   std::atomic<uint64_t> stream_waits{0};
   std::atomic<uint64_t> stream_waits_blocked{0};
   std::atomic<uint64_t> batch_calls{0};
-  std::atomic<int> batch_error{0};  // fakecudaSetBatchError
-  std::atomic<bool> issue_waits{false};  // fakecudaSetIssueWaitsForStream
+  std::atomic<int> batch_error{0};           // fakecudaSetBatchError
+  std::atomic<bool> issue_waits{false};      // fakecudaSetIssueWaitsForStream
   std::atomic<uint32_t> devices_touched{0};  // fakecudaDevicesTouched
 };
 
@@ -357,7 +357,9 @@ FAKE_API uint32_t fakecudaDevicesTouched(void) {
 FAKE_API void fakecudaResetDevicesTouched(void) {
   G()->devices_touched.store(0);
 }
-FAKE_API void fakecudaSetIssueWaitsForStream(int on) { G()->issue_waits.store(on != 0); }
+FAKE_API void fakecudaSetIssueWaitsForStream(int on) {
+  G()->issue_waits.store(on != 0);
+}
 FAKE_API void fakecudaSetBatchError(cudaError_t err) {
   G()->batch_error.store(static_cast<int>(err));
 }

@@ -343,10 +343,11 @@ TEST_F(ShimCopyTest, AsyncCopyReturnsBeforeItsFillsAndTheStreamWaitsForThem) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
-// A deferred piece's stream flag is set once its fill is done, whatever its copy call is doing: here
-// the fake driver holds every asynchronous copy call until its stream is idle (as a real one does
-// while another thread's cudaHostUnregister waits for the device), so a piece whose flag waited for
-// its copy call to get past its own DMA calls would hang the call and the stream forever.
+// A deferred piece's stream flag is set once its fill is done, whatever its copy call is doing:
+// here the fake driver holds every asynchronous copy call until its stream is idle (as a real one
+// does while another thread's cudaHostUnregister waits for the device), so a piece whose flag
+// waited for its copy call to get past its own DMA calls would hang the call and the stream
+// forever.
 TEST_F(ShimCopyTest, ADeferredPieceIsReleasedByItsFillNotByItsCopyCall) {
   char *r, *d;
   cudaStream_t s;
@@ -357,9 +358,8 @@ TEST_F(ShimCopyTest, ADeferredPieceIsReleasedByItsFillNotByItsCopyCall) {
   const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
   fakecudaSetIssueWaitsForStream(1);
   heap_->Hold();
-  auto copy = std::async(std::launch::async, [&] {
-    return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false);
-  });
+  auto copy = std::async(std::launch::async,
+                         [&] { return shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false); });
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   heap_->Release();
   if (copy.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
