@@ -48,8 +48,8 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kArena, "ARENA", kSize, "1T", "bytes", "", "",                                               \
     "virtual address space reserved once for all managed regions")                                \
   X(kPinnedPool, "PINNED_POOL", kSize, "0", "bytes", "", "pool",                                 \
-    "T0 slots: real pinned memory for copies of chunks not pinned in place. 0 = auto: 1/8 of "     \
-    "ZRTIER_MEMORY between 64M and 1G, 64M with the auto budget")                                 \
+    "T0 slots: real pinned memory for copies of chunks not pinned in place. 0 = auto: 64M "       \
+    "(whatever the budget)")                                                                     \
   X(kResidentLimit, "RESIDENT_LIMIT", kSize, "0", "bytes", "", "resident",                       \
     "a cap on the bytes of region pages kept resident (T1) below what the memory budget gives; "  \
     "colder chunks are compressed. 0 = the budget decides")                                       \

@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -64,14 +63,14 @@ void Fallback(const std::string& why) {
   Log(LogLevel::kError, "disabled, every CUDA call goes to the real runtime: %s", why.c_str());
 }
 
-// The T0 pool's size: ZRTIER_PINNED_POOL, or (0, auto) an eighth of ZRTIER_MEMORY between 64M and
-// 1G, and 64M with the auto budget (copies of pinned-in-place regions need no slot; the slots
-// serve the chunks the budget could not keep pinned).
+// The T0 pool's size: ZRTIER_PINNED_POOL, or (0, auto) 64M whatever the budget. Copies of
+// pinned-in-place regions need no slot, and the slots of copies of other chunks are reused as
+// each piece's DMA ends; every byte of pool is a byte the budget cannot keep resident, so a
+// larger pool made the programs of the suite slower under ZRTIER_MEMORY, not faster
+// (docs/decisions.md, "T0 pool of 64M under any budget").
 uint64_t PoolBytes(const Options& opts) {
   if (const uint64_t set = opts.Size(Opt::kPinnedPool)) return set;
-  const uint64_t memory = opts.Size(Opt::kMemory);
-  if (!memory) return 64ull << 20;
-  return std::clamp<uint64_t>(memory / 8, 64ull << 20, 1ull << 30);
+  return 64ull << 20;
 }
 
 // A forked child reads its regions through its own fault server (runtime/engine/fork.h) and never
