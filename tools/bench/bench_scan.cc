@@ -9,13 +9,22 @@
 //   rand4k  one 8-byte load per randomly chosen 4 KiB page (a sparse touch under pressure)
 // gbps counts the bytes the scan reads (rand4k: 4 KiB per touch); memcpy_gbps is the same scan over
 // plain memory of the same pattern (a buffer of at most 1 GiB) in the same run; faults and
-// prefetched are the engine's missing faults and readahead restores during the scan.
+// prefetched are the engine's missing faults and readahead restores during the scan. kernel_gbps
+// is the kernel's answer, measured first (before the engine starts threads): the same data in
+// --bytes of pageable memory of a child process whose memory cgroup holds it to --resident bytes,
+// the rest swapped by the kernel to a zram device (lz4 where offered) -- the same scans in the same
+// order (tools/bench/kernel_swap.h). Where the machine cannot (not root, no zram, no memory
+// cgroup) it is "-" and stderr says why; --no-kernel skips it.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -26,6 +35,7 @@
 #include "runtime/base/stats.h"
 #include "runtime/engine/engine.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/kernel_swap.h"
 #include "tools/bench/sample_data.h"
 #include "zrtier/options.h"
 
@@ -40,6 +50,7 @@ struct ScanArgs {
   std::string modes = "seq,rmw,strided,rand,rand4k";
   std::string data = "bf16";
   int touches = 20000;  // rand4k
+  bool no_kernel = false;
 };
 
 int Fail(const Status& s, int code = 1) {
@@ -115,6 +126,60 @@ double Scan(const std::string& mode, int threads, char* base, size_t len, size_t
   return sec;
 }
 
+// Writes the scan's data into `base` (`len` bytes, chunks of `cs`): a pool of 64 distinct chunks
+// of sample data, each copy tagged with its index.
+void FillScanData(SampleKind kind, char* base, size_t len, size_t cs) {
+  const size_t kPool = 64;
+  std::vector<char> pool(kPool * cs);
+  FillSample(kind, 1, pool.data(), pool.size());
+  for (size_t i = 0; i < len / cs; ++i) {
+    memcpy(base + i * cs, pool.data() + (i % kPool) * cs, cs);
+    memcpy(base + i * cs, &i, sizeof(i));
+  }
+}
+
+using KernelResults = std::map<std::pair<std::string, int>, double>;  // (mode, threads) -> GB/s
+
+// The kernel baseline (see the file comment): runs every (mode, threads) scan in a child over
+// pageable memory swapped to zram. Returns false with *why when the machine cannot.
+bool KernelScans(const std::vector<std::string>& modes, const std::vector<int>& thread_counts,
+                 SampleKind kind, uint64_t bytes, uint64_t resident, size_t cs, int touches,
+                 KernelResults* out, std::string* why) {
+  KernelSwap ks;
+  if (Status s = ks.Start(bytes); !s.ok()) return *why = s.ToString(), false;
+  std::string text;
+  Status s = ks.RunLimited(
+      resident,
+      [&](int fd, const std::function<bool()>& limit) {
+        const size_t len = bytes / cs * cs;
+        void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) return 4;
+        char* base = static_cast<char*>(m);
+        FillScanData(kind, base, len, cs);
+        if (!limit()) return 6;
+        uint64_t seed = 1;
+        for (const std::string& mode : modes) {
+          for (int threads : thread_counts) {
+            uint64_t read = 0;
+            const double sec = Scan(mode, threads, base, len, cs, touches, ++seed, &read);
+            const std::string line = mode + " " + std::to_string(threads) + " " +
+                                     std::to_string(read / sec / 1e9) + "\n";
+            if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 5;
+          }
+        }
+        return 0;
+      },
+      &text);
+  if (!s.ok()) return *why = s.ToString(), false;
+  std::istringstream in(text);
+  std::string mode;
+  int threads;
+  double gbps;
+  while (in >> mode >> threads >> gbps) (*out)[{mode, threads}] = gbps;
+  return true;
+}
+
 int Run(const ScanArgs& a) {
   uint64_t bytes = 0;
   if (Status s = ParseSize(a.bytes, &bytes); !s.ok()) return Fail(s, 2);
@@ -128,6 +193,23 @@ int Run(const ScanArgs& a) {
   if (!ParseSampleKind(a.data, &kind))
     return Fail(Status::Error(EINVAL, "unknown --data " + a.data), 2);
   Options o = Options::FromEnvironment();
+  std::vector<int> thread_counts;
+  for (const std::string& t : Split(a.threads)) {
+    int n = t == "all" ? static_cast<int>(std::thread::hardware_concurrency()) : atoi(t.c_str());
+    if (n > 0 && std::find(thread_counts.begin(), thread_counts.end(), n) == thread_counts.end())
+      thread_counts.push_back(n);
+  }
+  for (const std::string& mode : Split(a.modes))
+    if (mode != "seq" && mode != "rmw" && mode != "strided" && mode != "rand" && mode != "rand4k")
+      return Fail(
+          Status::Error(EINVAL, "unknown mode " + mode + " (seq, rmw, strided, rand, rand4k)"), 2);
+  KernelResults kernel;
+  if (!a.no_kernel) {
+    std::string why;
+    if (!KernelScans(Split(a.modes), thread_counts, kind, bytes, resident, o.Size(Opt::kChunk),
+                     a.touches, &kernel, &why))
+      fprintf(stderr, "zrtier bench scan: no kernel baseline (kernel_gbps): %s\n", why.c_str());
+  }
   o.Set(Opt::kStoreLimit, "0");
   o.Set(Opt::kResidentLimit, std::to_string(resident));
   std::unique_ptr<Engine> e;
@@ -136,32 +218,14 @@ int Run(const ScanArgs& a) {
   RegionInfo r;
   if (Status s = e->Allocate(bytes, &r); !s.ok()) return Fail(s);
   char* base = static_cast<char*>(r.base);
-  // Distinct chunks of sample data: a pool of 64, each copy tagged with its index.
-  const size_t kPool = 64;
-  std::vector<char> pool(kPool * cs);
-  FillSample(kind, 1, pool.data(), pool.size());
-  for (size_t i = 0; i < r.size / cs; ++i) {
-    memcpy(base + i * cs, pool.data() + (i % kPool) * cs, cs);
-    memcpy(base + i * cs, &i, sizeof(i));
-  }
+  FillScanData(kind, base, r.size, cs);
   // The plain-memory baseline buffer (at most 1 GiB, the same data).
   const size_t plain_len = std::min<size_t>(r.size, 1ull << 30) / cs * cs;
   std::vector<char> plain(plain_len);
-  for (size_t i = 0; i < plain_len / cs; ++i)
-    memcpy(plain.data() + i * cs, pool.data() + (i % kPool) * cs, cs);
+  FillScanData(kind, plain.data(), plain_len, cs);
 
-  std::vector<int> thread_counts;
-  for (const std::string& t : Split(a.threads)) {
-    int n = t == "all" ? static_cast<int>(std::thread::hardware_concurrency()) : atoi(t.c_str());
-    if (n > 0 && std::find(thread_counts.begin(), thread_counts.end(), n) == thread_counts.end())
-      thread_counts.push_back(n);
-  }
   Report rep({"mode", "threads", "gbps", "memcpy_gbps", "ratio", "faults", "prefetched",
               "kernel_gbps", "bytes", "resident"});
-  for (const std::string& mode : Split(a.modes))
-    if (mode != "seq" && mode != "rmw" && mode != "strided" && mode != "rand" && mode != "rand4k")
-      return Fail(
-          Status::Error(EINVAL, "unknown mode " + mode + " (seq, rmw, strided, rand, rand4k)"), 2);
   uint64_t seed = 1;
   for (const std::string& mode : Split(a.modes)) {
     for (int threads : thread_counts) {
@@ -176,8 +240,9 @@ int Run(const ScanArgs& a) {
       rep.AddRow({mode, std::to_string(threads), Fixed(gbps, 3), Fixed(mgbps, 2),
                   Fixed(mgbps > 0 ? gbps / mgbps : 0, 3),
                   std::to_string(StatGet(Stat::faults_missing) - f0),
-                  std::to_string(StatGet(Stat::readahead_chunks) - p0), "-", FormatSize(r.size),
-                  FormatSize(resident)});
+                  std::to_string(StatGet(Stat::readahead_chunks) - p0),
+                  kernel.count({mode, threads}) ? Fixed(kernel[{mode, threads}], 3) : "-",
+                  FormatSize(r.size), FormatSize(resident)});
     }
   }
   rep.Print(a.json);
@@ -197,6 +262,8 @@ void AddScanBench(CLI::App* bench) {
   cmd->add_option("--modes", args->modes, "modes (default seq,rmw,strided,rand,rand4k)");
   AddSampleKindOption(cmd, &args->data);
   cmd->add_option("--touches", args->touches, "rand4k: page touches per scan (default 20000)");
+  cmd->add_flag("--no-kernel", args->no_kernel,
+                "skip the kernel baseline (kernel_gbps: pageable memory swapped to zram)");
   cmd->callback([args] { ExitOnFailure(Run(*args)); });
 }
 
