@@ -3,7 +3,7 @@
 # $BENCH_JSON (default bench-gpu.jsonl). Every zrtier figure is a ratio to raw pinned memory
 # measured in the same process (copies from T0, T1 and T2: to raw pinned copies timed in the same
 # iterations, interleaved with theirs).
-#   scripts/bench-gpu.sh [copy] [stream] [infer]      (default: all three)
+#   scripts/bench-gpu.sh [copy] [stream] [infer] [scan]      (default: all four)
 #   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G STREAM_DATA="t2 t1" STREAM_PASSES=10 \
 #     scripts/bench-gpu.sh stream
 # Streaming and infer run with the bytes that miss the pool compressed (t2) and resident (t1).
@@ -15,7 +15,7 @@ PY=${PYTHON:-python3}
 STREAM_TOTAL=${STREAM_TOTAL:-16G}
 STREAM_LAYER=${STREAM_LAYER:-256M}
 [[ -f "$LIB" ]] || { echo "bench-gpu: $LIB not found (build first: scripts/setup.sh)" >&2; exit 1; }
-stages=("$@"); ((${#stages[@]})) || stages=(copy stream infer)
+stages=("$@"); ((${#stages[@]})) || stages=(copy stream infer scan)
 : >"$OUTF"
 export PYTHONUNBUFFERED=1
 
@@ -55,7 +55,13 @@ for stage in "${stages[@]}"; do
           | sed "s/^/{\"mode\": \"infer\", \"case\": \"zrtier_pool50_$data\", \"r\": /; s/\$/}/" | tee -a "$OUTF"
         $PY scripts/examples/infer.py --compare /tmp/zr_infer_plain.json /tmp/zr_infer_pool50_$data.json
       done ;;
-    *) echo "bench-gpu: unknown stage $stage (copy, stream, infer)" >&2; exit 2 ;;
+    scan)
+      # CPU scans over compressed memory (no GPU needed; the GPU machine's cores), with the kernel's
+      # zram-swap baseline where the machine allows it (kernel_gbps).
+      ZR=${ZR:-$(dirname "$LIB")/../tools/zrtier}
+      "$ZR" bench scan --bytes "${SCAN_BYTES:-4G}" --threads "${SCAN_THREADS:-1,2,all}" --json \
+        | sed 's/^/{"mode": "scan", "r": /; s/$/}/' | tee -a "$OUTF" ;;
+    *) echo "bench-gpu: unknown stage $stage (copy, stream, infer, scan)" >&2; exit 2 ;;
   esac
 done
 
@@ -100,6 +106,12 @@ if stream:
             print(f"{'':<18} passes {r['pass_gbps']} GB/s; owned T0 slots written back per pass "
                   f"{r.get('pass_writebacks')}; last pass, tenths from T0 per layer: "
                   f"{r.get('last_pass_t0_tenths')}")
+scan = [r["r"] for r in rows if r.get("mode") == "scan"]
+if scan:
+    print("\nCPU scans over compressed bf16 (zrtier bench scan): GB/s")
+    print(f"{'mode':<8} {'threads':>7} {'zrtier':>8} {'plain':>8} {'kernel zram swap':>17}")
+    for r in scan:
+        print(f"{r['mode']:<8} {r['threads']:>7} {r['gbps']:>8} {r['memcpy_gbps']:>8} {r['kernel_gbps']:>17}")
 inf = {r["case"]: r["r"] for r in rows if r.get("mode") == "infer"}
 if "plain" in inf:
     p = inf["plain"]

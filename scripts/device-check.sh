@@ -117,11 +117,11 @@ PYEOF
           record "$line" PASS; else record "$line" FAIL; fi
       fi ;;
     bench)
-      if BENCH_JSON="$OUT/bench-gpu.jsonl" LIB=$LIB scripts/bench-gpu.sh ${BENCH_STAGES:-copy stream infer} >"$OUT/bench.log" 2>&1; then
+      if BENCH_JSON="$OUT/bench-gpu.jsonl" LIB=$LIB scripts/bench-gpu.sh ${BENCH_STAGES:-copy stream infer scan} >"$OUT/bench.log" 2>&1; then
         record "bench-gpu.sh" PASS; else record "bench-gpu.sh" FAIL; fi
       # The summary tables (from the copy table on; a stream- or infer-only run has no copy table).
       if grep -q '^H2D / D2H' "$OUT/bench.log"; then sed -n '/^H2D \/ D2H/,$p' "$OUT/bench.log"
-      else sed -n '/^Cyclic streaming\|^infer.py tokens/,$p' "$OUT/bench.log"; fi ;;
+      else sed -n '/^Cyclic streaming\|^CPU scans\|^infer.py tokens/,$p' "$OUT/bench.log"; fi ;;
     suite)
       # The suite of real offloading programs (scripts/examples/), each run in four configs: plain
       # (no zrtier, the baseline, run first), defaults (LD_PRELOAD, no ZRTIER_* option), mem75
