@@ -1,12 +1,14 @@
 // Covers the safetensors reader behind `zrtier bench codec FILE`: a file the test writes itself
-// parses to the right tensors, and malformed files fail with EINVAL naming the problem (syntax
-// errors in nlohmann-json's words, with line and column).
+// parses to the right tensors, malformed files fail with EINVAL naming the problem (syntax errors
+// in nlohmann-json's words, with line and column), and a model's files are listed from files and
+// directories.
 //
 // tools/ sources are linked into the zrtier program, not into a library the tests can link, so this
 // test compiles the reader itself.
 #include "tools/bench/safetensors.cc"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -114,6 +116,42 @@ TEST(Safetensors, MalformedFilesFailClearly) {
     std::vector<uint8_t> g = MakeFile(good.substr(0, cut), 0);
     EXPECT_EQ(ParseSafetensors(g.data(), g.size(), &t).code(), EINVAL) << cut;
   }
+}
+
+TEST(Safetensors, ListsAModelsFiles) {
+  char tmp[] = "/tmp/zrtier_safetensors_dir_XXXXXX";
+  ASSERT_NE(mkdtemp(tmp), nullptr);
+  const std::string d = tmp;
+  auto touch = [](const std::string& p) { fclose(fopen(p.c_str(), "w")); };
+  ASSERT_EQ(mkdir((d + "/m").c_str(), 0700), 0);
+  touch(d + "/m/b.safetensors");
+  touch(d + "/outside");
+  ASSERT_EQ(symlink((d + "/outside").c_str(), (d + "/m/a.safetensors").c_str()), 0);
+  touch(d + "/m/c.safetensors.index.json");
+  ASSERT_EQ(mkdir((d + "/m/sub.safetensors").c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((d + "/empty").c_str(), 0700), 0);
+
+  // A directory: its *.safetensors regular files (a link followed), sorted; files as given.
+  std::vector<std::string> files;
+  ASSERT_TRUE(ListSafetensorsFiles({d + "/outside", d + "/m"}, true, &files).ok());
+  EXPECT_EQ(files, (std::vector<std::string>{d + "/outside", d + "/m/a.safetensors",
+                                             d + "/m/b.safetensors"}));
+  Status s = ListSafetensorsFiles({d + "/m", d + "/missing"}, true, &files);
+  EXPECT_EQ(s.code(), ENOENT);
+  EXPECT_NE(s.message().find(d + "/missing"), std::string::npos) << s.ToString();
+  s = ListSafetensorsFiles({d + "/empty"}, true, &files);
+  EXPECT_EQ(s.code(), EINVAL);
+  EXPECT_NE(s.message().find("no .safetensors file"), std::string::npos) << s.ToString();
+  EXPECT_EQ(ListSafetensorsFiles({d + "/m"}, false, &files).code(), EISDIR);
+  EXPECT_EQ(ListSafetensorsFiles({"/dev/null"}, true, &files).code(), EINVAL);
+
+  for (const char* p :
+       {"/m/b.safetensors", "/m/a.safetensors", "/m/c.safetensors.index.json", "/outside"})
+    unlink((d + p).c_str());
+  rmdir((d + "/m/sub.safetensors").c_str());
+  rmdir((d + "/m").c_str());
+  rmdir((d + "/empty").c_str());
+  rmdir(tmp);
 }
 
 }  // namespace

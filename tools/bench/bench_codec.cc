@@ -1,6 +1,7 @@
 // `zrtier bench codec`: compression ratio and single-thread encode/decode speed of the chunk codec
 // (zrtier = kAuto) against plain zstd at levels 1 and 3, on every sample kind or on the tensors of
-// a safetensors file ("how much would zrtier save on my model?").
+// a model's safetensors files ("how much would zrtier save on my model?"). The ratio covers every
+// byte measured; each speed is the median of full passes over those chunks, min and max beside.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,11 +9,13 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "runtime/codec/codec.h"
 #include "tools/bench/bench.h"
+#include "tools/bench/chunk_sample.h"
 #include "tools/bench/safetensors.h"
 #include "tools/bench/sample_data.h"
 #include "zrtier/options.h"
@@ -21,7 +24,7 @@ namespace zrtier::tools {
 namespace {
 
 struct CodecBenchArgs {
-  std::string file;
+  std::vector<std::string> files;  // FILE or DIR arguments: one model
   bool json = false;
   std::string chunk = InfoOf(Opt::kChunk).default_text;  // ZRTIER_CHUNK's default
   std::string bytes = "8M";
@@ -33,14 +36,15 @@ struct CodecBenchArgs {
   std::vector<std::string> data;  // sample kinds to run; empty = all
 };
 
-struct Chunk {
-  const uint8_t* p;
-  size_t len;
+// MB/s (of original bytes) over timed passes.
+struct Speed {
+  double median = 0, min = 0, max = 0;
+  int passes = 0;
 };
 
 struct Result {
   double ratio = 0;  // +inf when everything encoded to nothing
-  double encode_mbps = 0, decode_mbps = 0;
+  Speed encode, decode;
   uint64_t bytes = 0;
 };
 
@@ -48,9 +52,12 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
   return std::chrono::duration<double>(b - a).count();
 }
 
+constexpr int kMinPasses = 3;
+
 // Encodes and decodes `chunks` with `codec` on this thread: one checked pass for the ratio (every
-// decoded byte compared), then timed passes for `seconds` split between encode and decode (MB/s
-// of original bytes). Fails if a round trip does not give the original bytes back.
+// decoded byte compared), then timed passes, each over every chunk once in data order, repeated
+// until `seconds / 2` is spent on each of encode and decode (at least kMinPasses each). Fails if a
+// round trip does not give the original bytes back.
 Status Measure(const Codec& codec, const std::vector<Chunk>& chunks, double seconds, Result* r) {
   size_t max_len = 0;
   uint64_t total = 0;
@@ -71,36 +78,35 @@ Status Measure(const Codec& codec, const std::vector<Chunk>& chunks, double seco
   r->bytes = total;
   r->ratio = encoded ? double(total) / double(encoded) : INFINITY;
 
-  // Timed passes go over groups of about 1 MiB of chunks; the speed is the fastest group. Others
-  // only ever slow a group down (a shared machine's other jobs), so the fastest group is
-  // the undisturbed single-core speed; a group of 16 chunks still leaves the caches cold.
+  // A pass over all the chunks measured, not the fastest part of one: the speed of the whole data,
+  // with the spread of the passes beside it.
   using Clock = std::chrono::steady_clock;
-  const size_t group = std::max<size_t>(1, std::min(chunks.size(), (1u << 20) / max_len));
-  auto timed = [&](bool encode, double budget) -> Status {
-    double best = 0;  // MB/s
-    auto start = Clock::now();
-    for (int pass = 0; pass < 2 || Seconds(start, Clock::now()) < budget; ++pass) {
-      for (size_t g = 0; g + group <= chunks.size(); g += group) {
-        uint64_t bytes = 0;
-        auto t0 = Clock::now();
-        for (size_t i = g; i < g + group; ++i) {
-          if (encode)
-            ZRTIER_RETURN_IF_ERROR(
-                codec.Encode(chunks[i].p, chunks[i].len, &enc[i * slot], slot, &enc_len[i]));
-          else
-            ZRTIER_RETURN_IF_ERROR(
-                codec.Decode(&enc[i * slot], enc_len[i], out.data(), chunks[i].len));
-          bytes += chunks[i].len;
-        }
-        double t = Seconds(t0, Clock::now());
-        if (t > 0) best = std::max(best, double(bytes) / t / 1e6);
+  auto timed = [&](bool encode, double budget, Speed* speed) -> Status {
+    std::vector<double> mbps;
+    const auto start = Clock::now();
+    while (mbps.size() < kMinPasses || Seconds(start, Clock::now()) < budget) {
+      const auto t0 = Clock::now();
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        if (encode)
+          ZRTIER_RETURN_IF_ERROR(
+              codec.Encode(chunks[i].p, chunks[i].len, &enc[i * slot], slot, &enc_len[i]));
+        else
+          ZRTIER_RETURN_IF_ERROR(
+              codec.Decode(&enc[i * slot], enc_len[i], out.data(), chunks[i].len));
       }
+      const double t = Seconds(t0, Clock::now());
+      mbps.push_back(t > 0 ? double(total) / t / 1e6 : INFINITY);
     }
-    (encode ? r->encode_mbps : r->decode_mbps) = best;
+    std::sort(mbps.begin(), mbps.end());
+    const size_t n = mbps.size();
+    speed->median = n % 2 ? mbps[n / 2] : (mbps[n / 2 - 1] + mbps[n / 2]) / 2;
+    speed->min = mbps.front();
+    speed->max = mbps.back();
+    speed->passes = static_cast<int>(n);
     return Status::Ok();
   };
-  ZRTIER_RETURN_IF_ERROR(timed(true, seconds / 2));
-  ZRTIER_RETURN_IF_ERROR(timed(false, seconds / 2));
+  ZRTIER_RETURN_IF_ERROR(timed(true, seconds / 2, &r->encode));
+  ZRTIER_RETURN_IF_ERROR(timed(false, seconds / 2, &r->decode));
   return Status::Ok();
 }
 
@@ -115,34 +121,43 @@ std::vector<NamedCodec> Codecs(const CodecBenchArgs& a) {
           {"zstd-3", {CodecKind::kZstd, 3, false}}};
 }
 
+// What a FILE-mode row measured out of its dtype's tensors.
+struct Coverage {
+  size_t tensors = 0, tensors_read = 0;
+  uint64_t bytes_total = 0;
+};
+
 class Output {
  public:
   explicit Output(bool json, bool file_mode) : json_(json), file_mode_(file_mode) {
-    std::vector<std::string> cols = {"data", "codec", "ratio", "encode MB/s/core",
-                                     "decode MB/s/core"};
-    if (file_mode) cols.insert(cols.end(), {"tensors", "MiB"});
+    std::vector<std::string> cols = {"data", "codec", "ratio", "encode MB/s/core (min-max)",
+                                     "decode MB/s/core (min-max)"};
+    if (file_mode) cols.insert(cols.end(), {"tensors read", "MiB read"});
     table_ = std::make_unique<Report>(cols);
   }
-  void Add(const std::string& data, const std::string& codec, const Result& r, size_t tensors) {
+  void Add(const std::string& data, const std::string& codec, const Result& r,
+           const Coverage& cov) {
     if (json_) {
       // JSON has no infinity: an all-zero data set's ratio is written as null.
       std::string ratio = std::isinf(r.ratio) ? "null" : Fixed(r.ratio, 4);
-      printf(
-          "{\"data\": \"%s\", \"codec\": \"%s\", \"ratio\": %s, \"encode_mbps_per_core\": %.1f, "
-          "\"decode_mbps_per_core\": %.1f",
-          data.c_str(), codec.c_str(), ratio.c_str(), r.encode_mbps, r.decode_mbps);
+      printf("{\"data\": \"%s\", \"codec\": \"%s\", \"ratio\": %s", data.c_str(), codec.c_str(),
+             ratio.c_str());
+      PrintSpeed("encode", r.encode);
+      PrintSpeed("decode", r.decode);
+      printf(", \"bytes\": %llu", static_cast<unsigned long long>(r.bytes));
       if (file_mode_)
-        printf(", \"tensors\": %zu, \"bytes\": %llu", tensors,
-               static_cast<unsigned long long>(r.bytes));
+        printf(", \"bytes_total\": %llu, \"tensors\": %zu, \"tensors_read\": %zu",
+               static_cast<unsigned long long>(cov.bytes_total), cov.tensors, cov.tensors_read);
       printf("}\n");
       fflush(stdout);
       return;
     }
     std::vector<std::string> row = {data, codec, std::isinf(r.ratio) ? "inf" : Fixed(r.ratio, 3),
-                                    Fixed(r.encode_mbps, 0), Fixed(r.decode_mbps, 0)};
+                                    SpeedCell(r.encode), SpeedCell(r.decode)};
     if (file_mode_) {
-      row.push_back(std::to_string(tensors));
-      row.push_back(Fixed(double(r.bytes) / (1 << 20), 1));
+      row.push_back(std::to_string(cov.tensors_read) + " of " + std::to_string(cov.tensors));
+      row.push_back(Fixed(double(r.bytes) / (1 << 20), 1) + " of " +
+                    Fixed(double(cov.bytes_total) / (1 << 20), 1));
     }
     table_->AddRow(row);
   }
@@ -151,27 +166,23 @@ class Output {
   }
 
  private:
+  // "<dir>_mbps_per_core" is the median pass; min, max and the number of passes beside it.
+  static void PrintSpeed(const char* dir, const Speed& s) {
+    printf(
+        ", \"%s_mbps_per_core\": %.1f, \"%s_mbps_per_core_min\": %.1f, "
+        "\"%s_mbps_per_core_max\": %.1f, \"%s_passes\": %d",
+        dir, s.median, dir, s.min, dir, s.max, dir, s.passes);
+  }
+  static std::string SpeedCell(const Speed& s) {
+    return Fixed(s.median, 0) + " (" + Fixed(s.min, 0) + "-" + Fixed(s.max, 0) + ")";
+  }
+
   bool json_, file_mode_;
   std::unique_ptr<Report> table_;
 };
 
 int Fail(const Status& s) {
   return BenchFailure("codec", s);
-}
-
-// Cuts [begin, end) into chunks of `chunk` bytes (the last one shorter).
-void Cut(const uint8_t* base, uint64_t begin, uint64_t end, size_t chunk, std::vector<Chunk>* out) {
-  for (uint64_t o = begin; o < end; o += chunk)
-    out->push_back({base + o, static_cast<size_t>(std::min<uint64_t>(chunk, end - o))});
-}
-
-// Keeps about `max_bytes` of `chunks`, spread evenly (every k-th chunk).
-std::vector<Chunk> Thin(const std::vector<Chunk>& chunks, uint64_t max_bytes, size_t chunk) {
-  size_t keep = std::max<size_t>(1, max_bytes / chunk);
-  if (chunks.size() <= keep) return chunks;
-  std::vector<Chunk> out;
-  for (size_t i = 0; i < keep; ++i) out.push_back(chunks[i * chunks.size() / keep]);
-  return out;
 }
 
 int RunSamples(const CodecBenchArgs& a, size_t chunk) {
@@ -190,15 +201,12 @@ int RunSamples(const CodecBenchArgs& a, size_t chunk) {
   }
   if (kinds.empty()) kinds = AllSampleKinds();
   for (SampleKind kind : kinds) {
-    std::vector<Chunk> chunks;
-    for (size_t i = 0; i < count; ++i) {
-      FillSample(kind, i + 1, &data[i * chunk], chunk);
-      chunks.push_back({&data[i * chunk], chunk});
-    }
+    for (size_t i = 0; i < count; ++i) FillSample(kind, i + 1, &data[i * chunk], chunk);
+    std::vector<Chunk> chunks = SampleChunks({{data.data(), data.size()}}, chunk, data.size());
     for (const NamedCodec& c : Codecs(a)) {
       Result r;
       if (Status s = Measure(Codec(c.config), chunks, a.seconds, &r); !s.ok()) return Fail(s);
-      out.Add(SampleKindName(kind), c.name, r, 0);
+      out.Add(SampleKindName(kind), c.name, r, {});
     }
   }
   out.Finish();
@@ -208,47 +216,58 @@ int RunSamples(const CodecBenchArgs& a, size_t chunk) {
 int RunFile(const CodecBenchArgs& a, size_t chunk) {
   uint64_t max_bytes;
   if (Status s = ParseSize(a.max_bytes, &max_bytes); !s.ok()) return Fail(s);
-  MappedFile file;
-  if (Status s = file.Open(a.file); !s.ok()) return Fail(s);
-  // dtype -> (tensor count, chunks), in first-seen order.
-  std::vector<std::string> order;
-  std::map<std::string, std::pair<size_t, std::vector<Chunk>>> groups;
-  if (!a.dtype.empty()) {
-    if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "fp32" && a.dtype != "raw")
-      return Fail(Status::Error(EINVAL, "--dtype must be bf16, fp16, fp32 or raw"));
-    order.push_back(a.dtype);
-    groups[a.dtype].first = 1;
-    Cut(file.data(), 0, file.size(), chunk, &groups[a.dtype].second);
-  } else {
+  const bool raw = !a.dtype.empty();
+  if (raw && a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "fp32" && a.dtype != "raw")
+    return Fail(Status::Error(EINVAL, "--dtype must be bf16, fp16, fp32 or raw"));
+  std::vector<std::string> paths;
+  if (Status s = ListSafetensorsFiles(a.files, !raw, &paths); !s.ok()) return Fail(s);
+  // The files stay mapped while their chunks are measured; each dtype's tensors are one stream in
+  // file order, then header order, and are sampled as one.
+  std::vector<std::unique_ptr<MappedFile>> files;
+  std::vector<std::string> order;  // dtypes in first-seen order
+  std::map<std::string, std::vector<Span>> groups;
+  for (const std::string& path : paths) {
+    files.push_back(std::make_unique<MappedFile>());
+    MappedFile& file = *files.back();
+    if (Status s = file.Open(path); !s.ok()) return Fail(s);
+    if (raw) {
+      if (groups[a.dtype].empty()) order.push_back(a.dtype);
+      groups[a.dtype].push_back({file.data(), file.size()});
+      continue;
+    }
     std::vector<SafetensorsTensor> tensors;
     if (Status s = ParseSafetensors(file.data(), file.size(), &tensors); !s.ok())
       return Fail(Status::Error(
-          s.code(), a.file + ": " + s.message() + " (for a file of raw tensor bytes use --dtype)"));
+          s.code(), path + ": " + s.message() + " (for a file of raw tensor bytes use --dtype)"));
     for (const SafetensorsTensor& t : tensors) {
       if (t.begin == t.end) continue;
       if (!groups.count(t.dtype)) order.push_back(t.dtype);
-      auto& g = groups[t.dtype];
-      ++g.first;
-      Cut(file.data(), t.begin, t.end, chunk, &g.second);
+      groups[t.dtype].push_back({file.data() + t.begin, t.end - t.begin});
     }
-    if (order.empty()) return Fail(Status::Error(EINVAL, a.file + ": no tensor data"));
   }
+  if (order.empty()) return Fail(Status::Error(EINVAL, "no tensor data in the files given"));
   Output out(a.json, true);
   for (const std::string& dtype : order) {
-    auto& g = groups[dtype];
-    std::vector<Chunk> chunks = Thin(g.second, max_bytes, chunk);
+    const std::vector<Span>& spans = groups[dtype];
+    std::vector<Chunk> chunks = SampleChunks(spans, chunk, max_bytes);
+    Coverage cov;
+    cov.tensors = spans.size();
+    for (const Span& s : spans) cov.bytes_total += s.len;
+    std::set<size_t> read;
+    for (const Chunk& c : chunks) read.insert(c.span);
+    cov.tensors_read = read.size();
     for (const NamedCodec& c : Codecs(a)) {
       Result r;
       if (Status s = Measure(Codec(c.config), chunks, a.seconds, &r); !s.ok()) return Fail(s);
-      out.Add(dtype, c.name, r, g.first);
+      out.Add(dtype, c.name, r, cov);
     }
   }
   out.Finish();
   return 0;
 }
 
-// Runs the bench on FILE, or on sample data when there is none; returns the exit status (2 for a
-// bad --chunk).
+// Runs the bench on the FILEs, or on sample data when there are none; returns the exit status (2
+// for a bad --chunk).
 int Run(const CodecBenchArgs& a) {
   uint64_t chunk = 0;
   Status s = ParseSize(a.chunk, &chunk);
@@ -256,7 +275,7 @@ int Run(const CodecBenchArgs& a) {
     fprintf(stderr, "zrtier bench codec: bad --chunk '%s'\n", a.chunk.c_str());
     return 2;
   }
-  return a.file.empty() ? RunSamples(a, chunk) : RunFile(a, chunk);
+  return a.files.empty() ? RunSamples(a, chunk) : RunFile(a, chunk);
 }
 
 void AddCodecBench(CLI::App* bench) {
@@ -264,15 +283,21 @@ void AddCodecBench(CLI::App* bench) {
   CLI::App* cmd = bench->add_subcommand(
       "codec",
       "chunk codec ratio and single-thread MB/s (of original bytes): zrtier vs plain zstd -1/-3, "
-      "on sample data or on the tensors of a safetensors FILE. JSON ratio is null for data that "
-      "encodes to nothing (all zero).");
-  cmd->add_option("file", args->file, "safetensors file (or raw bytes with --dtype)");
+      "on sample data or on the tensors of a model: safetensors FILEs, or a DIR of them. Speeds: "
+      "median of full passes (min-max). JSON ratio is null for data that encodes to nothing (all "
+      "zero).");
+  cmd->add_option("file", args->files,
+                  "safetensors files or directories (all *.safetensors in each), one model; with "
+                  "--dtype, files of raw bytes");
   cmd->add_flag("--json", args->json, "one JSON object per (data, codec) per line");
   AddChunkOption(cmd, &args->chunk);
-  cmd->add_option("--seconds", args->seconds, "timing budget per (data, codec) (default 0.5)");
+  cmd->add_option("--seconds", args->seconds,
+                  "timing budget per (data, codec): passes repeat until it is spent, at least 3 "
+                  "encode and 3 decode (default 0.5)");
   cmd->add_option("--bytes", args->bytes, "sample data per kind (default 8M)");
   cmd->add_option("--max-bytes", args->max_bytes,
-                  "FILE: most bytes measured per dtype, chunks spread evenly (default 256M)");
+                  "FILE: bytes measured per dtype, chunks spread evenly over all its bytes; all of "
+                  "them when there are no more (default 256M)");
   cmd->add_option("--dtype", args->dtype, "FILE is raw bytes of this type: bf16|fp16|fp32|raw");
   cmd->add_option("--data", args->data, "sample kinds to run (default all)")->delimiter(',');
   cmd->add_option("--level", args->level, "zstd level of the zrtier codec (default 1)");

@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +98,36 @@ Status ParseSafetensors(const uint8_t* file, size_t size, std::vector<Safetensor
     t.begin = data_start + b;
     t.end = data_start + e;
     out->push_back(std::move(t));
+  }
+  return Status::Ok();
+}
+
+Status ListSafetensorsFiles(const std::vector<std::string>& paths, bool directories,
+                            std::vector<std::string>* files) {
+  namespace fs = std::filesystem;
+  files->clear();
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(path, ec);
+    if (st.type() == fs::file_type::not_found) return Status::Error(ENOENT, path);
+    if (ec) return Status::Error(ec.value(), "cannot stat " + path);
+    if (fs::is_regular_file(st)) {
+      files->push_back(path);
+      continue;
+    }
+    if (!fs::is_directory(st))
+      return Status::Error(EINVAL, path + " is neither a file nor a directory");
+    if (!directories) return Status::Error(EISDIR, path);
+    std::vector<std::string> found;
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      std::error_code ec2;
+      if (it->path().extension() == ".safetensors" && fs::is_regular_file(it->path(), ec2))
+        found.push_back(it->path().string());
+    }
+    if (ec) return Status::Error(ec.value(), "cannot list " + path);
+    if (found.empty()) return Status::Error(EINVAL, path + ": no .safetensors file in it");
+    std::sort(found.begin(), found.end());
+    files->insert(files->end(), found.begin(), found.end());
   }
   return Status::Ok();
 }

@@ -6,7 +6,8 @@
 // nlohmann-json (strict: UTF-8, no trailing text); every malformed input is an EINVAL Status that
 // says what is wrong and where, never a crash or an exception.
 //
-// Thread safety: pure functions, except MappedFile, which one thread owns.
+// Thread safety: pure functions, except ListSafetensorsFiles (reads directories) and MappedFile,
+// which one thread owns.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,15 @@ size_t SafetensorsDtypeSize(const std::string& dtype);
 // data_offsets with begin <= end inside the data area, and end - begin == elements * dtype size
 // for known dtypes. Fails with EINVAL naming the problem.
 Status ParseSafetensors(const uint8_t* file, size_t size, std::vector<SafetensorsTensor>* out);
+
+// The files of one model given as `paths`: each path is a file, taken as it is, or a directory,
+// which stands for every regular file (symbolic links followed) named *.safetensors directly in
+// it, sorted by name; the result keeps the order of `paths`. Fails naming the path with ENOENT (or
+// the errno of stat) for a path that does not exist, EISDIR for a directory when
+// `directories == false`, and EINVAL for a path that is neither a regular file nor a directory or
+// a directory without a .safetensors file.
+Status ListSafetensorsFiles(const std::vector<std::string>& paths, bool directories,
+                            std::vector<std::string>* files);
 
 // A read-only mapping of a whole file (mmap), unmapped on destruction.
 class MappedFile {
