@@ -391,6 +391,51 @@ TEST(EngineTest, AdoptedChunksAreServedByTheirHolderUntilAttached) {
   e->SetExternalCopies(nullptr);
 }
 
+// Attach of a superseded copy (the chunk was adopted again since, from a newer landed D2H) changes
+// nothing, on both of Attach's paths -- encoding into the store (no room in T1) and installing in
+// T1: the chunk stays external and reads the newer copy's bytes, whose own Attach then gives them
+// back.
+TEST(EngineTest, AttachOfASupersededCopyNeverOverwritesTheNewerOne) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto [e, cs, r, p] = MakeTestRegion(3);
+  ASSERT_TRUE(p);
+  testing::ExternalHolder holder(cs);
+  e->SetExternalCopies(&holder);
+  std::vector<char> older = SampleBytes<char>(SampleKind::kBf16Gaussian, 3 * cs, 53);
+  std::vector<char> newer = SampleBytes<char>(SampleKind::kFp32Gaussian, 3 * cs, 54);
+  memcpy(p + 2 * cs, newer.data() + 2 * cs, cs);  // chunk 2: resident, the whole limit below
+  for (size_t k : {0, 1}) {
+    const bool room = k == 1;
+    SCOPED_TRACE(room ? "installed in T1" : "encoded into the store");
+    e->SetResidentLimit(room ? 0 : cs);
+    ASSERT_EQ(e->ResidentRoom(), room ? UINT64_MAX : 0u);
+    char* c = p + k * cs;
+    uint64_t g_old = 0, g_new = 0;
+    ASSERT_TRUE(
+        e->Adopt(c, 1, &g_old, [&] { holder.Hold(r.id, k, g_old, older.data() + k * cs); }).ok());
+    ASSERT_TRUE(
+        e->Adopt(c, 1, &g_new, [&] { holder.Hold(r.id, k, g_new, newer.data() + k * cs); }).ok());
+    ASSERT_GT(g_new, g_old);
+
+    bool installed = true;
+    ASSERT_TRUE(e->Attach(c, g_old, older.data() + k * cs, &installed).ok());
+    EXPECT_FALSE(installed);
+    EXPECT_EQ(e->Generation(c), g_new);
+    EXPECT_EQ(e->Usage().external_bytes, cs) << "the superseded copy ended the external state";
+    std::vector<char> got(cs);
+    ASSERT_TRUE(e->Read(c, cs, got.data(), nullptr).ok());
+    EXPECT_EQ(memcmp(got.data(), newer.data() + k * cs, cs), 0)
+        << "the superseded copy's bytes replaced the newer ones";
+
+    ASSERT_TRUE(e->Attach(c, g_new, newer.data() + k * cs, &installed).ok());
+    EXPECT_EQ(installed, room);
+    EXPECT_EQ(e->Usage().external_bytes, 0u);
+    EXPECT_EQ(memcmp(c, newer.data() + k * cs, cs), 0);  // a CPU load (a fault decodes chunk 0)
+  }
+  EXPECT_TRUE(e->Free(p).ok());
+  e->SetExternalCopies(nullptr);
+}
+
 // A chunk the CPU rewrites after each cached read (a staging buffer) stops being protected for
 // caching after kMaxRewrites rewrites: its stores no longer fault, its copies are not cached, and
 // every read still returns the newest bytes.
