@@ -87,9 +87,11 @@ struct Global {
   std::atomic<uint64_t> stream_waits{0};
   std::atomic<uint64_t> stream_waits_blocked{0};
   std::atomic<uint64_t> batch_calls{0};
-  std::atomic<int> batch_error{0};           // fakecudaSetBatchError
-  std::atomic<bool> issue_waits{false};      // fakecudaSetIssueWaitsForStream
-  std::atomic<uint32_t> devices_touched{0};  // fakecudaDevicesTouched
+  std::atomic<int> batch_error{0};            // fakecudaSetBatchError
+  std::atomic<bool> issue_waits{false};       // fakecudaSetIssueWaitsForStream
+  std::atomic<Stream*> held_stream{nullptr};  // fakecudaHoldCopies
+  std::atomic<uint64_t> copies_held{0};       // fakecudaCopiesHeld
+  std::atomic<uint32_t> devices_touched{0};   // fakecudaDevicesTouched
 };
 
 Global* G();
@@ -248,6 +250,15 @@ bool HostPinned(const void* p, size_t n) {
   return a && !a->device;
 }
 
+// On the stream's worker, before a copy runs: waits while fakecudaHoldCopies holds `s`.
+void WaitWhileHeld(Stream* s) {
+  Global* g = G();
+  if (g->held_stream.load() != s) return;
+  g->copies_held.fetch_add(1);
+  while (g->held_stream.load() == s) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  g->copies_held.fetch_sub(1);
+}
+
 cudaError_t CopyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
                       cudaStream_t stream, bool sync) {
   Global* g = G();
@@ -263,7 +274,8 @@ cudaError_t CopyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
   Stream* s = Resolve(stream);
   if (!sync && g->issue_waits.load()) WaitFor(l, s, s->submitted);
   int delay = CopyDelayUs(n);
-  uint64_t seq = EnqueueLocked(s, [dst, src, n, delay, g] {
+  uint64_t seq = EnqueueLocked(s, [dst, src, n, delay, g, s] {
+    WaitWhileHeld(s);
     if (delay) std::this_thread::sleep_for(std::chrono::microseconds(delay));
     memmove(dst, src, n);
     g->copies.fetch_add(1);
@@ -359,6 +371,13 @@ FAKE_API void fakecudaResetDevicesTouched(void) {
 }
 FAKE_API void fakecudaSetIssueWaitsForStream(int on) {
   G()->issue_waits.store(on != 0);
+}
+FAKE_API void fakecudaHoldCopies(cudaStream_t stream, int on) {
+  std::lock_guard<std::mutex> l(G()->mu);
+  G()->held_stream.store(on ? Resolve(stream) : nullptr);
+}
+FAKE_API uint64_t fakecudaCopiesHeld(void) {
+  return G()->copies_held.load();
 }
 FAKE_API void fakecudaSetBatchError(cudaError_t err) {
   G()->batch_error.store(static_cast<int>(err));

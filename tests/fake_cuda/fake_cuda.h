@@ -45,6 +45,11 @@ void fakecudaSetBatchError(cudaError_t err);
 // has run before it queues its copy: a driver that holds the issuing thread behind the stream, as
 // a real one does while another thread's cudaHostUnregister waits for the device.
 void fakecudaSetIssueWaitsForStream(int on);
+// While `on`, every copy queued on `stream` waits, once the stream gets to it, until the hold ends
+// (`on` 0, or another stream held): work queued before the copy (waits, events) completes, nothing
+// after it. fakecudaCopiesHeld: the streams waiting at a held copy now.
+void fakecudaHoldCopies(cudaStream_t stream, int on);
+uint64_t fakecudaCopiesHeld(void);
 // Calls of any CUDA function made from inside a host function (must stay 0: host functions never
 // call CUDA, DESIGN.md section 6).
 uint64_t fakecudaCallsFromHostFunctions(void);

@@ -375,6 +375,47 @@ TEST_F(ShimCopyTest, ADeferredPieceIsReleasedByItsFillNotByItsCopyCall) {
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+// A deferred piece's slots stay in flight until its DMAs have run, not merely until the stream
+// passed its flag wait: the fake holds the stream at the first DMA of the copy, with every fill
+// done and every piece finished. No slot of the copy is free then: every slot the pool hands out
+// meanwhile (each filled with garbage here, as another copy's fill would) is one of the others.
+// Once the stream goes on, the GPU gets the exact bytes.
+TEST_F(ShimCopyTest, ADeferredPiecesSlotsStayInFlightUntilItsDmasRan) {
+  char *r, *d;
+  cudaStream_t s;
+  auto data = AsyncCopyStart(32, &r, &d, &s);
+  ASSERT_FALSE(HasFailure());
+  const size_t n = kAsyncChunks * kChunk;
+  ClearDevice(d, n);
+  PinnedPool* pool = shim_->pool();
+  const size_t free0 = pool->free_slots();
+  const uint64_t deferred = StatGet(Stat::h2d_deferred_pieces);
+  fakecudaHoldCopies(s, 1);
+  ASSERT_NO_FATAL_FAILURE(CopyWithReadsHeld(d, r, n, s));
+  EXPECT_GT(StatGet(Stat::h2d_deferred_pieces), deferred);
+  heap_->Release();
+  shim_->DrainDeferred();  // every fill done, every piece's end run: only the DMAs hold the slots
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (fakecudaCopiesHeld() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(fakecudaCopiesHeld(), 1u) << "the stream never got to the copy's first DMA";
+  pool->Reap();
+  EXPECT_EQ(pool->free_slots(), free0 - kAsyncChunks) << "slots whose DMAs have not run are free";
+  std::vector<int> taken;
+  for (int slot; (slot = pool->Acquire(-1)) >= 0;) {
+    memset(pool->SlotPtr(slot), 0xE7, kChunk);
+    taken.push_back(slot);
+  }
+  for (int slot : taken) {
+    pool->Publish(slot, 0, 0, kNoGeneration);  // emptied: nothing cached
+    pool->Unpin(slot);
+  }
+  fakecudaHoldCopies(s, 0);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(ReadDevice(d, n), data);
+  ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 // Stat::copies_ready_in_time: an asynchronous copy whose pieces went to the stream still filling
 // counts once its fills are done, as ready in time only if the stream had not got to their DMAs
 // by then (the flag's mark). With the stream busy behind a host function, the fills win: counted,
