@@ -62,6 +62,13 @@ class ChildServer {
     buf_ = static_cast<char*>(aligned_alloc(kPage, p_.chunk));
   }
 
+  // Says that the thread runs (Started), for ServeChild (AwaitStart).
+  void Started() {
+    started_.store(true, std::memory_order_release);
+    started_.notify_all();
+  }
+  void AwaitStart() { started_.wait(false, std::memory_order_acquire); }
+
   void Run() {
     for (;;) {
       uffd_msg msg[16];
@@ -132,6 +139,7 @@ class ChildServer {
   ChildParts p_;
   Uffd uffd_;
   char* buf_;
+  std::atomic<bool> started_{false};
 };
 
 }  // namespace
@@ -188,7 +196,14 @@ void ServeChild(ChildParts parts) {
   }
   const bool poison = parts.arena->poison_supported() && (api.features & UFFD_FEATURE_POISON);
   auto* server = new ChildServer(std::move(parts), static_cast<int>(fd), poison);  // never freed
-  std::thread([server] { server->Run(); }).detach();
+  std::thread([server] {
+    server->Started();
+    server->Run();
+  }).detach();
+  // The child's code runs once the thread has started: a thread's start-up may take allocator locks
+  // that a fork does not hand over consistently (ASan's allocator does not take its own around a
+  // fork), so a child that forks again at once would hand its child a lock held for ever.
+  server->AwaitStart();
 }
 
 }  // namespace fork_support

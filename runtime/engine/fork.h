@@ -18,11 +18,11 @@
 //     never changes the map); the gate stays closed (no transition ever runs in the child). If a
 //     region holds a chunk whose bytes are not in its pages (stored or adopted), the child opens
 //     its own userfaultfd, registers the span of the arena those regions cover (MISSING) and starts
-//     one thread that answers each fault from the child's copy of the state: a store entry decoded
-//     (RAM: the inherited copy-on-write extents; zram and spill files: pread on the inherited
-//     fds, ChunkStore::GetInChild), an owned slot (inherited memory), zeros for a never-written
-//     chunk; anything else is poisoned (SIGBUS), never zeros. Without such a chunk no fd and no
-//     thread is made.
+//     one thread (and waits until it runs) that answers each fault from the child's copy of the
+//     state: a store entry decoded (RAM: the inherited copy-on-write extents; zram and spill
+//     files: pread on the inherited fds, ChunkStore::GetInChild), an owned slot (inherited
+//     memory), zeros for a never-written chunk; anything else is poisoned (SIGBUS), never zeros.
+//     Without such a chunk no fd and no thread is made.
 //   - Block tiers keep the extents live at a fork until every child forked then has exited or
 //     exec'd (store/fork_epochs.h); RAM store extents and region pages are copy-on-write.
 //
