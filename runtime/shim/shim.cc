@@ -79,9 +79,7 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
   if (manage) {
     RegionInfo r;
     Status st = backend_->Allocate(size, &r);
-    if (st.ok()) {
-      StatAdd(Stat::regions, 1);
-      StatAdd(Stat::region_bytes, r.size);
+    if (st.ok()) {  // the engine counts the region (Stat::regions, region_bytes)
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
       regions_.Add(r);
@@ -118,8 +116,6 @@ cudaError_t Shim::FreeHost(void* p) {
       Log(LogLevel::kError, "cudaFreeHost(%p): %s", p, st.ToString().c_str());
       return cudaErrorInvalidValue;
     }
-    StatSub(Stat::regions, 1);
-    StatSub(Stat::region_bytes, r.size);
     return cudaSuccess;
   }
   return api_->cudaFreeHost(p);

@@ -98,6 +98,25 @@ class ShimEngineTest : public ::testing::Test {
   std::unique_ptr<Shim> shim_;
 };
 
+// Issue #40 row 10: a region allocated through the shim is counted once (regions, region_bytes),
+// and freeing it takes exactly that back.
+TEST_F(ShimEngineTest, ARegionIsCountedOnce) {
+  const uint64_t regions = StatGet(Stat::regions), bytes = StatGet(Stat::region_bytes);
+  char* a = Region(64 * chunk_);
+  char* b = Region(96 * chunk_ + 777);
+  RegionInfo ra, rb;
+  ASSERT_TRUE(engine_->Lookup(a, &ra));
+  ASSERT_TRUE(engine_->Lookup(b, &rb));
+  EXPECT_EQ(StatGet(Stat::regions) - regions, 2u);
+  EXPECT_EQ(StatGet(Stat::region_bytes) - bytes, ra.size + rb.size);
+  ASSERT_EQ(shim_->FreeHost(a), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::regions) - regions, 1u);
+  EXPECT_EQ(StatGet(Stat::region_bytes) - bytes, rb.size);
+  ASSERT_EQ(shim_->FreeHost(b), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::regions), regions);
+  EXPECT_EQ(StatGet(Stat::region_bytes), bytes);
+}
+
 TEST_F(ShimEngineTest, ExactBytesFromEveryTier) {
   const size_t n = 64 * chunk_ + 777;
   char* r = Region(n);
