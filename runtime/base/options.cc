@@ -86,7 +86,8 @@ Status Validate(Opt id, int64_t num, const std::string& str) {
         return Status::Error(EINVAL, "expected -1 (auto) or a node number");
       break;
     case Opt::kStoreBackend: {
-      if (str.empty()) return Status::Error(EINVAL, "expected tiers like ram, ram+zram, ram+file");
+      // The whole stack is checked here, so that a stack the store would refuse (and zrtier then
+      // turn itself off) is a bad value, reported at start-up with the default kept.
       size_t pos = 0;
       while (pos <= str.size()) {
         size_t plus = str.find('+', pos);
@@ -97,6 +98,10 @@ Status Validate(Opt id, int64_t num, const std::string& str) {
               EINVAL, "unknown tier '" + tier + "' (expected ram, zram, file joined by '+')");
         pos = plus + 1;
       }
+      if (str != "ram" && str != "ram+zram" && str != "ram+file" && str != "ram+zram+file")
+        return Status::Error(EINVAL,
+                             "expected ram, ram+zram, ram+file or ram+zram+file (ram first, then "
+                             "each lower tier at most once, in that order)");
       break;
     }
     default:

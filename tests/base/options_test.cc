@@ -50,6 +50,16 @@ TEST(Options, BadValueNamesVariableAndKeepsValue) {
   EXPECT_FALSE(opts.Set(Opt::kCodec, "lz4").ok());
   EXPECT_FALSE(opts.Set(Opt::kStoreBackend, "ram+tape").ok());
   EXPECT_TRUE(opts.Set(Opt::kStoreBackend, "ram+zram+file").ok());
+  // Issue #40 row 10: stacks the store refuses are bad values here, not a disabled zrtier later.
+  for (const char* bad : {"", "file", "zram", "ram+ram", "ram+file+zram", "ram+file+file",
+                          "zram+ram", "ram+", "+ram"}) {
+    Status st = opts.Set(Opt::kStoreBackend, bad);
+    EXPECT_EQ(st.code(), EINVAL) << bad;
+    EXPECT_NE(st.message().find("ZRTIER_STORE_BACKEND"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(opts.String(Opt::kStoreBackend), "ram+zram+file");
+  for (const char* good : {"ram", "ram+zram", "ram+file", "ram+zram+file"})
+    EXPECT_TRUE(opts.Set(Opt::kStoreBackend, good).ok()) << good;
   EXPECT_FALSE(opts.Set(Opt::kVerify, "maybe").ok());
   EXPECT_TRUE(opts.Set(Opt::kVerify, "yes").ok());
   EXPECT_TRUE(opts.Bool(Opt::kVerify));

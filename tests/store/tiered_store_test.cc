@@ -191,12 +191,9 @@ TEST_F(TieredStoreTest, DeviceFaultsKeepEntriesInRamAndLoseNothing) {
 TEST_F(TieredStoreTest, CreateStoreErrorsNameTheOption) {
   Options opts;
   std::unique_ptr<ChunkStore> s;
-  for (const char* bad : {"file", "zram", "ram+file+file", "ram+file+zram", "zram+ram"}) {
-    ASSERT_TRUE(opts.Set(Opt::kStoreBackend, bad).ok());
-    Status st = CreateStore(opts, Os::Default(), &s);
-    EXPECT_EQ(st.code(), EINVAL) << bad;
-    EXPECT_NE(st.message().find("ZRTIER_STORE_BACKEND"), std::string::npos) << st.ToString();
-  }
+  // Stacks the store refuses are refused by the option parser already (options_test).
+  for (const char* bad : {"file", "zram", "ram+file+file", "ram+file+zram", "zram+ram"})
+    EXPECT_EQ(opts.Set(Opt::kStoreBackend, bad).code(), EINVAL) << bad;
   ASSERT_TRUE(opts.Set(Opt::kStoreBackend, "ram+file").ok());
   ASSERT_TRUE(opts.Set(Opt::kSpillDir, "/proc/zrtier-cannot-be-here").ok());
   Status st = CreateStore(opts, Os::Default(), &s);

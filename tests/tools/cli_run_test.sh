@@ -13,6 +13,12 @@ err=$("$ZRTIER" run --chunk 3000 -- true 2>&1); expect_status 2 $? "run --chunk 
 expect_contains "$err" "power of two" "run --chunk 3000 message"
 err=$("$ZRTIER" run --codec lz5 -- true 2>&1); expect_status 2 $? "run --codec lz5"
 expect_contains "$err" "auto|zstd|raw" "run --codec lz5 message"
+# A store stack the store would refuse is a bad value up front, and leaves no spill folder.
+nospill=$(mktemp -u /tmp/zrtier-nospill.XXXXXX)
+err=$("$ZRTIER" run --backend ram+file+zram --spill "$nospill" -- true 2>&1)
+expect_status 2 $? "run --backend ram+file+zram"
+expect_contains "$err" "ZRTIER_STORE_BACKEND" "run --backend ram+file+zram"
+[[ ! -e $nospill ]] || { rm -rf "$nospill"; fail "a refused --backend created the spill folder"; }
 err=$("$ZRTIER" run --bogus -- true 2>&1); expect_status 2 $? "run --bogus"
 expect_contains "$err" "--bogus" "run --bogus message"
 err=$("$ZRTIER" run 2>&1); expect_status 2 $? "run without a command"
