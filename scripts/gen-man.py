@@ -84,7 +84,7 @@ def zrtier_page(binary, version):
     out.append(".SH FILES\n.TP\n/dev/shm/zrtier.\\fIPID\\fR\nthe statistics block of a process under zrtier "
                "(mode 0600), read by zrtier stats and zrtier\\-top\n"
                ".TP\n/run/zrtier/\nrecords of the zram devices zrtier claimed (reaped when their owner is gone)\n"
-               ".TP\n/var/tmp/zrtier/\nthe default folder of spill files (ZRTIER_SPILL_DIR); the files "
+               ".TP\n/var/tmp/zrtier\\-\\fIUID\\fR/\nthe default folder of spill files (ZRTIER_SPILL_DIR), one per user; the files "
                "are unlinked as soon as they are open\n")
     out.append(".SH SEE ALSO\n.BR zrtier\\-top (1)\n")
     return "".join(out)

@@ -57,8 +57,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "most bytes the compressed RAM store (T2) may occupy; past it chunks spill to lower tiers")   \
   X(kStoreBackend, "STORE_BACKEND", kString, "ram", "", "", "backend",                           \
     "tiers below T1, in order, joined by '+': ram, zram, file (e.g. ram+file)")                   \
-  X(kSpillDir, "SPILL_DIR", kString, "/var/tmp/zrtier", "path", "", "spill",                     \
-    "directory for spill files of the file tier (T3, io_uring, O_DIRECT)")                        \
+  X(kSpillDir, "SPILL_DIR", kString, "/var/tmp/zrtier-%u", "path", "", "spill",                  \
+    "directory for spill files of the file tier (T3, io_uring, O_DIRECT); %u = the user id, so "  \
+    "that each user has a directory of their own")                                               \
   X(kSpillLimit, "SPILL_LIMIT", kSize, "0", "bytes", "", "spill-limit",                          \
     "most bytes of spill files. 0 = until the file system is full")                               \
   X(kZramDevice, "ZRAM_DEVICE", kString, "auto", "path", "", "",                                 \
@@ -168,6 +169,8 @@ class Options {
   int64_t Int(Opt id) const;
   uint64_t Size(Opt id) const;
   const std::string& String(Opt id) const;
+  // ZRTIER_SPILL_DIR with every "%u" replaced by the effective user id.
+  std::string SpillDir() const;
   // The value as text, as it would be written in the environment.
   std::string Text(Opt id) const;
 

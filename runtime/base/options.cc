@@ -252,6 +252,14 @@ const std::string& Options::String(Opt id) const {
   return str_[static_cast<int>(id)];
 }
 
+std::string Options::SpillDir() const {
+  std::string dir = String(Opt::kSpillDir);
+  const std::string uid = std::to_string(geteuid());
+  for (size_t at = dir.find("%u"); at != std::string::npos; at = dir.find("%u", at + uid.size()))
+    dir.replace(at, 2, uid);
+  return dir;
+}
+
 std::string Options::Text(Opt id) const {
   switch (InfoOf(id).type) {
     case OptionType::kBool:

@@ -43,7 +43,7 @@ Status CreateStore(const Options& opts, Os* os, std::unique_ptr<ChunkStore>* out
     } else if (names[i] == "file" && !file) {
       std::unique_ptr<FileStore> f;
       ZRTIER_RETURN_IF_ERROR(
-          FileStore::Create(opts.String(Opt::kSpillDir), opts.Size(Opt::kSpillLimit), os, &f));
+          FileStore::Create(opts.SpillDir(), opts.Size(Opt::kSpillLimit), os, &f));
       lower.push_back(std::move(f));
       file = true;
     } else {

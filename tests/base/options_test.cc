@@ -1,6 +1,8 @@
 // Covers the ZRTIER_* option table: defaults, size syntax, validation, environment parsing.
 #include "zrtier/options.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -60,6 +62,18 @@ TEST(Options, BadValueNamesVariableAndKeepsValue) {
   EXPECT_EQ(opts.String(Opt::kStoreBackend), "ram+zram+file");
   for (const char* good : {"ram", "ram+zram", "ram+file", "ram+zram+file"})
     EXPECT_TRUE(opts.Set(Opt::kStoreBackend, good).ok()) << good;
+}
+
+// Issue #40 row 10: the default spill folder is per user ("%u" = the effective uid), so the first
+// user to spill does not lock the others out of a shared /var/tmp/zrtier.
+TEST(OptionsTest, SpillDirIsPerUser) {
+  Options opts;
+  const std::string uid = std::to_string(geteuid());
+  EXPECT_EQ(opts.SpillDir(), "/var/tmp/zrtier-" + uid);
+  ASSERT_TRUE(opts.Set(Opt::kSpillDir, "/nvme/%u/zr-%u").ok());
+  EXPECT_EQ(opts.SpillDir(), "/nvme/" + uid + "/zr-" + uid);
+  ASSERT_TRUE(opts.Set(Opt::kSpillDir, "/nvme/spill").ok());
+  EXPECT_EQ(opts.SpillDir(), "/nvme/spill");
   EXPECT_FALSE(opts.Set(Opt::kVerify, "maybe").ok());
   EXPECT_TRUE(opts.Set(Opt::kVerify, "yes").ok());
   EXPECT_TRUE(opts.Bool(Opt::kVerify));

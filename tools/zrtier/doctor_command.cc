@@ -398,7 +398,7 @@ void CheckShm(Doctor* d) {
 
 void CheckSpillDir(Doctor* d) {
   Options opts = Options::FromEnvironment([](const std::string&) {});
-  const std::string& dir = opts.String(Opt::kSpillDir);
+  const std::string dir = opts.SpillDir();
   std::string probe = dir;
   while (access(probe.c_str(), F_OK) != 0 && probe.find('/') != std::string::npos) {
     probe = probe.substr(0, probe.rfind('/'));
