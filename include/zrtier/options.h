@@ -64,8 +64,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "most bytes of spill files. 0 = until the file system is full")                               \
   X(kZramDevice, "ZRAM_DEVICE", kString, "auto", "path", "", "",                                 \
     "zram device for the zram tier: auto (a free /dev/zramN, hot-added if allowed) or a path")    \
-  X(kCodec, "CODEC", kString, "auto", "", "auto|zstd|raw", "codec",                              \
-    "chunk codec: auto (zero detection + byte planes + zstd), zstd (plain), raw (no compression)") \
+  X(kCodec, "CODEC", kString, "auto", "", "auto|zstd|raw|gpu", "codec",                          \
+    "chunk codec: auto (zero detection + byte planes + zstd), zstd (plain), raw (no compression), " \
+    "gpu (byte planes + Huffman in segments a GPU kernel decodes)")                                \
   X(kZstdLevel, "ZSTD_LEVEL", kInt, "1", "level", "", "level", "zstd level for compressible planes") \
   X(kVerify, "VERIFY", kBool, "0", "", "", "verify",                                             \
     "1 = also checksum each chunk's original bytes, checked on decode (covers the RAM tier); zram and spill-file entries are always checked") \

@@ -8,6 +8,7 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "runtime/base/checksum.h"
 #include "runtime/base/log.h"
 #include "runtime/codec/estimate.h"
+#include "runtime/codec/gpu_codec.h"
+#include "runtime/codec/gpu_format.h"
 #include "runtime/codec/planes.h"
 
 namespace zrtier {
@@ -30,7 +33,8 @@ namespace {
 //   the W plane payloads in plane order: raw = the n plane bytes, zstd = one zstd frame of them
 //   the len - n * W tail bytes, raw
 // An all-zero chunk is the empty encoding. The decoder checks every field and length against
-// `len` and the encoding's size before touching memory.
+// `len` and the encoding's size before touching memory. Version gpufmt::kVersion (2) is the GPU
+// chunk format (gpu_format.h), which Decode hands to DecodeGpu.
 constexpr uint8_t kVersion = 1;
 constexpr uint8_t kFlagCrc = 1;
 constexpr uint8_t kModeRaw = 0;
@@ -114,13 +118,14 @@ Status ParseCodecKind(const char* text, CodecKind* out) {
   if (strcmp(text, "auto") == 0) return *out = CodecKind::kAuto, Status::Ok();
   if (strcmp(text, "zstd") == 0) return *out = CodecKind::kZstd, Status::Ok();
   if (strcmp(text, "raw") == 0) return *out = CodecKind::kRaw, Status::Ok();
-  return Status::Error(EINVAL, std::string("unknown codec '") + text + "' (auto, zstd, raw)");
+  if (strcmp(text, "gpu") == 0) return *out = CodecKind::kGpu, Status::Ok();
+  return Status::Error(EINVAL, std::string("unknown codec '") + text + "' (auto, zstd, raw, gpu)");
 }
 
 Codec::Codec(const CodecConfig& config) : config_(config) {}
 
 size_t Codec::MaxEncodedSize(size_t len) {
-  return ZSTD_compressBound(len) + 64;
+  return std::max(ZSTD_compressBound(len) + 64, GpuMaxEncodedSize(len));
 }
 
 bool Codec::IsZero(const void* p, size_t len) {
@@ -161,6 +166,8 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
     case CodecKind::kRaw:
       plan.compress[0] = false;
       break;
+    case CodecKind::kGpu:
+      return EncodeGpu(ChoosePlan(s, len), s, len, config_.verify, d, cap, out_len);
   }
   const int width = TransformWidth(plan.transform);
   const size_t n = len / width;
@@ -224,6 +231,7 @@ Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len, boo
   uint8_t* d = static_cast<uint8_t*>(dst);
   if (enc_len == 0) return memset(d, 0, len), Status::Ok();
   const uint8_t* e = static_cast<const uint8_t*>(enc);
+  if (e[0] == gpufmt::kVersion) return DecodeGpu(e, enc_len, d, len, streaming);
   if (enc_len < kFixedHeader) return Corrupt("encoding shorter than its header");
   if (e[0] != kVersion) return Corrupt("unknown encoding version");
   if (e[1] >= kTransformCount) return Corrupt("unknown plane transform");

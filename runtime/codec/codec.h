@@ -4,7 +4,8 @@
 // (1, 2 or 4 bytes) is guessed by sampling, the chunk is split into planes (bf16: exponent byte
 // apart from sign+mantissa; other widths: byte planes) and each plane is coded with zstd, or stored
 // raw when zstd would not shrink it. With `verify`, a checksum of the original bytes is stored and
-// checked on decode.
+// checked on decode. The gpu kind writes the GPU chunk format instead (gpu_format.h); the first
+// byte of every encoding names its format, so Decode reads both whatever the configured kind.
 //
 // Thread safety: Encode and Decode may be called from any number of threads at once (compression
 // contexts are per thread). A Codec is immutable after construction.
@@ -17,7 +18,9 @@
 
 namespace zrtier {
 
-enum class CodecKind { kAuto, kZstd, kRaw };
+// kGpu: the GPU chunk format (gpu_format.h): planes as kAuto, coded with Huffman in segments that
+// a GPU kernel decodes in parallel. Decode reads every format whatever the kind.
+enum class CodecKind { kAuto, kZstd, kRaw, kGpu };
 
 struct CodecConfig {
   CodecKind kind = CodecKind::kAuto;
@@ -25,7 +28,7 @@ struct CodecConfig {
   bool verify = false;  // store and check a checksum
 };
 
-// Parses "auto", "zstd", "raw" (ZRTIER_CODEC).
+// Parses "auto", "zstd", "raw", "gpu" (ZRTIER_CODEC).
 Status ParseCodecKind(const char* text, CodecKind* out);
 
 class Codec {

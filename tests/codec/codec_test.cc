@@ -139,13 +139,15 @@ TEST(Codec, ParseCodecKind) {
   EXPECT_EQ(k, CodecKind::kZstd);
   ASSERT_TRUE(ParseCodecKind("raw", &k).ok());
   EXPECT_EQ(k, CodecKind::kRaw);
+  ASSERT_TRUE(ParseCodecKind("gpu", &k).ok());
+  EXPECT_EQ(k, CodecKind::kGpu);
   EXPECT_EQ(ParseCodecKind("lz4", &k).code(), EINVAL);
 }
 
 TEST(Codec, RoundTripEveryKindSizeCodecAndVerify) {
   const size_t sizes[] = {1,   2,    3,    4,    5,    7,     255,   511,   512,   513,
                           777, 4095, 4096, 4097, 8190, 65535, 65536, 65537, 65538, 200003};
-  for (CodecKind ck : {CodecKind::kAuto, CodecKind::kZstd, CodecKind::kRaw}) {
+  for (CodecKind ck : {CodecKind::kAuto, CodecKind::kZstd, CodecKind::kRaw, CodecKind::kGpu}) {
     for (bool verify : {false, true}) {
       Codec codec({ck, 1, verify});
       for (SampleKind kind : AllSampleKinds()) {
@@ -187,7 +189,7 @@ TEST(Codec, MixedChunkRoundTrips) {
 
 TEST(Codec, ZeroChunkEncodesToNothingInEveryKind) {
   std::vector<uint8_t> zero(kChunk, 0);
-  for (CodecKind ck : {CodecKind::kAuto, CodecKind::kZstd, CodecKind::kRaw}) {
+  for (CodecKind ck : {CodecKind::kAuto, CodecKind::kZstd, CodecKind::kRaw, CodecKind::kGpu}) {
     Codec codec({ck, 1, true});
     EXPECT_EQ(Encode(codec, zero).size(), 0u);
     std::vector<uint8_t> back(kChunk, 0x77);
@@ -261,7 +263,7 @@ TEST(Codec, ByteFlipsAreDetectedWithVerify) {
   printf("seed %llu (ZRTIER_TEST_SEED)\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   int trials = 0, harmless = 0;
-  for (CodecKind ck : {CodecKind::kAuto, CodecKind::kZstd, CodecKind::kRaw}) {
+  for (CodecKind ck : {CodecKind::kAuto, CodecKind::kZstd, CodecKind::kRaw, CodecKind::kGpu}) {
     Codec codec({ck, 1, true});
     for (SampleKind kind : {SampleKind::kBf16Gaussian, SampleKind::kFp32Gaussian, SampleKind::kText,
                             SampleKind::kRandom, SampleKind::kBf16Relu}) {

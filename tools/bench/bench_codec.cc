@@ -117,6 +117,7 @@ struct NamedCodec {
 
 std::vector<NamedCodec> Codecs(const CodecBenchArgs& a) {
   return {{"zrtier", {CodecKind::kAuto, a.level, a.verify}},
+          {"gpu", {CodecKind::kGpu, a.level, a.verify}},
           {"zstd-1", {CodecKind::kZstd, 1, false}},
           {"zstd-3", {CodecKind::kZstd, 3, false}}};
 }

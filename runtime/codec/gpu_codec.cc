@@ -1,0 +1,444 @@
+// The GPU chunk format's CPU encoder (byte planes, length-limited canonical Huffman per plane in
+// word-aligned segments) and its reference decoder (four segments decoded at once for
+// instruction-level parallelism, then the planes merged). The format: gpu_format.h.
+#include "runtime/codec/gpu_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "runtime/base/checksum.h"
+#include "runtime/codec/gpu_format.h"
+#include "runtime/codec/planes.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the format's integers are little-endian");
+
+namespace zrtier {
+namespace {
+
+using gpufmt::Align16;
+using gpufmt::kMaxCodeLen;
+using gpufmt::TableEntry;
+
+void Put32(uint8_t* p, uint32_t v) {
+  memcpy(p, &v, 4);
+}
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+// Plane scratch, per thread (the encoder splits into it, the decoder decodes coded planes into it).
+thread_local std::vector<uint8_t> t_scratch;
+
+uint8_t* Scratch(size_t n) {
+  if (t_scratch.size() < n) {
+    try {
+      t_scratch.resize(n);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+  }
+  return t_scratch.data();
+}
+
+Status Corrupt(const char* why) {
+  return Status::Error(EBADMSG, std::string("codec: gpu format: ") + why);
+}
+
+void Histogram(const uint8_t* p, size_t n, uint32_t* hist) {
+  // Four tables, so that runs of one byte value do not serialize on one counter.
+  uint32_t h[4][256] = {};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++h[0][p[i]];
+    ++h[1][p[i + 1]];
+    ++h[2][p[i + 2]];
+    ++h[3][p[i + 3]];
+  }
+  for (; i < n; ++i) ++h[0][p[i]];
+  for (int s = 0; s < 256; ++s) hist[s] = h[0][s] + h[1][s] + h[2][s] + h[3][s];
+}
+
+// Huffman code lengths (1..kMaxCodeLen) for the symbols with a non-zero count in `hist`, 0 for
+// the others: a Huffman tree built with two queues over the counts in ascending order, its
+// deeper levels folded up to kMaxCodeLen by the JPEG procedure (ISO/IEC 10918-1, K.3 Adjust_BITS),
+// which keeps the Kraft sum at 1; the most frequent symbols get the shortest codes.
+void CodeLengths(const uint32_t* hist, uint8_t* lens) {
+  uint16_t order[256];
+  int m = 0;
+  for (int s = 0; s < 256; ++s)
+    if (hist[s]) order[m++] = static_cast<uint16_t>(s);
+  memset(lens, 0, 256);
+  if (m == 1) {
+    lens[order[0]] = 1;
+    return;
+  }
+  std::sort(order, order + m,
+            [&](uint16_t a, uint16_t b) { return hist[a] != hist[b] ? hist[a] < hist[b] : a < b; });
+  uint64_t freq[511];
+  uint16_t parent[511];
+  uint16_t depth[511];
+  for (int i = 0; i < m; ++i) freq[i] = hist[order[i]];
+  int leaf = 0, inner = m;
+  auto pick = [&](int next) {
+    if (leaf < m && (inner >= next || freq[leaf] <= freq[inner])) return leaf++;
+    return inner++;
+  };
+  for (int next = m; next < 2 * m - 1; ++next) {
+    int a = pick(next), b = pick(next);
+    freq[next] = freq[a] + freq[b];
+    parent[a] = parent[b] = static_cast<uint16_t>(next);
+  }
+  depth[2 * m - 2] = 0;
+  for (int i = 2 * m - 3; i >= 0; --i) depth[i] = static_cast<uint16_t>(depth[parent[i]] + 1);
+  uint32_t bits[257] = {};
+  for (int i = 0; i < m; ++i) ++bits[depth[i]];
+  for (int i = 256; i > kMaxCodeLen;) {
+    if (bits[i] == 0) {
+      --i;
+      continue;
+    }
+    int j = i - 2;
+    while (bits[j] == 0) --j;
+    bits[i] -= 2;
+    bits[i - 1] += 1;
+    bits[j + 1] += 2;
+    bits[j] -= 1;
+  }
+  int next = m - 1;  // the most frequent symbol not yet given a length
+  for (int l = 1; l <= kMaxCodeLen; ++l)
+    for (uint32_t k = 0; k < bits[l]; ++k) lens[order[next--]] = static_cast<uint8_t>(l);
+}
+
+// Appends the codes of p[0..count) to `out` (MSB-first in 32-bit words, the last word padded with
+// zero bits) and returns the words written. code[s] = canonical code << 5 | length.
+size_t EncodeSegment(const uint8_t* p, size_t count, const uint32_t* code, uint8_t* out) {
+  uint64_t buf = 0;
+  int nb = 0;  // valid bits in the low end of buf; < 32 between steps
+  uint8_t* w = out;
+  size_t i = 0;
+  for (; i + 2 <= count; i += 2) {
+    // Two codes of <= 11 bits on top of < 32 pending bits fit the 64-bit buffer.
+    uint32_t a = code[p[i]], b = code[p[i + 1]];
+    buf = (buf << (a & 31)) | (a >> 5);
+    buf = (buf << (b & 31)) | (b >> 5);
+    nb += static_cast<int>((a & 31) + (b & 31));
+    if (nb >= 32) {
+      nb -= 32;
+      Put32(w, static_cast<uint32_t>(buf >> nb));
+      w += 4;
+    }
+  }
+  if (i < count) {
+    uint32_t a = code[p[i]];
+    buf = (buf << (a & 31)) | (a >> 5);
+    nb += static_cast<int>(a & 31);
+    if (nb >= 32) {
+      nb -= 32;
+      Put32(w, static_cast<uint32_t>(buf >> nb));
+      w += 4;
+    }
+  }
+  if (nb > 0) {
+    Put32(w, static_cast<uint32_t>(buf << (32 - nb)));
+    w += 4;
+  }
+  return static_cast<size_t>(w - out) / 4;
+}
+
+// Huffman-codes the n bytes of `plane` into a section at `out` (gpu_format.h) if that is smaller
+// than n bytes; returns its size, or 0 to store the plane raw. Writes at most n bytes.
+uint32_t EncodeHuffmanPlane(const uint8_t* plane, uint32_t n, uint8_t* out, uint8_t* max_len,
+                            uint16_t* symbol_count) {
+  uint32_t hist[256];
+  Histogram(plane, n, hist);
+  uint8_t lens[256];
+  CodeLengths(hist, lens);
+  uint64_t bits = 0;
+  uint32_t counts[16] = {};
+  int top = 1;
+  for (int s = 0; s < 256; ++s) {
+    bits += uint64_t{hist[s]} * lens[s];
+    ++counts[lens[s]];
+    top = std::max<int>(top, lens[s]);
+  }
+  counts[0] = 0;
+  uint32_t used = 0;
+  for (int l = 1; l <= kMaxCodeLen; ++l) used += counts[l];
+  const uint32_t segments = gpufmt::SegmentCount(n, gpufmt::kSegmentLog2);
+  const gpufmt::HuffmanLayout layout = gpufmt::HuffmanLayoutOf(used, segments);
+  // Each segment pads its last word with fewer than 32 bits.
+  const uint64_t bound = layout.stream + 4 * (bits / 32 + segments);
+  if (bound >= n) return 0;
+
+  // Canonical codes: symbols in (length, symbol) order, codes counting up within each length.
+  uint32_t code[256] = {};
+  uint8_t* symbols = out + layout.symbols;
+  uint32_t next_code = 0, k = 0;
+  for (int l = 1; l <= kMaxCodeLen; ++l) {
+    for (int s = 0; s < 256; ++s) {
+      if (lens[s] != l) continue;
+      symbols[k++] = static_cast<uint8_t>(s);
+      code[s] = next_code++ << 5 | static_cast<uint32_t>(l);
+    }
+    next_code <<= 1;
+  }
+  memset(out, 0, layout.symbols);
+  for (int l = 1; l <= kMaxCodeLen; ++l) {
+    out[2 * l] = static_cast<uint8_t>(counts[l]);
+    out[2 * l + 1] = static_cast<uint8_t>(counts[l] >> 8);
+  }
+  memset(out + layout.symbols + used, 0, layout.offsets - layout.symbols - used);
+  memset(out + layout.offsets + 4 * (segments + 1), 0,
+         layout.stream - layout.offsets - 4 * (segments + 1));
+  uint8_t* stream = out + layout.stream;
+  const size_t seg = size_t{1} << gpufmt::kSegmentLog2;
+  uint32_t words = 0;
+  for (uint32_t j = 0; j < segments; ++j) {
+    Put32(out + layout.offsets + 4 * j, words);
+    size_t begin = j * seg, count = std::min<size_t>(seg, n - begin);
+    words += static_cast<uint32_t>(EncodeSegment(plane + begin, count, code, stream + 4 * words));
+  }
+  Put32(out + layout.offsets + 4 * segments, words);
+  *max_len = static_cast<uint8_t>(top);
+  *symbol_count = static_cast<uint16_t>(used);
+  return layout.stream + 4 * words;
+}
+
+// The decode table of a section's code, by filling each code's range of prefixes.
+void BuildTable(const gpufmt::CodeSpec& spec, const uint8_t* symbols, TableEntry* table) {
+  uint32_t e = 0;
+  for (int l = 1; l <= kMaxCodeLen; ++l) {
+    const uint32_t span = 1u << (kMaxCodeLen - l);
+    for (uint32_t k = 0; k < spec.count[l]; ++k, e += span) {
+      const TableEntry v = static_cast<TableEntry>(symbols[spec.start[l] + k] | l << 8);
+      std::fill(table + e, table + e + span, v);
+    }
+  }
+  std::fill(table + e, table + gpufmt::kTableSize, TableEntry{0});
+}
+
+// One segment's bit reader: `buf` holds `nb` valid bits at its top; `pos` counts the words read,
+// including the zero words read past `end` (which makes an overrun visible at the end).
+struct Reader {
+  uint64_t buf = 0;
+  int nb = 0;
+  uint32_t pos = 0, start = 0, end = 0;
+};
+
+inline void Refill(Reader& r, const uint8_t* stream) {
+  if (r.nb <= 32) {
+    uint32_t w = r.pos < r.end ? Get32(stream + 4 * size_t{r.pos}) : 0;
+    ++r.pos;
+    r.buf |= uint64_t{w} << (32 - r.nb);
+    r.nb += 32;
+  }
+}
+
+inline uint8_t DecodeOne(Reader& r, const TableEntry* table, uint32_t& bad) {
+  TableEntry e = table[r.buf >> (64 - kMaxCodeLen)];
+  uint32_t len = e >> 8;
+  bad |= len == 0;
+  r.buf <<= len;
+  r.nb -= static_cast<int>(len);
+  return static_cast<uint8_t>(e);
+}
+
+inline bool Overran(const Reader& r) {
+  return uint64_t{r.pos - r.start} * 32 - static_cast<uint64_t>(r.nb) >
+         uint64_t{r.end - r.start} * 32;
+}
+
+// Decodes segments [first, last) of a coded plane of n symbols into out[0..n). False if a
+// segment uses a prefix that is no code or reads past its words.
+bool DecodeSegments(const TableEntry* table, const uint8_t* stream, const uint8_t* offsets,
+                    int segment_log2, uint32_t n, uint8_t* out) {
+  const uint32_t seg = 1u << segment_log2;
+  const uint32_t segments = gpufmt::SegmentCount(n, segment_log2);
+  const uint32_t full = n >> segment_log2;  // segments of exactly `seg` symbols
+  uint32_t bad = 0;
+  auto open = [&](uint32_t j) {
+    Reader r;
+    r.pos = r.start = Get32(offsets + 4 * j);
+    r.end = Get32(offsets + 4 * (j + 1));
+    return r;
+  };
+  uint32_t j = 0;
+  // Four segments at a time: four independent dependency chains.
+  constexpr int kWays = 4;
+  for (; j + kWays <= full; j += kWays) {
+    Reader r[kWays];
+    uint8_t* o[kWays];
+    for (int w = 0; w < kWays; ++w) r[w] = open(j + w), o[w] = out + size_t{j + w} * seg;
+    for (uint32_t i = 0; i < seg; i += 2) {
+      for (int w = 0; w < kWays; ++w) {
+        Refill(r[w], stream);
+        o[w][i] = DecodeOne(r[w], table, bad);
+        o[w][i + 1] = DecodeOne(r[w], table, bad);
+      }
+    }
+    for (int w = 0; w < kWays; ++w) bad |= Overran(r[w]);
+  }
+  for (; j < segments; ++j) {
+    Reader r = open(j);
+    uint8_t* o = out + size_t{j} * seg;
+    const uint32_t count = std::min(seg, n - j * seg);
+    for (uint32_t i = 0; i < count; ++i) {
+      Refill(r, stream);
+      o[i] = DecodeOne(r, table, bad);
+    }
+    bad |= Overran(r);
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+size_t GpuMaxEncodedSize(size_t len) {
+  return len + gpufmt::kHeaderSize + gpufmt::kMaxPlanes * gpufmt::kAlign;
+}
+
+Status EncodeGpu(const EncodePlan& plan, const uint8_t* src, size_t len, bool crc, uint8_t* dst,
+                 size_t cap, size_t* out_len) {
+  if (len == 0 || len > UINT32_MAX - 4096)
+    return Status::Error(EINVAL, "codec: gpu format: chunks of 1 byte to 4 GiB - 4 KiB");
+  if (cap < GpuMaxEncodedSize(len)) return Status::Error(EINVAL, "codec: output buffer too small");
+  const int width = TransformWidth(plan.transform);
+  const uint32_t n = static_cast<uint32_t>(len / width);
+  const uint32_t tail = static_cast<uint32_t>(len - size_t{n} * width);
+  const uint8_t* planes[kMaxPlanes];
+  if (plan.transform == Transform::kNone) {
+    planes[0] = src;
+  } else {
+    uint8_t* scratch = Scratch(size_t{n} * width);
+    if (!scratch) return Status::Error(ENOMEM, "codec: no memory for plane scratch");
+    uint8_t* out[kMaxPlanes];
+    for (int p = 0; p < width; ++p) planes[p] = out[p] = scratch + static_cast<size_t>(p) * n;
+    SplitPlanes(plan.transform, src, n, out);
+  }
+  memset(dst, 0, gpufmt::kHeaderSize);
+  dst[gpufmt::kOffVersion] = gpufmt::kVersion;
+  dst[gpufmt::kOffTransform] = static_cast<uint8_t>(plan.transform);
+  dst[gpufmt::kOffFlags] = crc ? gpufmt::kFlagCrc : 0;
+  dst[gpufmt::kOffPlanes] = static_cast<uint8_t>(width);
+  Put32(dst + gpufmt::kOffLen, static_cast<uint32_t>(len));
+  if (crc) Put32(dst + gpufmt::kOffCrc, Crc32c(src, len));
+  dst[gpufmt::kOffSegmentLog2] = gpufmt::kSegmentLog2;
+  memcpy(dst + gpufmt::kOffTail, src + size_t{n} * width, tail);
+  uint32_t pos = gpufmt::kHeaderSize;
+  for (int p = 0; p < width; ++p) {
+    const uint32_t off = Align16(pos);
+    memset(dst + pos, 0, off - pos);
+    uint8_t mode = gpufmt::kModeRaw, max_len = 0;
+    uint16_t symbols = 0;
+    uint32_t size = 0;
+    if (plan.compress[p] && n > 0)
+      size = EncodeHuffmanPlane(planes[p], n, dst + off, &max_len, &symbols);
+    if (size > 0) {
+      mode = gpufmt::kModeHuffman;
+    } else {
+      size = n;
+      memcpy(dst + off, planes[p], n);
+    }
+    uint8_t* desc = dst + gpufmt::kOffPlaneDesc + gpufmt::kPlaneDescSize * p;
+    Put32(desc, off);
+    Put32(desc + 4, size);
+    desc[8] = mode;
+    desc[9] = max_len;
+    desc[10] = static_cast<uint8_t>(symbols);
+    desc[11] = static_cast<uint8_t>(symbols >> 8);
+    pos = off + size;
+  }
+  *out_len = pos;
+  return Status::Ok();
+}
+
+Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, bool streaming) {
+  if (enc_len < gpufmt::kHeaderSize) return Corrupt("encoding shorter than its header");
+  if (e[gpufmt::kOffVersion] != gpufmt::kVersion) return Corrupt("not the gpu format");
+  if (e[gpufmt::kOffTransform] >= kTransformCount) return Corrupt("unknown plane transform");
+  if (e[gpufmt::kOffFlags] & ~gpufmt::kFlagCrc) return Corrupt("unknown header flags");
+  const Transform transform = static_cast<Transform>(e[gpufmt::kOffTransform]);
+  const int width = TransformWidth(transform);
+  if (e[gpufmt::kOffPlanes] != width) return Corrupt("plane count does not match the transform");
+  if (Get32(e + gpufmt::kOffLen) != len) return Corrupt("encoded length is not the chunk's");
+  const int segment_log2 = e[gpufmt::kOffSegmentLog2];
+  if (segment_log2 < gpufmt::kMinSegmentLog2 || segment_log2 > gpufmt::kMaxSegmentLog2)
+    return Corrupt("segment size out of range");
+  const uint32_t n = static_cast<uint32_t>(len / width);
+  const uint32_t tail = static_cast<uint32_t>(len - size_t{n} * width);
+  const uint32_t segments = gpufmt::SegmentCount(n, segment_log2);
+
+  // Every descriptor, section and segment offset is checked before any plane is decoded.
+  struct Plane {
+    const uint8_t* section;
+    uint8_t mode, max_len;
+    uint16_t symbols;
+    gpufmt::CodeSpec spec;
+    gpufmt::HuffmanLayout layout;
+  } planes[kMaxPlanes] = {};
+  uint64_t pos = gpufmt::kHeaderSize;
+  for (int p = 0; p < width; ++p) {
+    const uint8_t* desc = e + gpufmt::kOffPlaneDesc + gpufmt::kPlaneDescSize * p;
+    const uint32_t off = Get32(desc), size = Get32(desc + 4);
+    Plane& pl = planes[p];
+    pl.mode = desc[8];
+    pl.max_len = desc[9];
+    pl.symbols = static_cast<uint16_t>(desc[10] | desc[11] << 8);
+    if (off != ((pos + gpufmt::kAlign - 1) & ~uint64_t{gpufmt::kAlign - 1}))
+      return Corrupt("section not where the previous one ends");
+    if (uint64_t{off} + size > enc_len) return Corrupt("section runs past the encoding");
+    pl.section = e + off;
+    if (pl.mode == gpufmt::kModeRaw) {
+      if (size != n || pl.max_len != 0 || pl.symbols != 0) return Corrupt("raw plane malformed");
+    } else if (pl.mode == gpufmt::kModeHuffman) {
+      if (n == 0) return Corrupt("coded plane of no symbols");
+      pl.layout = gpufmt::HuffmanLayoutOf(pl.symbols, segments);
+      if (size < pl.layout.stream) return Corrupt("coded plane shorter than its tables");
+      if (!gpufmt::ReadCodeSpec(pl.section, pl.max_len, pl.symbols, &pl.spec))
+        return Corrupt("invalid Huffman code");
+      const uint8_t* offsets = pl.section + pl.layout.offsets;
+      if (Get32(offsets) != 0) return Corrupt("first segment does not start the stream");
+      for (uint32_t j = 0; j < segments; ++j)
+        if (Get32(offsets + 4 * j) > Get32(offsets + 4 * (j + 1)))
+          return Corrupt("segment offsets decrease");
+      if (uint64_t{Get32(offsets + 4 * segments)} * 4 != size - pl.layout.stream)
+        return Corrupt("segment offsets do not end at the section's end");
+    } else {
+      return Corrupt("unknown plane mode");
+    }
+    pos = uint64_t{off} + size;
+  }
+  if (pos != enc_len) return Corrupt("sections do not end at the encoding's end");
+
+  // A coded plane of kNone decodes straight into dst; split planes go through scratch.
+  const bool direct = transform == Transform::kNone && planes[0].mode == gpufmt::kModeHuffman;
+  const uint8_t* sources[kMaxPlanes];
+  uint8_t* scratch = nullptr;
+  for (int p = 0; p < width; ++p) {
+    const Plane& pl = planes[p];
+    if (pl.mode == gpufmt::kModeRaw) {
+      sources[p] = pl.section;
+      continue;
+    }
+    if (!direct && !scratch && !(scratch = Scratch(size_t{n} * width)))
+      return Status::Error(ENOMEM, "codec: no memory for plane scratch");
+    uint8_t* out = direct ? dst : scratch + static_cast<size_t>(p) * n;
+    TableEntry table[gpufmt::kTableSize];
+    BuildTable(pl.spec, pl.section + pl.layout.symbols, table);
+    if (!DecodeSegments(table, pl.section + pl.layout.stream, pl.section + pl.layout.offsets,
+                        segment_log2, n, out))
+      return Corrupt("a segment does not decode within its words");
+    sources[p] = out;
+  }
+  if (!direct) MergePlanes(transform, sources, n, dst, streaming);
+  memcpy(dst + size_t{n} * width, e + gpufmt::kOffTail, tail);
+  if ((e[gpufmt::kOffFlags] & gpufmt::kFlagCrc) && Crc32c(dst, len) != Get32(e + gpufmt::kOffCrc))
+    return Corrupt("checksum mismatch: the decoded chunk differs from the one encoded");
+  return Status::Ok();
+}
+
+}  // namespace zrtier
