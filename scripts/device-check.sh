@@ -3,7 +3,7 @@
 # programs under LD_PRELOAD, outputs compared bit for bit with a run without zrtier) and the
 # benchmarks; prints a PASS/FAIL table at the end.
 #   here:   scripts/device-prep.sh          (liburing and nlohmann-json for the GPU machine, into .device/)
-#   device: scripts/device-check.sh [build] [test] [gpu] [bench]   (default: all; carry .device)
+#   device: scripts/device-check.sh [build] [test] [gpu-decode] [gpu] [bench]   (default: all; carry .device)
 #           scripts/device-check.sh suite   (not in the default list: the offloading suite, see its stage)
 # Results (logs, JSON) go to $OUT (the device tool's output folder) or /tmp/zrtier-device.
 set -uo pipefail
@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/zrtier-device}
 mkdir -p "$OUT"
 BUILD=${BUILD_DIR:-build-device}
 LIB=$PWD/$BUILD/preload/libzrtier.so
-stages=("$@"); ((${#stages[@]})) || stages=(build test gpu bench)
+stages=("$@"); ((${#stages[@]})) || stages=(build test gpu-decode gpu bench)
 declare -a results
 record() { results+=("$(printf '%-44s %s' "$1" "$2")"); echo "== $1: $2"; }
 export PYTHONUNBUFFERED=1
@@ -43,6 +43,18 @@ for stage in "${stages[@]}"; do
       else
         grep -E "Failed|\*\*\*|tests passed" "$OUT/ctest.log" | tail -20; record ctest FAIL
       fi ;;
+    gpu-decode)
+      # The GPU decode kernel (issue #39): every byte it decodes compared with the original and the
+      # CPU decoder, then its speed alone on 1 GiB of bf16 output (bar: >= 400 GB/s on an H100).
+      chk=$PWD/$BUILD/tests/gpu_decode_check
+      if [[ ! -x $chk ]]; then record "gpu_decode_check" "SKIP (not built: no nvcc at build time)"; continue; fi
+      if timeout -k 10 600 "$chk" >"$OUT/gpu_decode.log" 2>&1; then
+        record "gpu_decode_check: GPU decode bit-identical to CPU" PASS
+      else tail -20 "$OUT/gpu_decode.log"; record "gpu_decode_check: GPU decode bit-identical to CPU" FAIL; fi
+      grep '^gpu-decode kernel' "$OUT/gpu_decode.log"
+      gbs=$(sed -n 's/^gpu-decode kernel bf16: .* \([0-9.]*\) GB\/s.*/\1/p' "$OUT/gpu_decode.log")
+      line="gpu_decode_check: kernel bf16 ${gbs:-?} GB/s >= 400"
+      if [[ -n $gbs ]] && awk "BEGIN{exit !($gbs >= 400)}"; then record "$line" PASS; else record "$line" FAIL; fi ;;
     gpu)
       py=python3
       $py scripts/examples/train.py --out "$OUT/train_plain.json" >"$OUT/train_plain.log" 2>&1

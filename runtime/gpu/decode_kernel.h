@@ -1,0 +1,45 @@
+// The launch contract of the GPU decode kernel (decode_kernel.cu; the format it reads:
+// runtime/codec/gpu_format.h). Host code (decode_module.h) and the kernel both include this.
+//
+//   extern "C" __global__ void zrtier_gpu_decode(const DecodeChunk* chunks, uint32_t count,
+//                                                uint32_t* status);
+//   grid (count, 1, 1): one CTA per chunk (count <= 2^31 - 1); block (kDecodeThreads, 1, 1);
+//   no dynamic shared memory (the static shared memory is ~19 KiB: the header, four decode tables
+//   of 4 KiB, the code specs).
+//
+// Reads: chunks[0..count) and, for each chunk, its enc_len bytes at src (device memory or mapped
+// pinned host memory; never a byte outside them, whatever they hold). Writes: exactly the len bytes
+// at dst of each chunk (the decoded chunk: planes merged into the element layout, as the CPU's
+// Codec::Decode writes it; zeros for enc_len == 0) and status[c] for every chunk c (0, or an OR of
+// DecodeError bits; then dst holds unspecified bytes). Chunks must not overlap each other's dst.
+// The kernel decodes only the GPU format: a chunk in another format (version 1, zstd) gets
+// kDecodeNotGpuFormat and is left for the CPU.
+#pragma once
+
+#include <cstdint>
+
+namespace zrtier::gpu {
+
+// One chunk of a launch. 32 bytes, in memory the device reads (device or mapped pinned memory).
+struct DecodeChunk {
+  uint64_t src;       // device address of the encoding; 16-byte aligned
+  uint64_t dst;       // device address of the len decoded bytes; 16-byte aligned
+  uint32_t enc_len;   // bytes of the encoding; 0 = the chunk is all zero
+  uint32_t len;       // bytes of the decoded chunk
+  uint64_t reserved;  // 0
+};
+static_assert(sizeof(DecodeChunk) == 32, "DecodeChunk is part of the kernel's ABI");
+
+inline constexpr char kDecodeKernelName[] = "zrtier_gpu_decode";
+inline constexpr unsigned kDecodeThreads = 128;
+
+// status[c] bits.
+enum DecodeError : uint32_t {
+  kDecodeBadHeader = 1,     // header fields invalid or not matching len / enc_len
+  kDecodeNotGpuFormat = 2,  // another format's encoding (the CPU decodes it)
+  kDecodeMisaligned = 4,    // src or dst not 16-byte aligned
+  kDecodeBadSection = 8,    // a section's offset, size or tables invalid
+  kDecodeBadStream = 16,    // a segment uses an unassigned prefix, or overruns its words
+};
+
+}  // namespace zrtier::gpu

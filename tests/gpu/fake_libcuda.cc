@@ -1,0 +1,143 @@
+// A stand-in libcuda.so.1 for machines without a GPU: device memory is host memory, and a launch
+// of the decode kernel runs its body (runtime/gpu/decode_device.h) on the CPU, phase by phase.
+// It lets the gpu_decode_check ctest run the loader (dlopen, the entry points' names) and the whole
+// check program where CI runs. Only the entry points runtime/gpu/cuda_driver.h loads exist.
+#include <cuda.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "runtime/gpu/decode_device.h"
+
+namespace {
+
+int g_context;  // the one context's handle points here
+int g_module;
+int g_function;
+
+double NowMs() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned int) {
+  return CUDA_SUCCESS;
+}
+CUresult cuGetErrorString(CUresult r, const char** s) {
+  *s = r == CUDA_SUCCESS ? "no error" : "fake libcuda error";
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  *d = 0;
+  return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+CUresult cuDeviceGetName(char* name, int len, CUdevice) {
+  strncpy(name, "fake libcuda (CPU emulation)", static_cast<size_t>(len) - 1);
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) {
+  *c = reinterpret_cast<CUcontext>(&g_context);
+  return CUDA_SUCCESS;
+}
+CUresult cuDevicePrimaryCtxRelease(CUdevice) {
+  return CUDA_SUCCESS;
+}
+thread_local CUcontext t_current = nullptr;
+CUresult cuCtxSetCurrent(CUcontext c) {
+  t_current = c;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxGetCurrent(CUcontext* c) {
+  *c = t_current;
+  return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize() {
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleLoadData(CUmodule* m, const void* image) {
+  if (!image || !t_current) return CUDA_ERROR_INVALID_CONTEXT;
+  *m = reinterpret_cast<CUmodule>(&g_module);
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleUnload(CUmodule) {
+  return CUDA_SUCCESS;
+}
+CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
+  if (strcmp(name, zrtier::gpu::kDecodeKernelName) != 0) return CUDA_ERROR_NOT_FOUND;
+  *f = reinterpret_cast<CUfunction>(&g_function);
+  return CUDA_SUCCESS;
+}
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz, unsigned smem, CUstream, void** params,
+                        void** extra) {
+  using namespace zrtier::gpu;
+  if (f != reinterpret_cast<CUfunction>(&g_function) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
+      bx != kDecodeThreads || smem != 0 || extra || !params)
+    return CUDA_ERROR_INVALID_VALUE;
+  const auto* chunks = *static_cast<const DecodeChunk* const*>(params[0]);
+  const uint32_t count = *static_cast<const uint32_t*>(params[1]);
+  auto* status = *static_cast<uint32_t* const*>(params[2]);
+  auto sh = std::make_unique<dev::BlockShared>();
+  for (uint32_t c = 0; c < gx && c < count; ++c) {
+    const DecodeChunk ch = chunks[c];
+    for (uint32_t t = 0; t < bx; ++t) dev::LoadHeader(ch, t, bx, *sh);
+    dev::ParseHeader(ch, *sh);
+    for (uint32_t t = 0; t < bx; ++t) dev::LoadCodes(ch, t, bx, *sh);
+    for (uint32_t t = 0; t < bx; ++t) dev::ReadSpecs(t, bx, *sh);
+    for (uint32_t t = 0; t < bx; ++t) dev::BuildTables(t, bx, *sh);
+    for (uint32_t t = 0; t < bx; ++t) dev::DecodeBlock(ch, t, bx, *sh);
+    status[c] = sh->error;
+  }
+  return CUDA_SUCCESS;
+}
+CUresult cuMemAlloc(CUdeviceptr* p, size_t n) {
+  void* m = aligned_alloc(256, (n + 255) & ~size_t{255});
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  return m ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuMemFree(CUdeviceptr p) {
+  free(reinterpret_cast<void*>(p));
+  return CUDA_SUCCESS;
+}
+CUresult cuMemcpyHtoD(CUdeviceptr dst, const void* src, size_t n) {
+  memcpy(reinterpret_cast<void*>(dst), src, n);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemcpyDtoH(void* dst, CUdeviceptr src, size_t n) {
+  memcpy(dst, reinterpret_cast<const void*>(src), n);
+  return CUDA_SUCCESS;
+}
+CUresult cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) {
+  memset(reinterpret_cast<void*>(dst), v, n);
+  return CUDA_SUCCESS;
+}
+CUresult cuStreamSynchronize(CUstream) {
+  return CUDA_SUCCESS;
+}
+CUresult cuEventCreate(CUevent* e, unsigned int) {
+  *e = reinterpret_cast<CUevent>(new double(0));
+  return CUDA_SUCCESS;
+}
+CUresult cuEventDestroy(CUevent e) {
+  delete reinterpret_cast<double*>(e);
+  return CUDA_SUCCESS;
+}
+CUresult cuEventRecord(CUevent e, CUstream) {
+  *reinterpret_cast<double*>(e) = NowMs();
+  return CUDA_SUCCESS;
+}
+CUresult cuEventSynchronize(CUevent) {
+  return CUDA_SUCCESS;
+}
+CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  *ms = static_cast<float>(*reinterpret_cast<double*>(b) - *reinterpret_cast<double*>(a));
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"
