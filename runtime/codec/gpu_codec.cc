@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -221,77 +222,128 @@ void BuildTable(const gpufmt::CodeSpec& spec, const uint8_t* symbols, TableEntry
   std::fill(table + e, table + gpufmt::kTableSize, TableEntry{0});
 }
 
-// One segment's bit reader: `buf` holds `nb` valid bits at its top; `pos` counts the words read,
-// including the zero words read past `end` (which makes an overrun visible at the end).
+// One segment's bit reader: `bit` is the position of the next bit, counted from the stream's
+// start; the segment's words are [start, end). Reading the 64 bits at `bit` takes the word holding
+// it and the next one (bits run from each word's most significant bit down).
 struct Reader {
-  uint64_t buf = 0;
-  int nb = 0;
-  uint32_t pos = 0, start = 0, end = 0;
+  uint64_t bit;
+  uint32_t start, end;
 };
 
-inline void Refill(Reader& r, const uint8_t* stream) {
-  if (r.nb <= 32) {
-    uint32_t w = r.pos < r.end ? Get32(stream + 4 * size_t{r.pos}) : 0;
-    ++r.pos;
-    r.buf |= uint64_t{w} << (32 - r.nb);
-    r.nb += 32;
+// The bits at r.bit, left-aligned, at least 33 of them valid. REQUIRES: both words inside the
+// segment (Window) or any position (SafeWindow: words outside the segment read as zeros).
+inline uint64_t Window(const Reader& r, const uint8_t* stream) {
+  const size_t k = r.bit >> 5;
+  const uint64_t v = uint64_t{Get32(stream + 4 * k)} << 32 | Get32(stream + 4 * k + 4);
+  return v << (r.bit & 31);
+}
+inline uint64_t SafeWindow(const Reader& r, const uint8_t* stream) {
+  const uint64_t k = r.bit >> 5;
+  const uint64_t hi = k < r.end ? Get32(stream + 4 * k) : 0;
+  const uint64_t lo = k + 1 < r.end ? Get32(stream + 4 * k + 4) : 0;
+  return (hi << 32 | lo) << (r.bit & 31);
+}
+
+// The CPU's decode table: for each kMaxCodeLen-bit prefix, the one to three whole codes it begins
+// with: symbols in bytes 0-2, their bits << 24 (4 bits), count (1-3) << 28; kNoCode for a prefix
+// that is no code (count 1 and no bits, so a decode loop still ends; kBadBit marks the error).
+constexpr uint32_t kBadBit = 1u << 31;
+constexpr uint32_t kNoCode = kBadBit | 1u << 28;
+
+void BuildMultiTable(const TableEntry* table, uint32_t* multi) {
+  constexpr uint32_t kMask = gpufmt::kTableSize - 1;
+  for (uint32_t e = 0; e < gpufmt::kTableSize; ++e) {
+    uint32_t v = 0, bits = 0, count = 0;
+    // Codes are added while all their bits lie inside the prefix.
+    while (count < 3) {
+      const uint32_t c = table[(e << bits) & kMask], len = c >> 8;
+      if (len == 0 || bits + len > kMaxCodeLen) break;
+      v |= (c & 0xff) << (8 * count);
+      bits += len;
+      ++count;
+    }
+    multi[e] = count == 0 ? kNoCode : v | bits << 24 | count << 28;
   }
 }
 
-inline uint8_t DecodeOne(Reader& r, const TableEntry* table, uint32_t& bad) {
-  TableEntry e = table[r.buf >> (64 - kMaxCodeLen)];
-  uint32_t len = e >> 8;
-  bad |= len == 0;
-  r.buf <<= len;
-  r.nb -= static_cast<int>(len);
-  return static_cast<uint8_t>(e);
-}
-
-inline bool Overran(const Reader& r) {
-  return uint64_t{r.pos - r.start} * 32 - static_cast<uint64_t>(r.nb) >
-         uint64_t{r.end - r.start} * 32;
-}
-
-// Decodes segments [first, last) of a coded plane of n symbols into out[0..n). False if a
-// segment uses a prefix that is no code or reads past its words.
-bool DecodeSegments(const TableEntry* table, const uint8_t* stream, const uint8_t* offsets,
-                    int segment_log2, uint32_t n, uint8_t* out) {
-  const uint32_t seg = 1u << segment_log2;
-  const uint32_t segments = gpufmt::SegmentCount(n, segment_log2);
-  const uint32_t full = n >> segment_log2;  // segments of exactly `seg` symbols
-  uint32_t bad = 0;
-  auto open = [&](uint32_t j) {
-    Reader r;
-    r.pos = r.start = Get32(offsets + 4 * j);
-    r.end = Get32(offsets + 4 * (j + 1));
-    return r;
-  };
-  uint32_t j = 0;
-  // Four segments at a time: four independent dependency chains.
-  constexpr int kWays = 4;
-  for (; j + kWays <= full; j += kWays) {
-    Reader r[kWays];
-    uint8_t* o[kWays];
-    for (int w = 0; w < kWays; ++w) r[w] = open(j + w), o[w] = out + size_t{j + w} * seg;
-    for (uint32_t i = 0; i < seg; i += 2) {
+// Decodes kWays segments from `first` on, each of `count` symbols (the last segment of a plane may
+// be shorter: it goes alone), segment first + w into out + w * seg. Makes `bad` non-zero on a
+// prefix that is no code or a segment that reads past its words.
+template <int kWays>
+void DecodeWays(const TableEntry* table, const uint32_t* multi, const uint8_t* stream,
+                const uint8_t* offsets, uint32_t first, uint32_t seg, uint32_t count, uint8_t* out,
+                uint32_t& bad) {
+  Reader r[kWays];
+  uint8_t* o[kWays];
+  uint32_t i[kWays];
+  for (int w = 0; w < kWays; ++w) {
+    r[w].start = Get32(offsets + 4 * (first + w));
+    r[w].end = Get32(offsets + 4 * (first + w + 1));
+    r[w].bit = uint64_t{r[w].start} * 32;
+    o[w] = out + static_cast<size_t>(w) * seg;
+    i[w] = 0;
+  }
+  // A step: one window (>= 33 valid bits) feeds three lookups of <= 11 bits, <= 9 symbols, each
+  // lookup's 4-byte store at most 3 bytes past them. Steps run in batches that every segment has
+  // room for (12 more output bytes, both window words inside it), with no other branch.
+  for (;;) {
+    uint64_t steps = UINT64_MAX;
+    for (int w = 0; w < kWays; ++w) {
+      const uint64_t by_out = i[w] + 12 <= count ? (count - i[w] - 12) / 9 + 1 : 0;
+      const uint64_t limit = r[w].end >= 1 ? uint64_t{r[w].end - 1} * 32 : 0;
+      const uint64_t by_in = r[w].bit < limit ? (limit - r[w].bit - 1) / 33 + 1 : 0;
+      steps = std::min(steps, std::min(by_out, by_in));
+    }
+    if (steps == 0) break;
+    for (uint64_t k = 0; k < steps; ++k) {
       for (int w = 0; w < kWays; ++w) {
-        Refill(r[w], stream);
-        o[w][i] = DecodeOne(r[w], table, bad);
-        o[w][i + 1] = DecodeOne(r[w], table, bad);
+        uint64_t v = Window(r[w], stream);
+        uint32_t flags = 0, bits = 0;
+        for (int l = 0; l < 3; ++l) {
+          const uint32_t e = multi[(v << bits) >> (64 - kMaxCodeLen)];
+          memcpy(o[w] + i[w], &e, 4);
+          i[w] += (e >> 28) & 3;
+          bits += (e >> 24) & 15;
+          flags |= e;
+        }
+        r[w].bit += bits;
+        bad |= flags & kBadBit;
       }
     }
-    for (int w = 0; w < kWays; ++w) bad |= Overran(r[w]);
   }
-  for (; j < segments; ++j) {
-    Reader r = open(j);
-    uint8_t* o = out + size_t{j} * seg;
-    const uint32_t count = std::min(seg, n - j * seg);
-    for (uint32_t i = 0; i < count; ++i) {
-      Refill(r, stream);
-      o[i] = DecodeOne(r, table, bad);
+  for (int w = 0; w < kWays; ++w) {
+    // The rest, one symbol at a time, reading words outside the segment as zeros.
+    while (i[w] < count) {
+      const TableEntry e = table[SafeWindow(r[w], stream) >> (64 - kMaxCodeLen)];
+      bad |= (e >> 8) == 0;
+      o[w][i[w]++] = static_cast<uint8_t>(e);
+      r[w].bit += e >> 8;
     }
-    bad |= Overran(r);
+    bad |= r[w].bit > uint64_t{r[w].end} * 32;
   }
+}
+
+// A coded plane's decode tables.
+struct Tables {
+  TableEntry single[gpufmt::kTableSize];
+  uint32_t multi[gpufmt::kTableSize];
+};
+
+// Decodes segments [first, last) of a coded plane of n symbols into out (segment first at out[0]).
+// False if a segment uses a prefix that is no code or reads past its words.
+bool DecodeSegments(const Tables& t, const uint8_t* stream, const uint8_t* offsets,
+                    int segment_log2, uint32_t n, uint32_t first, uint32_t last, uint8_t* out) {
+  const uint32_t seg = 1u << segment_log2;
+  const uint32_t full = std::min(last, n >> segment_log2);  // segments of exactly `seg` symbols
+  uint32_t bad = 0;
+  uint32_t j = first;
+  // Four segments at a time: four independent dependency chains (eight measure no faster).
+  for (; j + 4 <= full; j += 4)
+    DecodeWays<4>(t.single, t.multi, stream, offsets, j, seg, seg, out + size_t{j - first} * seg,
+                  bad);
+  for (; j < last; ++j)
+    DecodeWays<1>(t.single, t.multi, stream, offsets, j, seg, std::min(seg, n - j * seg),
+                  out + size_t{j - first} * seg, bad);
   return bad == 0;
 }
 
@@ -414,27 +466,42 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
   }
   if (pos != enc_len) return Corrupt("sections do not end at the encoding's end");
 
-  // A coded plane of kNone decodes straight into dst; split planes go through scratch.
-  const bool direct = transform == Transform::kNone && planes[0].mode == gpufmt::kModeHuffman;
-  const uint8_t* sources[kMaxPlanes];
+  // Planes are decoded a group of segments at a time into scratch that stays in the L1 cache,
+  // and merged into dst from there; a coded plane of kNone decodes straight into dst.
+  const bool direct = transform == Transform::kNone;
+  constexpr uint32_t kGroup = 4;  // segments
+  const uint32_t seg = 1u << segment_log2;
   uint8_t* scratch = nullptr;
+  std::unique_ptr<Tables[]> tables;
   for (int p = 0; p < width; ++p) {
-    const Plane& pl = planes[p];
-    if (pl.mode == gpufmt::kModeRaw) {
-      sources[p] = pl.section;
-      continue;
+    if (planes[p].mode != gpufmt::kModeHuffman) continue;
+    if (!tables) {
+      tables.reset(new (std::nothrow) Tables[kMaxPlanes]);
+      if (!tables || (!direct && !(scratch = Scratch(size_t{kGroup} * seg * width))))
+        return Status::Error(ENOMEM, "codec: no memory for decode tables or plane scratch");
     }
-    if (!direct && !scratch && !(scratch = Scratch(size_t{n} * width)))
-      return Status::Error(ENOMEM, "codec: no memory for plane scratch");
-    uint8_t* out = direct ? dst : scratch + static_cast<size_t>(p) * n;
-    TableEntry table[gpufmt::kTableSize];
-    BuildTable(pl.spec, pl.section + pl.layout.symbols, table);
-    if (!DecodeSegments(table, pl.section + pl.layout.stream, pl.section + pl.layout.offsets,
-                        segment_log2, n, out))
-      return Corrupt("a segment does not decode within its words");
-    sources[p] = out;
+    BuildTable(planes[p].spec, planes[p].section + planes[p].layout.symbols, tables[p].single);
+    BuildMultiTable(tables[p].single, tables[p].multi);
   }
-  if (!direct) MergePlanes(transform, sources, n, dst, streaming);
+  for (uint32_t j = 0; j < segments; j += kGroup) {
+    const uint32_t last = std::min(segments, j + kGroup);
+    const uint32_t begin = j * seg, count = std::min(n, last * seg) - begin;
+    const uint8_t* sources[kMaxPlanes];
+    for (int p = 0; p < width; ++p) {
+      const Plane& pl = planes[p];
+      if (pl.mode == gpufmt::kModeRaw) {
+        sources[p] = pl.section + begin;
+        continue;
+      }
+      uint8_t* out = direct ? dst + begin : scratch + static_cast<size_t>(p) * kGroup * seg;
+      if (!DecodeSegments(tables[p], pl.section + pl.layout.stream, pl.section + pl.layout.offsets,
+                          segment_log2, n, j, last, out))
+        return Corrupt("a segment does not decode within its words");
+      sources[p] = out;
+    }
+    if (!direct || planes[0].mode == gpufmt::kModeRaw)
+      MergePlanes(transform, sources, count, dst + size_t{begin} * width, streaming);
+  }
   memcpy(dst + size_t{n} * width, e + gpufmt::kOffTail, tail);
   if ((e[gpufmt::kOffFlags] & gpufmt::kFlagCrc) && Crc32c(dst, len) != Get32(e + gpufmt::kOffCrc))
     return Corrupt("checksum mismatch: the decoded chunk differs from the one encoded");
