@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
-#include <vector>
 
 #include "runtime/base/checksum.h"
 #include "runtime/base/log.h"
@@ -70,7 +69,6 @@ struct ThreadState {
   ZSTD_CCtx* cctx = nullptr;
   ZSTD_CCtx* pctx = nullptr;
   ZSTD_DCtx* dctx = nullptr;
-  std::vector<uint8_t> scratch;
   ~ThreadState() {
     ZSTD_freeCCtx(cctx);
     ZSTD_freeCCtx(pctx);
@@ -92,14 +90,7 @@ struct ThreadState {
   }
   // nullptr when memory is short (no exception may leave the runtime).
   uint8_t* Scratch(size_t n) {
-    if (scratch.size() < n) {
-      try {
-        scratch.resize(n);
-      } catch (const std::bad_alloc&) {
-        return nullptr;
-      }
-    }
-    return scratch.data();
+    return PlaneScratch(n);
   }
 };
 thread_local ThreadState t_state;

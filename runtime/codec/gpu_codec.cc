@@ -7,7 +7,6 @@
 #include <cstring>
 #include <memory>
 #include <new>
-#include <vector>
 
 #include "runtime/base/checksum.h"
 #include "runtime/codec/gpu_format.h"
@@ -29,20 +28,6 @@ uint32_t Get32(const uint8_t* p) {
   uint32_t v;
   memcpy(&v, p, 4);
   return v;
-}
-
-// Plane scratch, per thread (the encoder splits into it, the decoder decodes coded planes into it).
-thread_local std::vector<uint8_t> t_scratch;
-
-uint8_t* Scratch(size_t n) {
-  if (t_scratch.size() < n) {
-    try {
-      t_scratch.resize(n);
-    } catch (const std::bad_alloc&) {
-      return nullptr;
-    }
-  }
-  return t_scratch.data();
 }
 
 Status Corrupt(const char* why) {
@@ -365,7 +350,7 @@ Status EncodeGpu(const EncodePlan& plan, const uint8_t* src, size_t len, bool cr
   if (plan.transform == Transform::kNone) {
     planes[0] = src;
   } else {
-    uint8_t* scratch = Scratch(size_t{n} * width);
+    uint8_t* scratch = PlaneScratch(size_t{n} * width);
     if (!scratch) return Status::Error(ENOMEM, "codec: no memory for plane scratch");
     uint8_t* out[kMaxPlanes];
     for (int p = 0; p < width; ++p) planes[p] = out[p] = scratch + static_cast<size_t>(p) * n;
@@ -477,7 +462,7 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
     if (planes[p].mode != gpufmt::kModeHuffman) continue;
     if (!tables) {
       tables.reset(new (std::nothrow) Tables[kMaxPlanes]);
-      if (!tables || (!direct && !(scratch = Scratch(size_t{kGroup} * seg * width))))
+      if (!tables || (!direct && !(scratch = PlaneScratch(size_t{kGroup} * seg * width))))
         return Status::Error(ENOMEM, "codec: no memory for decode tables or plane scratch");
     }
     BuildTable(planes[p].spec, planes[p].section + planes[p].layout.symbols, tables[p].single);

@@ -1,6 +1,8 @@
 #include "runtime/codec/planes.h"
 
 #include <cstring>
+#include <new>
+#include <vector>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -269,6 +271,18 @@ void MergePlanes(Transform t, const uint8_t* const* planes, size_t n, uint8_t* d
   }
 #endif
   Merge<false>(t, planes, n, dst);
+}
+
+uint8_t* PlaneScratch(size_t n) {
+  thread_local std::vector<uint8_t> scratch;
+  if (scratch.size() < n) {
+    try {
+      scratch.resize(n);
+    } catch (const std::bad_alloc&) {
+      return nullptr;
+    }
+  }
+  return scratch.data();
 }
 
 }  // namespace zrtier

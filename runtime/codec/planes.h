@@ -38,4 +38,8 @@ void SplitPlanes(Transform t, const uint8_t* src, size_t n, uint8_t* const* plan
 void MergePlanes(Transform t, const uint8_t* const* planes, size_t n, uint8_t* dst,
                  bool streaming = false);
 
+// Per-thread scratch for planes, at least `n` bytes (grown, never shrunk); shared by the codec's
+// formats (one Encode or Decode uses it at a time). nullptr when memory is short.
+uint8_t* PlaneScratch(size_t n);
+
 }  // namespace zrtier

@@ -314,7 +314,7 @@ ZRTIER_HD uint32_t DecodeSegment(const DecodeChunk& c, uint32_t j, const BlockSh
   const uint32_t begin = j << ci.segment_log2;
   const uint32_t end =
       begin + (1u << ci.segment_log2) < ci.n ? begin + (1u << ci.segment_log2) : ci.n;
-  Reader r[kW];
+  Reader r[kW] = {};
   bool coded[kW];
   uint32_t bad = 0;
   for (int p = 0; p < kW; ++p) {
@@ -406,6 +406,20 @@ ZRTIER_HD void DecodeBlock(const DecodeChunk& c, uint32_t tid, uint32_t nthreads
     for (uint32_t k = 0; k < ci.tail; ++k)
       dst[static_cast<uint64_t>(ci.n) * ci.width + k] = HeaderBytes(sh)[gpufmt::kOffTail + k];
 }
+
+#if !defined(__CUDACC__)
+// The CTA on the CPU: each phase for threads 0..nthreads-1 in turn, as the kernel runs them with
+// __syncthreads() between phases. Returns the chunk's status.
+inline uint32_t RunBlockOnCpu(const DecodeChunk& c, uint32_t nthreads, BlockShared& sh) {
+  for (uint32_t t = 0; t < nthreads; ++t) LoadHeader(c, t, nthreads, sh);
+  ParseHeader(c, sh);
+  for (uint32_t t = 0; t < nthreads; ++t) LoadCodes(c, t, nthreads, sh);
+  for (uint32_t t = 0; t < nthreads; ++t) ReadSpecs(t, nthreads, sh);
+  for (uint32_t t = 0; t < nthreads; ++t) BuildTables(t, nthreads, sh);
+  for (uint32_t t = 0; t < nthreads; ++t) DecodeBlock(c, t, nthreads, sh);
+  return sh.error;
+}
+#endif
 
 }  // namespace dev
 

@@ -12,6 +12,7 @@
 
 #include "runtime/codec/estimate.h"
 #include "runtime/codec/planes.h"
+#include "tests/testutil/encode.h"
 #include "tests/testutil/skip.h"
 #include "tools/bench/sample_data.h"
 
@@ -27,12 +28,7 @@ std::vector<uint8_t> Sample(SampleKind kind, size_t len, uint64_t seed = 1) {
 }
 
 std::vector<uint8_t> Encode(const Codec& codec, const std::vector<uint8_t>& src) {
-  std::vector<uint8_t> enc(Codec::MaxEncodedSize(src.size()));
-  size_t n = 0;
-  Status s = codec.Encode(src.data(), src.size(), enc.data(), enc.size(), &n);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  enc.resize(n);
-  return enc;
+  return testing::EncodeChunk(codec, src);
 }
 
 // Total encoded size of `chunks` consecutive chunks of `kind` (different seeds).

@@ -16,6 +16,7 @@
 
 #include "runtime/codec/codec.h"
 #include "runtime/codec/gpu_format.h"
+#include "tests/testutil/encode.h"
 #include "tests/testutil/sample_bytes.h"
 #include "tests/testutil/skip.h"
 
@@ -27,12 +28,7 @@ using testing::SampleBytes;
 constexpr size_t kChunk = 256 << 10;
 
 std::vector<uint8_t> Encode(const Codec& codec, const std::vector<uint8_t>& src) {
-  std::vector<uint8_t> enc(Codec::MaxEncodedSize(src.size()));
-  size_t n = 0;
-  Status s = codec.Encode(src.data(), src.size(), enc.data(), enc.size(), &n);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  enc.resize(n);
-  return enc;
+  return testing::EncodeChunk(codec, src);
 }
 
 uint32_t Get32(const uint8_t* p) {

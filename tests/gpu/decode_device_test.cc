@@ -15,6 +15,7 @@
 
 #include "runtime/codec/codec.h"
 #include "runtime/codec/gpu_format.h"
+#include "tests/testutil/encode.h"
 #include "tests/testutil/sample_bytes.h"
 #include "tests/testutil/skip.h"
 
@@ -38,24 +39,13 @@ void RunKernel(const std::vector<DecodeChunk>& chunks, std::vector<uint32_t>* st
   status->assign(chunks.size(), 0xdead);
   auto sh = std::make_unique<dev::BlockShared>();
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const DecodeChunk& ch = chunks[c];
     memset(sh.get(), 0xa5, sizeof(*sh));  // shared memory starts with garbage
-    for (uint32_t t = 0; t < threads; ++t) dev::LoadHeader(ch, t, threads, *sh);
-    dev::ParseHeader(ch, *sh);
-    for (uint32_t t = 0; t < threads; ++t) dev::LoadCodes(ch, t, threads, *sh);
-    for (uint32_t t = 0; t < threads; ++t) dev::ReadSpecs(t, threads, *sh);
-    for (uint32_t t = 0; t < threads; ++t) dev::BuildTables(t, threads, *sh);
-    for (uint32_t t = 0; t < threads; ++t) dev::DecodeBlock(ch, t, threads, *sh);
-    (*status)[c] = sh->error;
+    (*status)[c] = dev::RunBlockOnCpu(chunks[c], threads, *sh);
   }
 }
 
 std::vector<uint8_t> Encode(const Codec& codec, const std::vector<uint8_t>& src) {
-  std::vector<uint8_t> enc(Codec::MaxEncodedSize(src.size()));
-  size_t n = 0;
-  EXPECT_TRUE(codec.Encode(src.data(), src.size(), enc.data(), enc.size(), &n).ok());
-  enc.resize(n);
-  return enc;
+  return testing::EncodeChunk(codec, src);
 }
 
 // One chunk's encoding in its own exact-size aligned buffer, and a destination for it.

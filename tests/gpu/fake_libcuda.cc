@@ -84,16 +84,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   const uint32_t count = *static_cast<const uint32_t*>(params[1]);
   auto* status = *static_cast<uint32_t* const*>(params[2]);
   auto sh = std::make_unique<dev::BlockShared>();
-  for (uint32_t c = 0; c < gx && c < count; ++c) {
-    const DecodeChunk ch = chunks[c];
-    for (uint32_t t = 0; t < bx; ++t) dev::LoadHeader(ch, t, bx, *sh);
-    dev::ParseHeader(ch, *sh);
-    for (uint32_t t = 0; t < bx; ++t) dev::LoadCodes(ch, t, bx, *sh);
-    for (uint32_t t = 0; t < bx; ++t) dev::ReadSpecs(t, bx, *sh);
-    for (uint32_t t = 0; t < bx; ++t) dev::BuildTables(t, bx, *sh);
-    for (uint32_t t = 0; t < bx; ++t) dev::DecodeBlock(ch, t, bx, *sh);
-    status[c] = sh->error;
-  }
+  for (uint32_t c = 0; c < gx && c < count; ++c) status[c] = dev::RunBlockOnCpu(chunks[c], bx, *sh);
   return CUDA_SUCCESS;
 }
 CUresult cuMemAlloc(CUdeviceptr* p, size_t n) {
