@@ -19,16 +19,9 @@ namespace {
 
 using gpufmt::Align16;
 using gpufmt::kMaxCodeLen;
+using gpufmt::Load32;
+using gpufmt::Store32;
 using gpufmt::TableEntry;
-
-void Put32(uint8_t* p, uint32_t v) {
-  memcpy(p, &v, 4);
-}
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
 
 Status Corrupt(const char* why) {
   return Status::Error(EBADMSG, std::string("codec: gpu format: ") + why);
@@ -114,7 +107,7 @@ size_t EncodeSegment(const uint8_t* p, size_t count, const uint32_t* code, uint8
     nb += static_cast<int>((a & 31) + (b & 31));
     if (nb >= 32) {
       nb -= 32;
-      Put32(w, static_cast<uint32_t>(buf >> nb));
+      Store32(w, static_cast<uint32_t>(buf >> nb));
       w += 4;
     }
   }
@@ -124,12 +117,12 @@ size_t EncodeSegment(const uint8_t* p, size_t count, const uint32_t* code, uint8
     nb += static_cast<int>(a & 31);
     if (nb >= 32) {
       nb -= 32;
-      Put32(w, static_cast<uint32_t>(buf >> nb));
+      Store32(w, static_cast<uint32_t>(buf >> nb));
       w += 4;
     }
   }
   if (nb > 0) {
-    Put32(w, static_cast<uint32_t>(buf << (32 - nb)));
+    Store32(w, static_cast<uint32_t>(buf << (32 - nb)));
     w += 4;
   }
   return static_cast<size_t>(w - out) / 4;
@@ -184,11 +177,11 @@ uint32_t EncodeHuffmanPlane(const uint8_t* plane, uint32_t n, uint8_t* out, uint
   const size_t seg = size_t{1} << gpufmt::kSegmentLog2;
   uint32_t words = 0;
   for (uint32_t j = 0; j < segments; ++j) {
-    Put32(out + layout.offsets + 4 * j, words);
+    Store32(out + layout.offsets + 4 * j, words);
     size_t begin = j * seg, count = std::min<size_t>(seg, n - begin);
     words += static_cast<uint32_t>(EncodeSegment(plane + begin, count, code, stream + 4 * words));
   }
-  Put32(out + layout.offsets + 4 * segments, words);
+  Store32(out + layout.offsets + 4 * segments, words);
   *max_len = static_cast<uint8_t>(top);
   *symbol_count = static_cast<uint16_t>(used);
   return layout.stream + 4 * words;
@@ -219,13 +212,13 @@ struct Reader {
 // segment (Window) or any position (SafeWindow: words outside the segment read as zeros).
 inline uint64_t Window(const Reader& r, const uint8_t* stream) {
   const size_t k = r.bit >> 5;
-  const uint64_t v = uint64_t{Get32(stream + 4 * k)} << 32 | Get32(stream + 4 * k + 4);
+  const uint64_t v = uint64_t{Load32(stream + 4 * k)} << 32 | Load32(stream + 4 * k + 4);
   return v << (r.bit & 31);
 }
 inline uint64_t SafeWindow(const Reader& r, const uint8_t* stream) {
   const uint64_t k = r.bit >> 5;
-  const uint64_t hi = k < r.end ? Get32(stream + 4 * k) : 0;
-  const uint64_t lo = k + 1 < r.end ? Get32(stream + 4 * k + 4) : 0;
+  const uint64_t hi = k < r.end ? Load32(stream + 4 * k) : 0;
+  const uint64_t lo = k + 1 < r.end ? Load32(stream + 4 * k + 4) : 0;
   return (hi << 32 | lo) << (r.bit & 31);
 }
 
@@ -262,8 +255,8 @@ void DecodeWays(const TableEntry* table, const uint32_t* multi, const uint8_t* s
   uint8_t* o[kWays];
   uint32_t i[kWays];
   for (int w = 0; w < kWays; ++w) {
-    r[w].start = Get32(offsets + 4 * (first + w));
-    r[w].end = Get32(offsets + 4 * (first + w + 1));
+    r[w].start = Load32(offsets + 4 * (first + w));
+    r[w].end = Load32(offsets + 4 * (first + w + 1));
     r[w].bit = uint64_t{r[w].start} * 32;
     o[w] = out + static_cast<size_t>(w) * seg;
     i[w] = 0;
@@ -361,8 +354,8 @@ Status EncodeGpu(const EncodePlan& plan, const uint8_t* src, size_t len, bool cr
   dst[gpufmt::kOffTransform] = static_cast<uint8_t>(plan.transform);
   dst[gpufmt::kOffFlags] = crc ? gpufmt::kFlagCrc : 0;
   dst[gpufmt::kOffPlanes] = static_cast<uint8_t>(width);
-  Put32(dst + gpufmt::kOffLen, static_cast<uint32_t>(len));
-  if (crc) Put32(dst + gpufmt::kOffCrc, Crc32c(src, len));
+  Store32(dst + gpufmt::kOffLen, static_cast<uint32_t>(len));
+  if (crc) Store32(dst + gpufmt::kOffCrc, Crc32c(src, len));
   dst[gpufmt::kOffSegmentLog2] = gpufmt::kSegmentLog2;
   memcpy(dst + gpufmt::kOffTail, src + size_t{n} * width, tail);
   uint32_t pos = gpufmt::kHeaderSize;
@@ -381,8 +374,8 @@ Status EncodeGpu(const EncodePlan& plan, const uint8_t* src, size_t len, bool cr
       memcpy(dst + off, planes[p], n);
     }
     uint8_t* desc = dst + gpufmt::kOffPlaneDesc + gpufmt::kPlaneDescSize * p;
-    Put32(desc, off);
-    Put32(desc + 4, size);
+    Store32(desc, off);
+    Store32(desc + 4, size);
     desc[8] = mode;
     desc[9] = max_len;
     desc[10] = static_cast<uint8_t>(symbols);
@@ -401,7 +394,7 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
   const Transform transform = static_cast<Transform>(e[gpufmt::kOffTransform]);
   const int width = TransformWidth(transform);
   if (e[gpufmt::kOffPlanes] != width) return Corrupt("plane count does not match the transform");
-  if (Get32(e + gpufmt::kOffLen) != len) return Corrupt("encoded length is not the chunk's");
+  if (Load32(e + gpufmt::kOffLen) != len) return Corrupt("encoded length is not the chunk's");
   const int segment_log2 = e[gpufmt::kOffSegmentLog2];
   if (segment_log2 < gpufmt::kMinSegmentLog2 || segment_log2 > gpufmt::kMaxSegmentLog2)
     return Corrupt("segment size out of range");
@@ -420,7 +413,7 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
   uint64_t pos = gpufmt::kHeaderSize;
   for (int p = 0; p < width; ++p) {
     const uint8_t* desc = e + gpufmt::kOffPlaneDesc + gpufmt::kPlaneDescSize * p;
-    const uint32_t off = Get32(desc), size = Get32(desc + 4);
+    const uint32_t off = Load32(desc), size = Load32(desc + 4);
     Plane& pl = planes[p];
     pl.mode = desc[8];
     pl.max_len = desc[9];
@@ -438,11 +431,11 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
       if (!gpufmt::ReadCodeSpec(pl.section, pl.max_len, pl.symbols, &pl.spec))
         return Corrupt("invalid Huffman code");
       const uint8_t* offsets = pl.section + pl.layout.offsets;
-      if (Get32(offsets) != 0) return Corrupt("first segment does not start the stream");
+      if (Load32(offsets) != 0) return Corrupt("first segment does not start the stream");
       for (uint32_t j = 0; j < segments; ++j)
-        if (Get32(offsets + 4 * j) > Get32(offsets + 4 * (j + 1)))
+        if (Load32(offsets + 4 * j) > Load32(offsets + 4 * (j + 1)))
           return Corrupt("segment offsets decrease");
-      if (uint64_t{Get32(offsets + 4 * segments)} * 4 != size - pl.layout.stream)
+      if (uint64_t{Load32(offsets + 4 * segments)} * 4 != size - pl.layout.stream)
         return Corrupt("segment offsets do not end at the section's end");
     } else {
       return Corrupt("unknown plane mode");
@@ -488,7 +481,7 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
       MergePlanes(transform, sources, count, dst + size_t{begin} * width, streaming);
   }
   memcpy(dst + size_t{n} * width, e + gpufmt::kOffTail, tail);
-  if ((e[gpufmt::kOffFlags] & gpufmt::kFlagCrc) && Crc32c(dst, len) != Get32(e + gpufmt::kOffCrc))
+  if ((e[gpufmt::kOffFlags] & gpufmt::kFlagCrc) && Crc32c(dst, len) != Load32(e + gpufmt::kOffCrc))
     return Corrupt("checksum mismatch: the decoded chunk differs from the one encoded");
   return Status::Ok();
 }

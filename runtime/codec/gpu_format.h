@@ -91,6 +91,11 @@ ZRTIER_HD uint32_t Load32(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
 }
 
+ZRTIER_HD void Store32(uint8_t* p, uint32_t v) {
+  p[0] = static_cast<uint8_t>(v), p[1] = static_cast<uint8_t>(v >> 8);
+  p[2] = static_cast<uint8_t>(v >> 16), p[3] = static_cast<uint8_t>(v >> 24);
+}
+
 ZRTIER_HD uint32_t SegmentCount(uint32_t n, int segment_log2) {
   return static_cast<uint32_t>((uint64_t{n} + (uint64_t{1} << segment_log2) - 1) >> segment_log2);
 }
