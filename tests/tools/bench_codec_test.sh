@@ -21,7 +21,7 @@ expect_between() {
 # Sample data: JSON keys, passes, min <= median <= max.
 out=$("$ZRTIER" bench codec --data bf16 --bytes 1M --chunk 64K --seconds 0.01 --json) ||
   fail "bench codec --data bf16 failed"
-expect_status 3 "$(grep -c '^{' <<<"$out")" "bench codec --data bf16 rows"
+expect_status 4 "$(grep -c '^{' <<<"$out")" "bench codec --data bf16 rows"
 row=$(grep '"codec": "zrtier"' <<<"$out")
 for dir_ in encode decode; do
   for key in ${dir_}_mbps_per_core ${dir_}_mbps_per_core_min ${dir_}_mbps_per_core_max \
