@@ -78,7 +78,7 @@ for stage in "${stages[@]}"; do
         env=() expect=snapshot
         case $cfg in
           plain) expect=shared ;;
-          defaults) env=(LD_PRELOAD=$LIB) ;;
+          defaults) env=(LD_PRELOAD=$LIB) expect=first-touch ;;  # pinned in place (fork.h)
           owned) env=(LD_PRELOAD=$LIB ZRTIER_PIN_IN_PLACE=0 ZRTIER_PINNED_POOL=1G) ;;
           ram) env=(LD_PRELOAD=$LIB ZRTIER_PIN_IN_PLACE=0 ZRTIER_PINNED_POOL=64M ZRTIER_RESIDENT_LIMIT=64M) ;;
           file) env=(LD_PRELOAD=$LIB ZRTIER_PIN_IN_PLACE=0 ZRTIER_PINNED_POOL=64M ZRTIER_RESIDENT_LIMIT=64M

@@ -2,8 +2,10 @@
 
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "runtime/engine/arena.h"
 #include "runtime/engine/chunk_io.h"
@@ -52,7 +54,8 @@ Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
 
 Engine::~Engine() {
   fork_support::Unregister(this);
-  budget_->Stop();  // throttled writers and sleeping evictors wake up
+  held_servers_.reset();  // no child's request reads the engine from here on
+  budget_->Stop();        // throttled writers and sleeping evictors wake up
   pager_->Stop();
   evictor_->Stop();
   watchdog_->Stop();
@@ -251,10 +254,20 @@ uint64_t Engine::uffd_features() const {
 }
 
 void Engine::ForkPrepare() {
-  // The real runtime may mark the pages it registers MADV_DONTFORK (RDMA stacks do): pinned runs
-  // are made inheritable again (the kernel copies pinned pages for the child at the fork).
+  // The real runtime may mark the pages it registers MADV_DONTFORK (RDMA stacks do): the arena is
+  // made inheritable again, then the spans of held chunks are left out (fork.h: the child fetches
+  // them from this process instead of the kernel copying every pinned page at the fork).
   os_->Madvise(arena_->base(), arena_->size(), MADV_DOFORK);
   fork_map_lock_ = regions_->LockShared();
+  fork_held_ = fork_support::HeldSpans(*regions_, chunk_);
+  fork_fds_[0] = fork_fds_[1] = -1;
+  if (forked_child_) {
+    // This process's held chunks are its parent's: fetched now, they are inherited as any page.
+    fork_support::FetchHeld(fork_held_);
+    fork_held_.clear();
+  } else if (!fork_held_.empty() && !fork_support::ShareHeld(os_, fork_held_, fork_fds_)) {
+    fork_held_.clear();
+  }
   if (ExternalCopies* x = external_->holder()) x->ForkPrepare();
   io_->store()->ForkPrepare();
 }
@@ -262,6 +275,20 @@ void Engine::ForkPrepare() {
 void Engine::ForkParent() {
   io_->store()->ForkParent();
   if (ExternalCopies* x = external_->holder()) x->ForkParent();
+  if (fork_fds_[0] >= 0) {
+    close(fork_fds_[1]);
+    if (!held_servers_) {
+      held_servers_ = std::make_unique<fork_support::HeldServers>(
+          chunk_, [this](const void* src, size_t len, void* dst) {
+            bool zero = false;
+            Status st = Read(src, len, dst, &zero);
+            if (st.ok() && zero) memset(dst, 0, len);
+            return st;
+          });
+    }
+    held_servers_->Start(fork_fds_[0]);
+  }
+  fork_fds_[0] = fork_fds_[1] = -1;
   fork_map_lock_.unlock();
   parked_->Signal();  // faults parked while the gate was closed
 }
@@ -272,16 +299,34 @@ void Engine::ForkChild() {
   // Left held: the child never changes the map, and a writer that was waiting for the lock in the
   // parent would own it in the child once the last reader left.
   fork_map_lock_.release();
-  if (regions_->stored_raw() == 0 && regions_->external() == 0) return;  // nothing to serve
+  // The parent's servers are not this process's; a socket to a grandparent is not either.
+  if (held_servers_) (void)held_servers_.release();  // its threads do not exist here
+  if (parent_fd_ >= 0) close(parent_fd_);
+  parent_fd_ = -1;
+  forked_child_ = true;
+  if (fork_fds_[0] >= 0) {
+    close(fork_fds_[0]);
+    if (fork_support::MapHeldInChild(os_, fork_held_))
+      parent_fd_ = fork_fds_[1];
+    else
+      close(fork_fds_[1]);
+  }
+  fork_fds_[0] = fork_fds_[1] = -1;
+  const bool held = parent_fd_ >= 0;
+  if (regions_->stored_raw() == 0 && regions_->external() == 0 && !held) return;  // nothing
   std::vector<std::shared_ptr<Region>> serve;
   regions_->ForEachLocked([&](const std::shared_ptr<Region>& r) {
     bool need = r->stored_raw.load() > 0;
-    for (size_t i = 0; !need && i < r->table.n; ++i)
-      need = StateOf(r->table.chunks[i].word.load()) == kExternal;
+    for (size_t i = 0; !need && i < r->table.n; ++i) {
+      const ChunkState s = StateOf(r->table.chunks[i].word.load());
+      need = s == kExternal || (held && s == kHeld);
+    }
     if (need) serve.push_back(r);
   });
-  fork_support::ServeChild(
-      {os_, arena_.get(), io_.get(), external_->holder(), chunk_, std::move(serve)});
+  fork_support::ChildParts parts{os_,    arena_.get(),    io_.get(), external_->holder(),
+                                 chunk_, std::move(serve)};
+  parts.parent_fd = parent_fd_;
+  fork_support::ServeChild(std::move(parts));
 }
 
 }  // namespace zrtier

@@ -25,8 +25,10 @@
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <vector>
 
 #include "runtime/codec/codec.h"
+#include "runtime/engine/fork.h"
 #include "runtime/engine/region_backend.h"
 #include "runtime/os/os.h"
 #include "runtime/store/store.h"
@@ -143,6 +145,13 @@ class Engine final : public RegionBackend {
   std::unique_ptr<Evictor> evictor_;
   std::unique_ptr<Watchdog> watchdog_;
   std::shared_lock<std::shared_mutex> fork_map_lock_;  // held from ForkPrepare to ForkParent
+  // Held chunks at a fork (fork.h): the spans ForkPrepare marked MADV_DONTFORK and its socketpair
+  // (parent's end, child's end), the parent's servers, and in a child its socket to the parent.
+  std::vector<fork_support::Span> fork_held_;
+  int fork_fds_[2] = {-1, -1};
+  std::unique_ptr<fork_support::HeldServers> held_servers_;
+  bool forked_child_ = false;
+  int parent_fd_ = -1;
 };
 
 }  // namespace zrtier

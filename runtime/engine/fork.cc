@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -16,6 +19,7 @@
 #include "runtime/engine/region_map.h"
 #include "runtime/engine/uffd.h"
 #include "runtime/os/uffd_compat.h"
+#include "runtime/store/store.h"
 
 namespace zrtier {
 namespace fork_support {
@@ -51,8 +55,42 @@ void Child() {
   g_mu.unlock();
 }
 
+// A held chunk's request from a child and the answer's header, on a stream socket (a chunk is
+// larger than a datagram may be); the answer is the header and, when status is 0, the chunk's
+// bytes.
+struct HeldRequest {
+  uint64_t addr;
+  uint64_t len;
+};
+struct HeldAnswer {
+  int32_t status;  // 0, or the errno of the parent's read
+};
+
+// Sends or receives all `n` bytes on the stream socket `fd`; false at its end or on an error.
+bool SendAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k, n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+bool RecvAll(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t k = recv(fd, c, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    c += k, n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
 // The child's fault server: one thread reading the child's userfaultfd, answering each fault with
-// the chunk's bytes as of the fork. It never exits (the process's end takes it).
+// the chunk's bytes as of the fork (a held chunk's: as the parent has it now). It never exits (the
+// process's end takes it).
 class ChildServer {
  public:
   ChildServer(ChildParts parts, int fd, bool poison)
@@ -123,6 +161,9 @@ class ChildServer {
         return p_.io->codec().Decode(enc, len, buf_, p_.chunk);
       });
       if (st.ok()) st = uffd_.Copy(p, buf_, p_.chunk, /*wp=*/false);
+    } else if (s == kHeld && p_.parent_fd >= 0) {
+      st = FetchFromParent(p);
+      if (st.ok()) st = uffd_.Copy(p, buf_, p_.chunk, /*wp=*/false);
     } else if (s == kExternal) {
       bool held = p_.holder && p_.holder->WithBytes(r->id, i, c.gen.load(), [&](const char* b) {
         st = uffd_.Copy(p, b, p_.chunk, /*wp=*/false);
@@ -136,6 +177,19 @@ class ChildServer {
     if (!st.ok()) Fail(addr, st.ToString().c_str());
   }
 
+  // Asks the parent for the chunk at `p` (HeldServers) into buf_. (Sockets are outside Os: a
+  // failure here is the parent's absence, reported like any unreadable chunk.)
+  Status FetchFromParent(char* p) {
+    const HeldRequest req{reinterpret_cast<uint64_t>(p), p_.chunk};
+    HeldAnswer ans{};
+    if (!SendAll(p_.parent_fd, &req, sizeof(req)) || !RecvAll(p_.parent_fd, &ans, sizeof(ans)))
+      return Status::Error(EIO, "the parent is gone (its pinned chunks cannot be fetched)");
+    if (ans.status != 0) return Status::Error(ans.status, "the parent could not read it");
+    if (!RecvAll(p_.parent_fd, buf_, p_.chunk))
+      return Status::Error(EIO, "the parent is gone (its pinned chunks cannot be fetched)");
+    return Status::Ok();
+  }
+
   ChildParts p_;
   Uffd uffd_;
   char* buf_;
@@ -143,6 +197,101 @@ class ChildServer {
 };
 
 }  // namespace
+
+std::vector<Span> HeldSpans(const RegionMap& regions, size_t chunk) {
+  std::vector<Span> spans;
+  regions.ForEachLocked([&](const std::shared_ptr<Region>& r) {
+    for (size_t i = 0; i < r->table.n; ++i) {
+      if (StateOf(r->table.chunks[i].word.load()) != kHeld) continue;
+      char* p = r->table.AddressOf(i);
+      if (!spans.empty() && spans.back().p + spans.back().len == p)
+        spans.back().len += chunk;
+      else
+        spans.push_back({p, chunk});
+    }
+  });
+  return spans;
+}
+
+bool ShareHeld(Os* os, const std::vector<Span>& spans, int fds[2]) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return false;
+  for (size_t k = 0; k < spans.size(); ++k) {
+    if (os->Madvise(spans[k].p, spans[k].len, MADV_DONTFORK) < 0) {
+      for (size_t j = 0; j < k; ++j) os->Madvise(spans[j].p, spans[j].len, MADV_DOFORK);
+      close(fds[0]);
+      close(fds[1]);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool MapHeldInChild(Os* os, const std::vector<Span>& spans) {
+  for (const Span& s : spans) {
+    int err = 0;
+    void* m = os->Mmap(s.p, s.len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0, &err);
+    if (m != s.p) {
+      Log(LogLevel::kError,
+          "forked child: mapping the parent's pinned memory failed (%s); it is inaccessible here "
+          "(SIGSEGV)",
+          strerror(err));
+      return false;
+    }
+  }
+  return true;
+}
+
+void FetchHeld(const std::vector<Span>& spans) {
+  for (const Span& s : spans)
+    for (size_t off = 0; off < s.len; off += kPage) (void)*static_cast<volatile char*>(s.p + off);
+}
+
+HeldServers::~HeldServers() {
+  std::lock_guard<std::mutex> l(mu_);
+  for (Server& s : servers_) {
+    shutdown(s.fd, SHUT_RDWR);  // the thread's recv returns 0
+    s.thread.join();
+    close(s.fd);
+  }
+}
+
+void HeldServers::Start(int fd) {
+  std::lock_guard<std::mutex> l(mu_);
+  // The servers of children that are gone are joined here.
+  for (auto it = servers_.begin(); it != servers_.end();) {
+    if (!it->done->load()) {
+      ++it;
+      continue;
+    }
+    it->thread.join();
+    close(it->fd);
+    it = servers_.erase(it);
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, fd, done] {
+    Serve(fd);
+    done->store(true);
+  });
+  servers_.push_back({fd, std::move(t), std::move(done)});
+}
+
+void HeldServers::Serve(int fd) {
+  std::vector<char> buf(chunk_);
+  for (;;) {
+    HeldRequest req{};
+    if (!RecvAll(fd, &req, sizeof(req))) return;  // the child exited or exec'd (or shutdown)
+    HeldAnswer ans{0};
+    if (req.len == 0 || req.len > chunk_) {
+      ans.status = EINVAL;
+    } else {
+      Status st = read_(reinterpret_cast<const void*>(req.addr), req.len, buf.data());
+      if (!st.ok()) ans.status = st.code() ? st.code() : EIO;
+    }
+    if (!SendAll(fd, &ans, sizeof(ans))) return;
+    if (ans.status == 0 && !SendAll(fd, buf.data(), req.len)) return;
+  }
+}
 
 void Register(Engine* e) {
   std::call_once(g_installed, [] { pthread_atfork(Prepare, Parent, Child); });

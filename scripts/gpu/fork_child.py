@@ -11,7 +11,10 @@ first mismatch. What DataLoader workers and multiprocessing's fork start method 
   3. a multiprocessing Pool with the fork start method hashes slices of a pinned tensor.
 With --expect shared (the plain run): plain CUDA pinned memory is a shared mapping, so the child
 reads the parent's later bytes and its writes reach the parent; zrtier gives the child the bytes
-of the fork instead (docs/decisions.md, "fork: the child serves its own faults").
+of the fork instead (--expect snapshot), except for buffers pinned in place (zrtier's defaults):
+those the child fetches from the parent at its first touch, so it reads the parent's later bytes
+as with plain pinned memory, while its writes stay its own (--expect first-touch;
+runtime/engine/fork.h).
 """
 import argparse
 import hashlib
@@ -38,10 +41,14 @@ def slice_digest(i):
 def main():
     global _shared
     ap = argparse.ArgumentParser()
-    ap.add_argument("--expect", choices=("snapshot", "shared"), default="snapshot",
-                    help="what the child should see: the bytes of the fork (zrtier) or the "
-                         "parent's later bytes (plain pinned memory, a shared mapping)")
-    shared = ap.parse_args().expect == "shared"
+    ap.add_argument("--expect", choices=("snapshot", "shared", "first-touch"), default="snapshot",
+                    help="what the child should see: the bytes of the fork (zrtier), the parent's "
+                         "later bytes with writes shared (plain pinned memory, a shared mapping), "
+                         "or the parent's later bytes with writes of its own (zrtier, pinned in "
+                         "place)")
+    expect = ap.parse_args().expect
+    shared = expect == "shared"
+    reads_later = expect in ("shared", "first-touch")
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(11)
     pinned = []
@@ -87,12 +94,12 @@ def main():
         got += b
     _, status = os.waitpid(pid, 0)
     got = got.decode().split()
-    child_want = parent_now if shared else want
+    child_want = parent_now if reads_later else want
     if status != 0 or got != child_want:
         print(f"fork child: MISMATCH (status {status}); child {got[:1]} want {child_want[:1]}")
         ok = False
     else:
-        print(f"fork child: read the {'parent' + chr(39) + 's later bytes' if shared else 'bytes of the fork'}: ok")
+        print(f"fork child: read the {'parent' + chr(39) + 's later bytes' if reads_later else 'bytes of the fork'}: ok")
     sevens = digest(torch.full((N,), 7, dtype=torch.int32))
     parent_after = [digest(t) for t in pinned]
     if parent_after != ([sevens] * COUNT if shared else parent_now):

@@ -1,11 +1,13 @@
 // Covers fork (runtime/engine/fork.h): a forked child reads every region's bytes as of the fork
-// whichever tier held them (T1 pages, an adopted T0-held copy, the RAM store, zram, spill files),
-// its writes stay its own, the parent's writes, evictions and frees after the fork never reach
-// it, a grandchild reads them too, fork+exec works, and forks while threads copy, evict and fault
-// never deadlock.
+// whichever tier held them (T1 pages, an adopted T0-held copy, the RAM store, zram, spill files,
+// pages pinned in place -- these fetched from the parent at the first touch, not inherited), its
+// writes stay its own, the parent's writes, evictions and frees after the fork never reach it
+// (pinned chunks: once touched), a grandchild reads them too, fork+exec works, and forks while
+// threads copy, evict and fault never deadlock.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/engine/chunk_table.h"
 #include "runtime/engine/engine.h"
 #include "runtime/store/file_store.h"
 #include "runtime/store/zram_device.h"
@@ -33,7 +36,7 @@ namespace {
 using testing::MakeTestEngine;
 using testing::TestEngineOptions;
 
-enum class Tier { kResident, kOwned, kRam, kZram, kFile };
+enum class Tier { kResident, kOwned, kRam, kZram, kFile, kHeld };
 
 std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
   switch (info.param) {
@@ -47,6 +50,8 @@ std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
       return "Zram";
     case Tier::kFile:
       return "SpillFile";
+    case Tier::kHeld:
+      return "PinnedInPlace";
   }
   return "?";
 }
@@ -136,6 +141,12 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
     memcpy(p_, v.data(), kFirstEmpty * cs_);
     memcpy(p_ + (kFirstEmpty + 2) * cs_, v.data() + (kFirstEmpty + 2) * cs_,
            (kChunks - kFirstEmpty - 2) * cs_);
+    if (GetParam() == Tier::kHeld) {
+      // What the shim does once CUDA has registered the pages (a pinned run).
+      EXPECT_TRUE(e_->Hold(p_, kChunks * cs_).ok());
+      EXPECT_EQ(e_->Usage().held_bytes, kChunks * cs_);
+      return v;
+    }
     if (GetParam() != Tier::kResident) {
       EXPECT_TRUE(e_->EvictTo(0).ok());
       EXPECT_EQ(e_->Usage().stored_raw_bytes, (kChunks - 2) * cs_);
@@ -171,7 +182,13 @@ TEST_P(ForkTest, ChildReadsTheBytesOfTheForkAndItsWritesStayItsOwn) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Describe(status);
 }
 
-TEST_P(ForkTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheChild) {
+// The tiers whose chunks read as of the fork (pinned-in-place chunks read as the parent has them at
+// the child's first touch: PinnedForkTest).
+class ForkSnapshotTest : public ForkTest {};
+// Pinned-in-place chunks.
+class PinnedForkTest : public ForkTest {};
+
+TEST_P(ForkSnapshotTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheChild) {
   signal(SIGPIPE, SIG_IGN);  // a child that died early: the write below fails instead
   int go[2], done[2];
   ASSERT_EQ(pipe(go), 0);
@@ -215,6 +232,50 @@ TEST_P(ForkTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheChild) {
   close(done[0]);
 }
 
+// Pinned-in-place chunks are not inherited (no page of them is in the child after the fork: the
+// kernel would copy every pinned page at once); the child fetches each from the parent at its
+// first touch, as the parent has it then; from then on the parent's writes do not reach it.
+TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
+  signal(SIGPIPE, SIG_IGN);  // a child that died early: the writes below fail instead
+  int go[2], done[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(done), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);
+    std::vector<unsigned char> present(kChunks * cs_ / kPage);
+    if (mincore(p_, kChunks * cs_, present.data()) != 0) _exit(250);
+    for (unsigned char b : present)
+      if (b & 1) _exit(249);  // a page was inherited
+    char b;
+    if (read(go[0], &b, 1) != 1) _exit(252);
+    // The parent has rewritten chunk 0 by now: the child reads the new bytes, and the rest.
+    if (p_[0] != 0x5A || p_[cs_ - 1] != 0x5A) _exit(248);
+    if (int c = Compare(p_ + cs_, std::vector<char>(want_.begin() + cs_, want_.end()), cs_))
+      _exit(c);
+    if (write(done[1], "x", 1) != 1) _exit(253);
+    if (read(go[0], &b, 1) != 1) _exit(252);
+    // The parent's second write came after the child's first touch: not seen.
+    if (p_[cs_] != want_[cs_]) _exit(247);
+    _exit(0);
+  }
+  close(go[0]);
+  close(done[1]);
+  memset(p_, 0x5A, cs_);
+  ASSERT_EQ(write(go[1], "x", 1), 1);
+  char b;
+  if (read(done[0], &b, 1) != 1) ADD_FAILURE() << "the child died before its first check";
+  memset(p_ + cs_, 0x6B, cs_);
+  (void)!write(go[1], "x", 1);
+  int status = -1;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << Describe(status) << " (1+N: chunk N+1 differs; 247-250: see the child's checks)";
+  close(go[1]);
+  close(done[0]);
+}
+
 TEST_P(ForkTest, GrandchildReadsTheBytesToo) {
   int status = InChild([&] {
     int inner = InChild([&] { return Compare(p_, want_, cs_); });
@@ -234,8 +295,13 @@ TEST_P(ForkTest, ForkThenExecWorks) {
 
 INSTANTIATE_TEST_SUITE_P(Tiers, ForkTest,
                          ::testing::Values(Tier::kResident, Tier::kOwned, Tier::kRam, Tier::kZram,
+                                           Tier::kFile, Tier::kHeld),
+                         TierName);
+INSTANTIATE_TEST_SUITE_P(Tiers, ForkSnapshotTest,
+                         ::testing::Values(Tier::kResident, Tier::kOwned, Tier::kRam, Tier::kZram,
                                            Tier::kFile),
                          TierName);
+INSTANTIATE_TEST_SUITE_P(Tiers, PinnedForkTest, ::testing::Values(Tier::kHeld), TierName);
 
 // Forks while threads store into, read, evict and fault their own chunks: every fork returns
 // (the gate waits only for transitions in flight) and every child reads a stable region exactly.
