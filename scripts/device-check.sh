@@ -170,12 +170,15 @@ PYEOF
         esac
         rm -f "$json"
         echo "+ ${envs[*]} ${suite_launch[*]} ${suite_small[*]} --out $json" >"$log"
-        env "${suite_clean[@]}" "${envs[@]}" timeout -k 30 "${SUITE_TIMEOUT:-900}" \
+        # PYTHONFAULTHANDLER: a run that dies of a signal prints every Python thread's stack in its log.
+        env "${suite_clean[@]}" "${envs[@]}" PYTHONFAULTHANDLER=1 timeout -k 30 "${SUITE_TIMEOUT:-900}" \
           "${suite_launch[@]}" "${suite_small[@]}" --out "$json" >>"$log" 2>&1
         rc=$?
         [[ -n $spill ]] && rm -rf "$spill"
         if ((rc == 124 || rc == 137)); then suite_ident="NO (timeout or killed)"
-        elif ((rc != 0)) || [[ ! -s $json ]]; then suite_ident="NO (exit $rc)"
+        elif ((rc != 0)) || [[ ! -s $json ]]; then
+          # A JSON next to a failed exit: the program finished its work and died on the way out.
+          suite_ident="NO (exit $rc$([[ -s $json ]] && echo ', after writing its JSON'))"
         elif [[ $cfg == plain ]]; then suite_ident=-
         elif $py "$suite_script" --compare "$OUT/suite_${prog}_plain.json" "$json" >"$OUT/suite_${prog}_${cfg}.cmp" 2>&1
         then suite_ident=yes
