@@ -54,7 +54,8 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "a cap on the bytes of region pages kept resident (T1) below what the memory budget gives; "  \
     "colder chunks are compressed. 0 = the budget decides")                                       \
   X(kStoreLimit, "STORE_LIMIT", kSize, "40%", "bytes", "", "store",                              \
-    "most bytes the compressed RAM store (T2) may occupy; past it chunks spill to lower tiers")   \
+    "most bytes the compressed RAM store (T2) may occupy; past it chunks spill to lower tiers. "  \
+    "Unset under ZRTIER_MEMORY with a tier below RAM: half the budget")                           \
   X(kStoreBackend, "STORE_BACKEND", kString, "ram", "", "", "backend",                           \
     "tiers below T1, in order, joined by '+': ram, zram, file (e.g. ram+file)")                   \
   X(kSpillDir, "SPILL_DIR", kString, "/var/tmp/zrtier-%u", "path", "", "spill",                  \

@@ -53,6 +53,13 @@ bool MemoryBudget::ParseMemAvailable(const char* meminfo, uint64_t* out) {
   return true;
 }
 
+uint64_t MemoryBudget::RamStoreLimit(uint64_t memory, const std::string& backend, uint64_t limit,
+                                     bool limit_set) {
+  if (!memory || limit_set || backend == "ram") return limit;
+  const uint64_t half = std::max<uint64_t>(memory / 2, 1);
+  return limit ? std::min(limit, half) : half;
+}
+
 uint64_t MemoryBudget::ComputeBudget(const BackendMemory& m) const {
   if (cfg_.memory) return cfg_.memory;
   char buf[4096];

@@ -14,6 +14,8 @@
 //     past it the least recently used runs are unpinned (PinnedRuns::Unpin); when they fit again
 //     with a margin, and nothing was unpinned for kRepinQuietMs, unpinned runs are pinned again.
 // A new region is pinned only while RoomToPin says the pinned bytes stay within L - headroom.
+// The RAM store's own limit is fixed at start-up (RamStoreLimit): with a tier below RAM it is half
+// the budget, so that compressed data past it spills instead of exceeding the budget.
 //
 // Thread safety: every method may be called from any thread. The keeper calls CUDA (through
 // PinnedRuns) and the backend; it never runs inside a CUDA host function.
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "runtime/engine/region_backend.h"
@@ -63,6 +66,13 @@ class MemoryBudget {
 
   // MemAvailable of `meminfo` (the text of /proc/meminfo) in bytes; false if it has none.
   static bool ParseMemAvailable(const char* meminfo, uint64_t* out);
+
+  // The RAM store's limit under ZRTIER_MEMORY = `memory` (0: auto): the budget counts the store,
+  // so with a tier below RAM (`backend` other than "ram") and no ZRTIER_STORE_LIMIT of the user's
+  // (`limit_set` false) the store gets half the budget and what does not fit goes down a tier.
+  // Otherwise `limit`, the option's value, unchanged.
+  static uint64_t RamStoreLimit(uint64_t memory, const std::string& backend, uint64_t limit,
+                                bool limit_set);
 
  private:
   // The budget of this tick: ZRTIER_MEMORY, or the auto rule.

@@ -1,5 +1,7 @@
 #include "runtime/shim/process.h"
 
+#include "runtime/shim/memory_budget.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -150,6 +152,11 @@ Shim* ShimForAllocation(size_t size, unsigned flags) {
   std::lock_guard<std::mutex> l(g_init_mu);
   if (g_state.load(std::memory_order_relaxed) == kUninit) {
     g_opts = new Options(Options::FromEnvironment());
+    const uint64_t store_limit = MemoryBudget::RamStoreLimit(
+        g_opts->Size(Opt::kMemory), g_opts->String(Opt::kStoreBackend),
+        g_opts->Size(Opt::kStoreLimit), getenv("ZRTIER_STORE_LIMIT") != nullptr);
+    if (store_limit != g_opts->Size(Opt::kStoreLimit))
+      (void)g_opts->Set(Opt::kStoreLimit, std::to_string(store_limit));
     const Options& opts = *g_opts;
     SetLogVerbosity(static_cast<int>(opts.Int(Opt::kVerbose)));
     if (opts.Bool(Opt::kDisable)) {

@@ -108,6 +108,21 @@ class MemoryBudgetTest : public ::testing::Test {
   std::unique_ptr<Shim> shim_;
 };
 
+// The budget counts the RAM store: with a tier below RAM it gets half of ZRTIER_MEMORY unless the
+// user set ZRTIER_STORE_LIMIT, so a budget below the compressed data spills instead of being
+// exceeded; with RAM alone, or the auto budget, the option's value stands.
+TEST(MemoryBudgetRuleTest, TheRamStoreGetsHalfTheBudgetWhenATierIsBelowIt) {
+  const uint64_t G = 1ull << 30, forty_percent = 51 * G;
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(2 * G, "ram+file", forty_percent, false), G);
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(2 * G, "ram+zram", forty_percent, false), G);
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(2 * G, "ram+zram+file", forty_percent, false), G);
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(2 * G, "ram", forty_percent, false), forty_percent);
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(2 * G, "ram+file", G / 2, true), G / 2);
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(2 * G, "ram+file", 3 * G, true), 3 * G);
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(0, "ram+file", forty_percent, false), forty_percent);
+  EXPECT_EQ(MemoryBudget::RamStoreLimit(8 * G, "ram+file", G, false), G);
+}
+
 TEST_F(MemoryBudgetTest, WithRoomRegionsArePinnedInPlaceAndCopiedStraight) {
   Build(/*memory=*/0);
   const size_t n = 8 * kMiB;
