@@ -163,6 +163,16 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
     return 0;
   }
 
+  // Makes the pipes `go` (parent to child) and `done` (child to parent) and forks; the child dies
+  // of SIGALRM after 30 s. In the parent a write to a child that died early fails, not kills.
+  pid_t ForkWithPipes(int go[2], int done[2]) {
+    signal(SIGPIPE, SIG_IGN);
+    if (pipe(go) != 0 || pipe(done) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) alarm(30);
+    return pid;
+  }
+
   std::string dir_;
   std::unique_ptr<Engine> e_;
   std::unique_ptr<testing::ExternalHolder> holder_;
@@ -189,14 +199,10 @@ class ForkSnapshotTest : public ForkTest {};
 class PinnedForkTest : public ForkTest {};
 
 TEST_P(ForkSnapshotTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheChild) {
-  signal(SIGPIPE, SIG_IGN);  // a child that died early: the write below fails instead
   int go[2], done[2];
-  ASSERT_EQ(pipe(go), 0);
-  ASSERT_EQ(pipe(done), 0);
-  pid_t pid = fork();
+  pid_t pid = ForkWithPipes(go, done);
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    alarm(30);
     char b;
     if (read(go[0], &b, 1) != 1) _exit(252);
     // Half now, half after the parent's second round.
@@ -236,14 +242,10 @@ TEST_P(ForkSnapshotTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheC
 // kernel would copy every pinned page at once); the child fetches each from the parent at its
 // first touch, as the parent has it then; from then on the parent's writes do not reach it.
 TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
-  signal(SIGPIPE, SIG_IGN);  // a child that died early: the writes below fail instead
   int go[2], done[2];
-  ASSERT_EQ(pipe(go), 0);
-  ASSERT_EQ(pipe(done), 0);
-  pid_t pid = fork();
+  pid_t pid = ForkWithPipes(go, done);
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    alarm(30);
     std::vector<unsigned char> present(kChunks * cs_ / kPage);
     if (mincore(p_, kChunks * cs_, present.data()) != 0) _exit(250);
     for (unsigned char b : present)
