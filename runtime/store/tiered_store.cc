@@ -156,15 +156,20 @@ Status TieredStore::Get(StoreHandle h, const std::function<Status(const void*, s
     for (auto& [tier, inner] : release) ReleaseInner(tier, inner);
     if (items[0].status.ok()) return serve(items[0].bytes);
     lock.lock();  // the batch read failed: read it alone below (reports the tier's error)
+    // The lock was dropped: the entry may have been freed (and PublishLocked released it), and
+    // `it` may be stale. A freed entry is not read (its inner handle may be reused by now).
+    it = entries_.find(h);
+    if (it == entries_.end() || it->second.freed) return items[0].status;
   }
-  Entry& e2 = entries_[h];
+  Entry& e2 = it->second;
   e2.readers++;
   int tier = e2.tier;
   StoreHandle inner = e2.inner;
   lock.unlock();
   Status s = TierStore(tier)->Get(inner, fn);
   lock.lock();
-  if (--entries_[h].readers == 0) readers_cv_.notify_all();
+  auto done = entries_.find(h);
+  if (done != entries_.end() && --done->second.readers == 0) readers_cv_.notify_all();
   return s;
 }
 
