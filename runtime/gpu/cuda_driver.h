@@ -13,15 +13,33 @@
 
 namespace zrtier::gpu {
 
-#define ZRTIER_CUDA_DRIVER_FUNCTIONS(X)                                                         \
-  X(cuInit)                                                                                     \
-  X(cuGetErrorString)                                                                           \
-  X(cuDeviceGet) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)    \
-      X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)             \
-          X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) \
-              X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuStreamSynchronize)              \
-                  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)     \
-                      X(cuEventElapsedTime)
+// clang-format off
+#define ZRTIER_CUDA_DRIVER_FUNCTIONS(X)  \
+  X(cuInit)                              \
+  X(cuGetErrorString)                    \
+  X(cuDeviceGet)                         \
+  X(cuDeviceGetName)                     \
+  X(cuDevicePrimaryCtxRetain)            \
+  X(cuDevicePrimaryCtxRelease)           \
+  X(cuCtxSetCurrent)                     \
+  X(cuCtxGetCurrent)                     \
+  X(cuCtxSynchronize)                    \
+  X(cuModuleLoadData)                    \
+  X(cuModuleUnload)                      \
+  X(cuModuleGetFunction)                 \
+  X(cuLaunchKernel)                      \
+  X(cuMemAlloc)                          \
+  X(cuMemFree)                           \
+  X(cuMemcpyHtoD)                        \
+  X(cuMemcpyDtoH)                        \
+  X(cuMemsetD8)                          \
+  X(cuStreamSynchronize)                 \
+  X(cuEventCreate)                       \
+  X(cuEventDestroy)                      \
+  X(cuEventRecord)                       \
+  X(cuEventSynchronize)                  \
+  X(cuEventElapsedTime)
+// clang-format on
 
 struct CudaDriver {
 #define ZRTIER_CUDA_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
