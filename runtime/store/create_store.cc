@@ -20,11 +20,6 @@ Status CreateStore(const Options& opts, Os* os, std::unique_ptr<ChunkStore>* out
                                      " (expected ram, ram+zram, ram+file or ram+zram+file)");
   };
   if (names.empty() || names[0] != "ram") return bad("the first tier must be ram");
-  // The whole stack is checked before any tier is made: a refused stack leaves nothing behind
-  // (no spill folder, no claimed zram device).
-  if (backend != "ram" && backend != "ram+zram" && backend != "ram+file" &&
-      backend != "ram+zram+file")
-    return bad("unknown, repeated or misplaced tier");
   auto ram = std::make_unique<RamStore>(opts.Size(Opt::kStoreLimit),
                                         static_cast<int>(opts.Int(Opt::kNumaNode)), os);
   if (names.size() == 1) {
