@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "runtime/base/log.h"
+#include "runtime/base/thread_name.h"
 #include "runtime/os/os.h"
 
 namespace zrtier {
@@ -458,7 +459,10 @@ Status PublishStats(Os* os) {
   std::call_once(once, [] {
     pthread_atfork(nullptr, nullptr, AtForkChild);
     atexit(AtExitUnpublish);
-    std::thread(HeartbeatLoop).detach();
+    std::thread([] {
+      NameThisThread("zr-stats");
+      HeartbeatLoop();
+    }).detach();
   });
   Log(LogLevel::kInfo, "statistics published in %s", g_path);
   return Status::Ok();

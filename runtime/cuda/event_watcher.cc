@@ -5,10 +5,15 @@
 #include <chrono>
 #include <thread>
 
+#include "runtime/base/thread_name.h"
+
 namespace zrtier {
 
 EventWatcher::EventWatcher(const CudaApi* api) : api_(api) {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("zr-events");
+    Loop();
+  });
 }
 
 EventWatcher::~EventWatcher() {

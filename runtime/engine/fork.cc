@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "runtime/base/log.h"
+#include "runtime/base/thread_name.h"
 #include "runtime/engine/arena.h"
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/engine.h"
@@ -270,6 +271,7 @@ void HeldServers::Start(int fd) {
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread t([this, fd, done] {
+    NameThisThread("zr-fork-serve");
     Serve(fd);
     done->store(true);
   });
@@ -346,6 +348,7 @@ void ServeChild(ChildParts parts) {
   const bool poison = parts.arena->poison_supported() && (api.features & UFFD_FEATURE_POISON);
   auto* server = new ChildServer(std::move(parts), static_cast<int>(fd), poison);  // never freed
   std::thread([server] {
+    NameThisThread("zr-fork-child");
     server->Started();
     server->Run();
   }).detach();

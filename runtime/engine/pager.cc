@@ -6,6 +6,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/base/thread_name.h"
 #include "runtime/os/uffd_compat.h"
 
 namespace zrtier {
@@ -23,8 +24,15 @@ Pager::~Pager() = default;
 
 void Pager::Start() {
   heartbeat_.store(MonotonicNs());
-  for (int i = 0; i < restorer_count_; ++i) restorers_.emplace_back([this] { RestoreLoop(); });
-  pager_ = std::thread([this] { PagerLoop(); });
+  for (int i = 0; i < restorer_count_; ++i)
+    restorers_.emplace_back([this] {
+      NameThisThread("zr-restore");
+      RestoreLoop();
+    });
+  pager_ = std::thread([this] {
+    NameThisThread("zr-pager");
+    PagerLoop();
+  });
 }
 
 void Pager::Stop() {

@@ -4,11 +4,15 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/base/thread_name.h"
 
 namespace zrtier {
 
 void Watchdog::Start() {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    NameThisThread("zr-watchdog");
+    Loop();
+  });
 }
 
 void Watchdog::Stop() {

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "runtime/base/stats.h"
+#include "runtime/base/thread_name.h"
 
 namespace zrtier::policy {
 
@@ -24,7 +25,11 @@ Prefetcher::Prefetcher(const PrefetcherConfig& config, PrefetchSink* sink)
   // Learn-only (no window): no workers, the predictor only answers next-use distances.
   const int n = ahead_chunks_ ? zrtier::ResolveWorkers(config.workers) : 0;
   threads_.reserve(n);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 0; i < n; ++i)
+    threads_.emplace_back([this] {
+      NameThisThread("zr-prefetch");
+      WorkerLoop();
+    });
 }
 
 Prefetcher::~Prefetcher() {
@@ -141,7 +146,11 @@ void Prefetcher::OnFault(uint64_t region, uint64_t chunk) {
       return;
     }
   }
-  if (!fault_thread_.joinable()) fault_thread_ = std::thread([this] { FaultLoop(); });
+  if (!fault_thread_.joinable())
+    fault_thread_ = std::thread([this] {
+      NameThisThread("zr-prefetch-flt");
+      FaultLoop();
+    });
   fault_queue_.push_back(a);
   ++fault_queued_;
   if (fault_queue_.size() == 1) fault_cv_.notify_all();

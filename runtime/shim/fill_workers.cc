@@ -1,4 +1,5 @@
 #include "runtime/shim/fill_workers.h"
+#include "runtime/base/thread_name.h"
 
 #include <sched.h>
 
@@ -7,7 +8,11 @@
 namespace zrtier {
 
 FillWorkers::FillWorkers(int threads) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  for (int i = 0; i < threads; ++i)
+    threads_.emplace_back([this] {
+      NameThisThread("zr-fill");
+      Loop();
+    });
 }
 
 FillWorkers::~FillWorkers() {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "runtime/base/stats.h"
+#include "runtime/base/thread_name.h"
 
 namespace zrtier {
 namespace {
@@ -39,7 +40,10 @@ MemoryBudget::~MemoryBudget() {
 
 void MemoryBudget::Start() {
   Tick();
-  keeper_ = std::thread([this] { Loop(); });
+  keeper_ = std::thread([this] {
+    NameThisThread("zr-keeper");
+    Loop();
+  });
 }
 
 bool MemoryBudget::ParseMemAvailable(const char* meminfo, uint64_t* out) {

@@ -8,6 +8,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/base/thread_name.h"
 
 namespace zrtier {
 namespace {
@@ -35,8 +36,15 @@ TieredStore::TieredStore(std::unique_ptr<RamStore> ram,
     high_ = limit / 10 * 9;
     low_ = limit / 4 * 3;
   }
-  mover_ = std::thread([this] { MoverLoop(); });
-  for (int i = 0; i < kPrefetchThreads; ++i) prefetchers_.emplace_back([this] { PrefetchLoop(); });
+  mover_ = std::thread([this] {
+    NameThisThread("zr-store-mover");
+    MoverLoop();
+  });
+  for (int i = 0; i < kPrefetchThreads; ++i)
+    prefetchers_.emplace_back([this] {
+      NameThisThread("zr-store-read");
+      PrefetchLoop();
+    });
 }
 
 TieredStore::~TieredStore() {
