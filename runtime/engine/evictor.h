@@ -54,7 +54,8 @@ class Evictor {
   // Evicts the policy's victims until resident <= target. OK when reached, EAGAIN when no victim
   // was found, or the first store/ioctl error.
   Status EvictSome(uint64_t target);
-  void Loop();
+  // One evictor thread; the `lead` one polls the budget while idle, the others sleep until kicked.
+  void Loop(bool lead);
 
   const EngineParts e_;
   int thread_count_;

@@ -38,6 +38,8 @@ class ResidentBudget {
   uint64_t Room() const;
   // Wakes an evictor if the limit is exceeded.
   void Kick();
+  // Wakes every evictor.
+  void KickAll() { evict_cv_.notify_all(); }
   // Blocks a publishing caller while OverBudget() and the evictors are making progress (at most
   // 2 s; not after Stop()).
   void WaitForRoom();

@@ -3,14 +3,18 @@
 // fork_test.cc).
 #include "runtime/engine/engine.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/base/stats.h"
@@ -483,6 +487,60 @@ TEST(EngineTest, ResidentBudgetIsKeptInTheBackground) {
   EXPECT_GT(u.stored_raw_bytes, 0u);
   EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
   EXPECT_LE(e->Usage().resident_bytes, (1 << 20) + 5 * e->chunk_size());
+}
+
+// Wake-ups of this process's threads named `name` so far (voluntary context switches, from
+// /proc/self/task/*/status).
+uint64_t ContextSwitchesOf(const char* name) {
+  uint64_t total = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 0;
+  while (dirent* t = readdir(d)) {
+    if (t->d_name[0] == '.') continue;
+    const std::string dir = std::string("/proc/self/task/") + t->d_name;
+    char comm[32] = {};
+    if (FILE* f = fopen((dir + "/comm").c_str(), "r")) {
+      if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+      fclose(f);
+    }
+    comm[strcspn(comm, "\n")] = 0;
+    if (strcmp(comm, name) != 0) continue;
+    if (FILE* f = fopen((dir + "/status").c_str(), "r")) {
+      char line[256];
+      unsigned long long n = 0;
+      while (fgets(line, sizeof line, f))
+        if (sscanf(line, "voluntary_ctxt_switches: %llu", &n) == 1) total += n;
+      fclose(f);
+    }
+  }
+  closedir(d);
+  return total;
+}
+
+// An engine under its resident limit does not keep waking its evictors (each wake-up preempts a
+// thread of the host program), and a growth past the limit after a long idle spell is still
+// evicted in the background.
+TEST(EngineTest, IdleEvictorsSleepUntilTheLimitIsPassed) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  Options o = TestEngineOptions("2M");
+  ASSERT_TRUE(o.Set(Opt::kWorkers, "8").ok());
+  auto e = MakeTestEngine(o);
+  ASSERT_TRUE(e);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const uint64_t before = ContextSwitchesOf("zr-evict");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const uint64_t wakeups = ContextSwitchesOf("zr-evict") - before;
+  // One evictor polls every 20 ms (25 in 500 ms); eight polling would be 200.
+  EXPECT_LE(wakeups, 60u) << "evictor wake-ups in 500 ms while idle";
+
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(16 << 20, &r).ok());
+  std::vector<char> data = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 4);
+  ASSERT_TRUE(e->Write(r.base, data.data(), r.size).ok());  // published, not throttled
+  for (int i = 0; i < 200 && e->Usage().resident_bytes > (2u << 20); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_LE(e->Usage().resident_bytes, 2u << 20);
+  EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
 }
 
 TEST(EngineTest, FreeReleasesEverythingAndRangesAreReused) {
