@@ -104,6 +104,10 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "1 = an asynchronous copy from zrtier memory to the GPU may return before its last chunks "   \
     "are decoded: their DMAs wait in the stream on a flag the decode sets (cuStreamWaitValue32); " \
     "0 = the copy call waits for every chunk")                                                   \
+  X(kGpuDecode, "GPU_DECODE", kBool, "0", "", "", "gpu-decode",                                  \
+    "1 = a copy to the GPU of chunks stored in the GPU format (ZRTIER_CODEC=gpu) sends their "    \
+    "encoded bytes and decodes them on the GPU, on the copy's stream; 0 = the CPU decodes "      \
+    "(the default: slower so far, docs/decisions.md \"GPU decode on the copy's stream\")")         \
   X(kTestFailInit, "TEST_FAIL_INIT", kString, "none", "", "none|uffd|pool", "",                  \
     "tests only: make start-up fail as it would without userfaultfd (uffd) or without pinned "     \
     "memory for the T0 pool (pool), to exercise the fallback to the real runtime")              \

@@ -89,7 +89,9 @@ enum class StatKind { kCounter, kGauge };
   X(runs_pinned, kCounter, "", "runs of region pages registered with CUDA (pinned in place)") \
   X(runs_unpinned, kCounter, "", "runs unregistered again to make room under the memory budget") \
   X(readahead_chunks, kCounter, "", "stored chunks restored ahead of a sequential or strided CPU scan") \
-  X(checksum_errors, kCounter, "", "reads of zram or spill-file entries whose checksum did not match (the read failed)")
+  X(checksum_errors, kCounter, "", "reads of zram or spill-file entries whose checksum did not match (the read failed)") \
+  X(h2d_gpu_decoded_bytes, kCounter, "bytes", "H2D bytes decoded by the GPU on the copy's stream (chunks in the GPU format)") \
+  X(h2d_gpu_encoded_bytes, kCounter, "bytes", "encoded bytes those copies sent over the link instead")
 // clang-format on
 
 enum class Stat : int {
@@ -144,7 +146,7 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // runs_unpinned, readahead_chunks; 13: pid_ns (the header word that was `reserved`): the writer's
 // pid namespace, so that a reader judges a block's pid only in the namespace it belongs to; 14:
 // Histogram::sum_ns (the exact sum of each histogram's samples); 15: checksum_errors
-inline constexpr uint32_t kStatsVersion = 15;
+inline constexpr uint32_t kStatsVersion = 16;
 // The oldest version a reader still reads (zrtier/stats_reader.h says how older blocks map).
 inline constexpr uint32_t kStatsOldestReadable = 13;
 inline constexpr int kStatsMaxRegions = 64;

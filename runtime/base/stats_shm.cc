@@ -166,15 +166,16 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
-// What an older block lacks: versions 13 and 14 end their values before checksum_errors (the last
-// counter), and version 13's histograms have no sum_ns word (each is kHistBuckets words), so what
-// follows sits earlier.
+// What an older block lacks: version 15 ends its values before h2d_gpu_decoded_bytes, versions 13
+// and 14 before checksum_errors, and version 13's histograms have no sum_ns word (each is
+// kHistBuckets words), so what follows sits earlier.
 struct Layout {
   int values = kStatCount;
   bool sums = true;
 };
 Layout LayoutOf(uint32_t version) {
   Layout l;
+  if (version < 16) l.values = static_cast<int>(Stat::h2d_gpu_decoded_bytes);
   if (version < 15) l.values = static_cast<int>(Stat::checksum_errors);
   if (version < 14) l.sums = false;
   return l;

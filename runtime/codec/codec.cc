@@ -119,6 +119,10 @@ size_t Codec::MaxEncodedSize(size_t len) {
   return std::max(ZSTD_compressBound(len) + 64, GpuMaxEncodedSize(len));
 }
 
+bool Codec::IsGpuFormat(const void* enc, size_t enc_len) {
+  return enc_len >= gpufmt::kHeaderSize && static_cast<const uint8_t*>(enc)[0] == gpufmt::kVersion;
+}
+
 bool Codec::IsZero(const void* p, size_t len) {
   const unsigned char* b = static_cast<const unsigned char*>(p);
   size_t i = 0;

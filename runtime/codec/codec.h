@@ -54,6 +54,10 @@ class Codec {
   Status Decode(const void* enc, size_t enc_len, void* dst, size_t len,
                 bool streaming = false) const;
 
+  // True if the encoding is in the GPU chunk format (gpu_format.h: its first byte), which the GPU
+  // decode kernel reads.
+  static bool IsGpuFormat(const void* enc, size_t enc_len);
+
   // True if all `len` bytes are zero (fast, word at a time).
   static bool IsZero(const void* p, size_t len);
 

@@ -1,5 +1,6 @@
 #include "runtime/engine/chunk_io.h"
 
+#include <cstring>
 #include <string>
 
 #include "runtime/base/stats.h"
@@ -32,13 +33,20 @@ Status ChunkIo::Encode(const void* raw, char** enc, size_t* enc_len) {
   return st;
 }
 
-Status ChunkIo::Decode(Chunk& c, char* dst, const char* what, bool streaming) {
+Status ChunkIo::Decode(Chunk& c, char* dst, const char* what, bool streaming, size_t* gpu_enc_len) {
   uint64_t t0 = MonotonicNs();
   StoreHandle h = c.handle.load();
+  if (gpu_enc_len) *gpu_enc_len = 0;
   Status st = store_->Get(h, [&](const void* data, size_t len) {
+    if (gpu_enc_len && len <= chunk_ && Codec::IsGpuFormat(data, len)) {
+      memcpy(dst, data, len);
+      *gpu_enc_len = len;
+      return Status::Ok();
+    }
     return codec_.Decode(data, len, dst, chunk_, streaming);
   });
   if (!st.ok()) return Status::Error(st.code(), std::string(what) + ": " + st.message());
+  if (gpu_enc_len && *gpu_enc_len) return Status::Ok();  // not decoded here
   StatAdd(Stat::decode_ns, MonotonicNs() - t0);
   StatAdd(Stat::bytes_decoded, chunk_);
   return Status::Ok();

@@ -82,7 +82,11 @@ class ChunkIo {
   // counting the codec statistics.
   Status Encode(const void* raw, char** enc, size_t* enc_len);
   // Decodes the store entry of chunk `c` into `dst` (a whole chunk); `what` prefixes an error.
-  Status Decode(Chunk& c, char* dst, const char* what, bool streaming = false);
+  // With `gpu_enc_len` non-null: an entry in the GPU chunk format (gpu_format.h) of at most one
+  // chunk is copied into `dst` as it is, for the GPU to decode, and *gpu_enc_len is its length;
+  // any other entry is decoded and *gpu_enc_len is 0.
+  Status Decode(Chunk& c, char* dst, const char* what, bool streaming = false,
+                size_t* gpu_enc_len = nullptr);
   // Makes `h` (an entry of `enc_len` encoded bytes) the chunk's store copy; FreeHandle drops it
   // (no-op without one). REQUIRES: the caller holds the chunk in kBusy (and, for SetHandle, it
   // has no handle).

@@ -154,8 +154,9 @@ Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
   return region_io_->Read(src, len, dst, zero);
 }
 
-Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
-  return region_io_->ReadChunk(chunk_start, dst, zero, gen);
+Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
+                         size_t* gpu_enc_len) {
+  return region_io_->ReadChunk(chunk_start, dst, zero, gen, gpu_enc_len);
 }
 
 Status Engine::Write(void* dst, const void* src, size_t len) {

@@ -88,9 +88,13 @@ class RegionBackend {
   // dirty chunk is write-protected first (clean from then on, so that the next CPU store faults
   // and bumps the generation), and *gen is the generation the copied bytes belong to --
   // kNoGeneration if the chunk stays writable (then the copy must not be cached). `dst` is written
-  // with non-temporal stores. The default (for backends whose memory cannot change unseen): the
-  // generation, then the bytes.
-  virtual Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+  // with non-temporal stores. With `gpu_enc_len` non-null the backend may write, instead of the
+  // bytes, the chunk's stored encoding in the GPU chunk format (at most one chunk long) and set
+  // *gpu_enc_len to its length, for the GPU to decode; else it sets *gpu_enc_len = 0. The default
+  // (for backends whose memory cannot change unseen): the generation, then the bytes.
+  virtual Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
+                           size_t* gpu_enc_len = nullptr) {
+    if (gpu_enc_len) *gpu_enc_len = 0;
     *gen = Generation(chunk_start);
     return Read(chunk_start, chunk_size(), dst, zero);
   }

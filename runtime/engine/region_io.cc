@@ -53,7 +53,8 @@ Status RegionIo::Read(const void* src, size_t len, void* dst, bool* zero) {
   return Status::Ok();
 }
 
-Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming) {
+Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming,
+                          size_t* gpu_enc_len) {
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
   int spins = 0;
@@ -87,7 +88,8 @@ Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bo
       if (!c.TryBusy(w)) continue;
       char* buf = n == e_.chunk ? d : tl_raw.Get(e_.chunk);
       uint64_t t0 = MonotonicNs();
-      Status st = e_.io->Decode(c, buf, "Read", streaming && buf == d);
+      Status st =
+          e_.io->Decode(c, buf, "Read", streaming && buf == d, buf == d ? gpu_enc_len : nullptr);
       c.EndBusy(kStored);
       e_.parked->Signal();
       if (!st.ok()) {
@@ -103,7 +105,9 @@ Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bo
   }
 }
 
-Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen) {
+Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
+                           size_t* gpu_enc_len) {
+  if (gpu_enc_len) *gpu_enc_len = 0;
   std::shared_ptr<Region> r;
   ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(chunk_start, e_.chunk, &r));
   size_t i = r->table.IndexOf(chunk_start);
@@ -135,7 +139,8 @@ Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint6
     *zero = StateOf(c.word.load()) == kEmpty;
     if (*zero) return Status::Ok();
   }
-  return ReadPart(r.get(), i, 0, e_.chunk, static_cast<char*>(dst), /*streaming=*/true);
+  return ReadPart(r.get(), i, 0, e_.chunk, static_cast<char*>(dst), /*streaming=*/true,
+                  gpu_enc_len);
 }
 
 Status RegionIo::Write(void* dst, const void* src, size_t len) {

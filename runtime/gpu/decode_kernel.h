@@ -31,6 +31,7 @@ struct DecodeChunk {
 static_assert(sizeof(DecodeChunk) == 32, "DecodeChunk is part of the kernel's ABI");
 
 inline constexpr char kDecodeKernelName[] = "zrtier_gpu_decode";
+inline constexpr unsigned kDecodeAlign = 16;  // src and dst alignment the kernel needs
 inline constexpr unsigned kDecodeThreads = 128;
 
 // status[c] bits.

@@ -14,6 +14,7 @@
 #include "runtime/cuda/stream_flags.h"
 #include "runtime/engine/region_backend.h"
 #include "runtime/shim/fill_workers.h"
+#include "runtime/shim/gpu_decode.h"
 #include "runtime/shim/live_regions.h"
 #include "runtime/shim/pending_d2h.h"
 #include "runtime/shim/prefetch_link.h"
@@ -31,6 +32,7 @@ struct CopyContext {
   PendingD2H* pending = nullptr;
   LiveRegions* regions = nullptr;
   ShimPrefetch* prefetch = nullptr;  // null: copies are neither learned nor prefetched
+  GpuDecode* gpu = nullptr;          // null: the CPU decodes every chunk
   size_t chunk = 0;                  // the backend's chunk size (= the pool's slot size)
   size_t max_piece_chunks = 0;       // chunks per issued piece (a quarter of the pool at most)
 };

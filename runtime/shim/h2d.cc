@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "runtime/base/log.h"
+#include "runtime/codec/codec.h"
 #include "runtime/cuda/dma_batch.h"
 #include "runtime/shim/h2d_piece.h"
 
@@ -30,6 +31,23 @@ size_t TransitBudget(size_t slots, size_t piece_chunks) {
 // Learning costs ~0.1 us per chunk: a longer copy reports once its first piece is on its way.
 constexpr uint64_t kLearnFirstChunks = 1024;
 
+// Decodes the GPU-format encoding of `enc_len` bytes in `slot` into the slot itself (through a
+// scratch buffer), for a chunk whose GPU launch failed. False (logged) if the encoding is bad.
+bool DecodeSlotInPlace(const CopyContext& ctx, int slot, uint32_t enc_len) {
+  static const Codec codec{CodecConfig{}};  // Decode reads every format whatever the kind
+  thread_local std::vector<char> scratch;
+  scratch.resize(ctx.chunk);
+  char* p = ctx.pool->SlotPtr(slot);
+  Status st = codec.Decode(p, enc_len, scratch.data(), ctx.chunk);
+  if (!st.ok()) {
+    Log(LogLevel::kError, "host-to-device copy: decoding a chunk on the CPU failed: %s",
+        st.ToString().c_str());
+    return false;
+  }
+  memcpy(p, scratch.data(), ctx.chunk);
+  return true;
+}
+
 }  // namespace
 
 H2DPath::H2DPath(const CopyContext& ctx, WriteBack* write_back, bool async)
@@ -55,13 +73,27 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     zero_len = 0;
     return e;
   };
+  // Chunks left encoded in their slots: decoded on the GPU, one launch per run of consecutive
+  // slots (their descriptors are consecutive too).
+  std::vector<std::pair<int, uint32_t>> launches;  // (first slot, count)
+  uint64_t gpu_bytes = 0, gpu_enc = 0;
   for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
     const Chunk& c = piece[i];
     const char* lo = std::max<const char*>(cur, c.start);
     const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
     const size_t len = hi - lo;
     char* d = dst0 + (lo - src0);
-    if (!c.zero) {
+    if (c.enc_len && !failed) {
+      ctx.gpu->Describe(c.slot, d, c.enc_len, static_cast<uint32_t>(len));
+      busy.push_back(c.slot);
+      if (!launches.empty() &&
+          launches.back().first + static_cast<int>(launches.back().second) == c.slot)
+        launches.back().second++;
+      else
+        launches.emplace_back(c.slot, 1);
+      gpu_bytes += len;
+      gpu_enc += c.enc_len;
+    } else if (!c.zero) {
       busy.push_back(c.slot);
       dmas.Add(d, pool->SlotPtr(c.slot) + (lo - c.start), len);
     } else if (zero_len > 0 && zero_dst + zero_len == d) {
@@ -73,6 +105,28 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     }
   }
   if (err == cudaSuccess) err = flush_zero();
+  for (size_t k = 0; k < launches.size() && err == cudaSuccess; ++k) {
+    if (ctx.gpu->Launch(launches[k].first, launches[k].second, stream) == cudaSuccess) continue;
+    // The kernel did not launch: the CPU decodes those slots in place and they go as DMAs.
+    for (int s = launches[k].first; s < launches[k].first + static_cast<int>(launches[k].second);
+         ++s) {
+      const Chunk* c = nullptr;
+      for (const Chunk& x : piece)
+        if (x.slot == s && x.enc_len) c = &x;
+      if (!c) continue;
+      if (!DecodeSlotInPlace(ctx, c->slot, c->enc_len)) {
+        err = cudaErrorUnknown;
+        break;
+      }
+      const char* lo = std::max<const char*>(cur, c->start);
+      const char* hi = std::min<const char*>(end, c->start + ctx.chunk);
+      dmas.Add(dst0 + (lo - src0), pool->SlotPtr(c->slot) + (lo - c->start), hi - lo);
+      gpu_bytes -= hi - lo;
+      gpu_enc -= c->enc_len;
+    }
+  }
+  StatAdd(Stat::h2d_gpu_decoded_bytes, gpu_bytes);
+  StatAdd(Stat::h2d_gpu_encoded_bytes, gpu_enc);
   StatAdd(Stat::h2d_dma_ops, dmas.size());
   if (err == cudaSuccess) err = dmas.Issue(stream);
 
@@ -95,7 +149,7 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   std::vector<PinnedPool::PublishItem> items;
   std::vector<int> slots;
   for (const Chunk& c : piece) {
-    if (publish && !failed && !c.hit && !c.zero)
+    if (publish && !failed && !c.hit && !c.zero && !c.enc_len)
       items.push_back({c.slot, c.index, c.gen, c.resident});
     slots.push_back(c.slot);
   }
@@ -143,6 +197,9 @@ class H2DPath::Copier {
   cudaStream_t stream_;
   uint64_t first_, last_;
   bool reported_;
+  // The GPU decodes this copy's stored chunks (GpuDecode::Usable): their fills copy encodings,
+  // which are not handed to the stream still filling (defer_ is off).
+  bool gpu_;
   bool defer_;
   size_t piece_misses_ = 0, window_ = 0, transit_budget_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
   bool all_ready_ = true;
@@ -173,7 +230,12 @@ H2DPath::Copier::Copier(H2DPath* path, void* dst, const RegionInfo& r, const cha
       first_((src - base_) / ctx_.chunk),
       last_((end_ - 1 - base_) / ctx_.chunk),
       reported_(ctx_.prefetch == nullptr),
-      defer_(!sync && path->async()),
+      gpu_(ctx_.gpu &&
+           (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) %
+                   gpu::kDecodeAlign ==
+               0 &&
+           ctx_.gpu->Usable(dst)),
+      defer_(!sync && path->async() && !gpu_),
       cur_(src) {}
 
 void H2DPath::Copier::Report() {
@@ -284,6 +346,8 @@ bool H2DPath::Copier::PlanPiece() {
       pc->misses.push_back(i);
     pc->chunks.push_back(
         Chunk{cstart, first_index + i, gens_[i], slots_[i], hits_[i], false, resident_[i]});
+    pc->chunks.back().gpu =
+        gpu_ && !hits_[i] && !resident_[i] && cstart >= src_ && cstart + chunk <= end_;
   }
   StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);
   if (pc->chunks.empty()) return false;
@@ -306,7 +370,10 @@ void H2DPath::Copier::StartFill(Piece* raw) {
         const CopyContext& ctx = path->ctx_;
         Chunk& c = raw->chunks[raw->misses[k]];
         uint64_t t0 = MonotonicNs();
-        Status st = ctx.backend->ReadChunk(c.start, ctx.pool->SlotPtr(c.slot), &c.zero, &c.gen);
+        size_t enc_len = 0;
+        Status st = ctx.backend->ReadChunk(c.start, ctx.pool->SlotPtr(c.slot), &c.zero, &c.gen,
+                                           c.gpu ? &enc_len : nullptr);
+        c.enc_len = static_cast<uint32_t>(enc_len);
         StatAdd(Stat::fill_ns, MonotonicNs() - t0);
         if (!st.ok()) {
           Log(LogLevel::kError, "host-to-device copy from %p: %s",

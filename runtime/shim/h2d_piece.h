@@ -18,6 +18,8 @@ struct H2DPath::Chunk {
   bool hit;
   bool zero;
   bool resident = false;  // installed in the region (T1) when planned: a miss of it is a memcpy
+  bool gpu = false;       // a whole stored chunk the fill may leave encoded (GpuDecode)
+  uint32_t enc_len = 0;   // filled: the slot holds the chunk's GPU-format encoding, this long
 };
 
 // Whether one copy had every chunk in T0 before the GPU's DMAs needed it

@@ -122,6 +122,7 @@ void BuildShimLocked() {
   cfg.workers = ResolveWorkers(opts.Int(Opt::kWorkers)) - 1;  // the copying thread is one of them
   cfg.policy = g_opts;
   cfg.async_h2d = opts.Bool(Opt::kH2dAsync);
+  cfg.gpu_decode = opts.Bool(Opt::kGpuDecode);
   cfg.pin_in_place = opts.Bool(Opt::kPinInPlace);
   cfg.keep_budget = true;  // the auto budget protects the machine with or without pinning
   cfg.budget.memory = opts.Size(Opt::kMemory);

@@ -40,6 +40,8 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
     prefetch_ = ShimPrefetch::Create(ctx_, *cfg_.policy, pool_->bytes() / 2);
     ctx_.prefetch = prefetch_.get();
   }
+  gpu_ = std::make_unique<GpuDecode>(api_, pool_.get(), cfg_.gpu_decode);
+  ctx_.gpu = gpu_.get();
   write_back_ = std::make_unique<WriteBack>(ctx_);
   h2d_ = std::make_unique<H2DPath>(ctx_, write_back_.get(), cfg_.async_h2d);
   d2h_ = std::make_unique<D2HPath>(ctx_, write_back_.get());

@@ -37,6 +37,7 @@ struct ShimConfig {
   // Asynchronous H2D copies may return before their last fills (ZRTIER_H2D_ASYNC; needs stream
   // flags and at least one worker).
   bool async_h2d = true;
+  bool gpu_decode = false;  // ZRTIER_GPU_DECODE (GpuDecode)
   // The options the prefetch link reads (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD, ZRTIER_SPREAD,
   // ZRTIER_WORKERS); null = no learning, no prefetching.
   const Options* policy = nullptr;
@@ -134,6 +135,7 @@ class Shim {
   std::unique_ptr<ShimPrefetch> prefetch_;  // null = no learning; destroyed first
   std::unique_ptr<PinnedRuns> runs_;
   std::unique_ptr<MemoryBudget> budget_;  // null: no keeper (see ShimConfig::pin_in_place)
+  std::unique_ptr<GpuDecode> gpu_;        // ctx_.gpu; its descriptors live in pool_
 };
 
 }  // namespace zrtier

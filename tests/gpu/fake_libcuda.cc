@@ -2,8 +2,14 @@
 // of the decode kernel runs its body (runtime/gpu/decode_device.h) on the CPU, phase by phase.
 // It lets the gpu_decode_check ctest run the loader (dlopen, the entry points' names) and the whole
 // check program where CI runs. Only the entry points runtime/gpu/cuda_driver.h loads exist.
+// Beside the fake CUDA runtime (tests/fake_cuda/, found by its cudaLaunchHostFunc), a launch runs
+// on the stream's worker in stream order, as a kernel would, and the runtime's context counts as
+// current on every thread (as the real runtime's primary context is once it is in use).
 #include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +22,28 @@ namespace {
 int g_context;  // the one context's handle points here
 int g_module;
 int g_function;
+
+// The fake runtime's cudaLaunchHostFunc when it is loaded in the process (null otherwise).
+using LaunchHostFunc = cudaError_t (*)(cudaStream_t, cudaHostFn_t, void*);
+LaunchHostFunc FakeRuntimeLaunch() {
+  static const LaunchHostFunc f =
+      reinterpret_cast<LaunchHostFunc>(dlsym(RTLD_DEFAULT, "cudaLaunchHostFunc"));
+  return f;
+}
+
+// One launch of the decode kernel, run on the CPU block by block.
+struct Launch {
+  const zrtier::gpu::DecodeChunk* chunks;
+  uint32_t count;
+  uint32_t* status;
+  unsigned threads;
+  static void Run(void* p) {
+    std::unique_ptr<Launch> l(static_cast<Launch*>(p));
+    auto sh = std::make_unique<zrtier::gpu::dev::BlockShared>();
+    for (uint32_t c = 0; c < l->count; ++c)
+      l->status[c] = zrtier::gpu::dev::RunBlockOnCpu(l->chunks[c], l->threads, *sh);
+  }
+};
 
 double NowMs() {
   using namespace std::chrono;
@@ -55,13 +83,16 @@ CUresult cuCtxSetCurrent(CUcontext c) {
 }
 CUresult cuCtxGetCurrent(CUcontext* c) {
   *c = t_current;
+  if (!*c && FakeRuntimeLaunch()) *c = reinterpret_cast<CUcontext>(&g_context);
   return CUDA_SUCCESS;
 }
 CUresult cuCtxSynchronize() {
   return CUDA_SUCCESS;
 }
 CUresult cuModuleLoadData(CUmodule* m, const void* image) {
-  if (!image || !t_current) return CUDA_ERROR_INVALID_CONTEXT;
+  CUcontext current = nullptr;
+  cuCtxGetCurrent(&current);
+  if (!image || !current) return CUDA_ERROR_INVALID_CONTEXT;
   *m = reinterpret_cast<CUmodule>(&g_module);
   return CUDA_SUCCESS;
 }
@@ -74,17 +105,22 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
   return CUDA_SUCCESS;
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                        unsigned by, unsigned bz, unsigned smem, CUstream, void** params,
+                        unsigned by, unsigned bz, unsigned smem, CUstream stream, void** params,
                         void** extra) {
   using namespace zrtier::gpu;
   if (f != reinterpret_cast<CUfunction>(&g_function) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
       bx != kDecodeThreads || smem != 0 || extra || !params)
     return CUDA_ERROR_INVALID_VALUE;
-  const auto* chunks = *static_cast<const DecodeChunk* const*>(params[0]);
-  const uint32_t count = *static_cast<const uint32_t*>(params[1]);
-  auto* status = *static_cast<uint32_t* const*>(params[2]);
-  auto sh = std::make_unique<dev::BlockShared>();
-  for (uint32_t c = 0; c < gx && c < count; ++c) status[c] = dev::RunBlockOnCpu(chunks[c], bx, *sh);
+  auto* run = new Launch{*static_cast<const DecodeChunk* const*>(params[0]),
+                         std::min(gx, *static_cast<const uint32_t*>(params[1])),
+                         *static_cast<uint32_t* const*>(params[2]), bx};
+  if (auto launch = FakeRuntimeLaunch()) {
+    // In stream order, on the fake runtime's worker for the stream (its handles are the runtime's).
+    return launch(reinterpret_cast<cudaStream_t>(stream), &Launch::Run, run) == cudaSuccess
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_LAUNCH_FAILED;
+  }
+  Launch::Run(run);
   return CUDA_SUCCESS;
 }
 CUresult cuMemAlloc(CUdeviceptr* p, size_t n) {
