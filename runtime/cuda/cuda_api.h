@@ -65,6 +65,8 @@ namespace zrtier {
   X(cudaDeviceSynchronize, true)      \
   X(cudaGetDevice, true)              \
   X(cudaSetDevice, false)             \
+  X(cudaMalloc, false)                \
+  X(cudaFree, false)                  \
   X(cudaGetLastError, false)
 
 struct CudaApi {

@@ -1,5 +1,6 @@
 #include "runtime/shim/gpu_decode.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/base/log.h"
@@ -7,70 +8,86 @@
 namespace zrtier {
 
 GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
-    : api_(api), pool_(pool), enabled_(enabled && gpu::DecodeKernelBuilt()) {
+    : api_(api),
+      pool_(pool),
+      enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree),
+      staging_slots_(static_cast<int>(
+          std::min(pool->slots(), std::max<size_t>(1, kMaxStagingBytes / pool->slot_size())))) {
   if (!enabled)
     why_off_ = "off (ZRTIER_GPU_DECODE=0)";
   else if (!gpu::DecodeKernelBuilt())
     why_off_ = "off: the library holds no decode kernel (no nvcc when zrtier was built)";
+  else if (!enabled_)
+    why_off_ = "off: the CUDA runtime lacks cudaMalloc/cudaFree";
 }
 
 GpuDecode::~GpuDecode() {
-  if (!desc_) return;
-  for (size_t s = 0; s < pool_->slots(); ++s) CheckStatus(static_cast<int>(s));
-  api_->cudaFreeHost(desc_);
+  // Staging buffers and modules are left to the contexts' teardown: at exit the runtime may be
+  // gone already, and a context outlives its copies anyway.
+  // The descriptors' pinned memory likewise (its status words are not read here: at exit the
+  // runtime may have unmapped it).
+  for (auto& t : targets_) t->module.release();
 }
 
-bool GpuDecode::LoadFor(CUcontext ctx) {
-  for (auto& [c, m] : modules_)
-    if (c == ctx) return m != nullptr;
-  std::unique_ptr<gpu::DecodeModule> m;
-  Status st = gpu::DecodeModule::Load(&m);
-  if (!st.ok()) {
+GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
+  for (auto& t : targets_)
+    if (t->ctx == ctx) return t->module && t->staging ? t.get() : nullptr;
+  auto t = std::make_unique<Target>();
+  t->ctx = ctx;
+  auto off = [&](const std::string& why) {
     Log(LogLevel::kWarn, "GPU decode unavailable in this CUDA context (%s): the CPU decodes",
-        st.ToString().c_str());
-    if (why_off_.empty()) why_off_ = "off: " + st.ToString();
+        why.c_str());
+    if (why_off_.empty()) why_off_ = "off: " + why;
+    t->module.reset();
+    targets_.push_back(std::move(t));
+    return nullptr;
+  };
+  if (Status st = gpu::DecodeModule::Load(&t->module); !st.ok()) return off(st.ToString());
+  void* staging = nullptr;
+  if (api_->cudaMalloc(&staging, static_cast<size_t>(staging_slots_) * pool_->slot_size()) !=
+      cudaSuccess) {
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    return off("no device memory for the staging buffers");
   }
-  modules_.emplace_back(ctx, std::move(m));
-  if (!modules_.back().second) return false;
+  t->staging = static_cast<char*>(staging);
   if (!desc_ && !arrays_failed_) {
     // One descriptor and one status word per slot, in pinned memory the kernel reads and writes.
     const size_t n = pool_->slots();
-    void* p = nullptr;
     const size_t bytes = n * (sizeof(gpu::DecodeChunk) + sizeof(uint32_t));
-    void* slots_dev = nullptr;
+    void* p = nullptr;
     void* p_dev = nullptr;
-    // The pool is allocated without cudaHostAllocMapped; with unified addressing (every 64-bit
-    // CUDA platform) its pages are mapped all the same, at their host address.
-    if (api_->cudaHostGetDevicePointer(&slots_dev, pool_->SlotPtr(0), 0) != cudaSuccess) {
-      if (api_->cudaGetLastError) api_->cudaGetLastError();
-      slots_dev = pool_->SlotPtr(0);
-    }
     if (api_->cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) !=
             cudaSuccess ||
         api_->cudaHostGetDevicePointer(&p_dev, p, 0) != cudaSuccess) {
       if (p) api_->cudaFreeHost(p);
       if (api_->cudaGetLastError) api_->cudaGetLastError();
-      Log(LogLevel::kWarn,
-          "GPU decode: no mapped pinned memory for its descriptors: the CPU decodes");
-      why_off_ = "off: no mapped pinned memory for the launch descriptors";
       arrays_failed_ = true;
-      return false;
+    } else {
+      memset(p, 0, bytes);
+      desc_ = static_cast<gpu::DecodeChunk*>(p);
+      status_ = reinterpret_cast<uint32_t*>(desc_ + n);
+      desc_dev_ = reinterpret_cast<CUdeviceptr>(p_dev);
+      status_dev_ = desc_dev_ + n * sizeof(gpu::DecodeChunk);
+      launched_.reset(new bool[n]());
     }
-    memset(p, 0, bytes);
-    desc_ = static_cast<gpu::DecodeChunk*>(p);
-    status_ = reinterpret_cast<uint32_t*>(desc_ + n);
-    desc_dev_ = reinterpret_cast<CUdeviceptr>(p_dev);
-    status_dev_ = desc_dev_ + n * sizeof(gpu::DecodeChunk);
-    slots_dev_ = reinterpret_cast<CUdeviceptr>(slots_dev);
-    launched_.reset(new bool[n]());
-    Log(LogLevel::kInfo, "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU");
   }
-  return desc_ != nullptr;
+  if (!desc_) {
+    api_->cudaFree(t->staging);
+    t->staging = nullptr;
+    return off("no mapped pinned memory for the launch descriptors");
+  }
+  Log(LogLevel::kInfo,
+      "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU (%zu MiB staging)",
+      static_cast<size_t>(staging_slots_) * pool_->slot_size() >> 20);
+  targets_.push_back(std::move(t));
+  return targets_.back().get();
 }
 
-bool GpuDecode::Usable(const void* dst) {
-  if (!enabled_) return false;
-  if (!driver_) {
+const GpuDecode::Target* GpuDecode::Usable(const void* dst) {
+  if (!enabled_) return nullptr;
+  CUcontext ctx = nullptr;
+  const Target* t = nullptr;
+  {
     std::lock_guard<std::mutex> l(mu_);
     if (!driver_) {
       Status st = gpu::CudaDriver::Load(&driver_);
@@ -78,24 +95,23 @@ bool GpuDecode::Usable(const void* dst) {
         if (why_off_.empty()) why_off_ = "off: " + st.ToString();
         ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU decode unavailable (%s): the CPU decodes",
                         st.ToString().c_str());
-        return false;
+        return nullptr;
       }
     }
+    if (driver_->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
+    t = SetUp(ctx);
   }
-  CUcontext ctx = nullptr;
-  if (driver_->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return false;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (!LoadFor(ctx)) return false;
-  }
+  if (!t) return nullptr;
   cudaPointerAttributes a{};
   if (api_->cudaPointerGetAttributes(&a, dst) != cudaSuccess) {
     if (api_->cudaGetLastError) api_->cudaGetLastError();
-    return false;
+    return nullptr;
   }
   int device = -1;
-  return a.type == cudaMemoryTypeDevice && api_->cudaGetDevice(&device) == cudaSuccess &&
-         a.device == device;
+  if (a.type != cudaMemoryTypeDevice || api_->cudaGetDevice(&device) != cudaSuccess ||
+      a.device != device)
+    return nullptr;
+  return t;
 }
 
 void GpuDecode::CheckStatus(int slot) {
@@ -108,28 +124,20 @@ void GpuDecode::CheckStatus(int slot) {
         bits);
 }
 
-void GpuDecode::Describe(int slot, void* dst, uint32_t enc_len, uint32_t len) {
+void GpuDecode::Describe(const Target* t, int slot, void* dst, uint32_t enc_len, uint32_t len) {
   CheckStatus(slot);
   gpu::DecodeChunk& d = desc_[slot];
-  d.src = slots_dev_ + static_cast<CUdeviceptr>(pool_->SlotPtr(slot) - pool_->SlotPtr(0));
+  d.src = reinterpret_cast<uint64_t>(Staging(t, slot));
   d.dst = reinterpret_cast<uint64_t>(dst);
   d.enc_len = enc_len;
   d.len = len;
   d.reserved = 0;
 }
 
-cudaError_t GpuDecode::Launch(int first, uint32_t count, cudaStream_t stream) {
-  const gpu::DecodeModule* m = nullptr;
-  {
-    CUcontext ctx = nullptr;
-    driver_->cuCtxGetCurrent(&ctx);
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& [c, mod] : modules_)
-      if (c == ctx) m = mod.get();
-  }
-  if (!m) return cudaErrorLaunchFailure;
+cudaError_t GpuDecode::Launch(const Target* t, int first, uint32_t count, cudaStream_t stream) {
   for (uint32_t i = 0; i < count; ++i) launched_[first + i] = true;
-  Status st = m->Launch(desc_dev_ + first * sizeof(gpu::DecodeChunk), count,
+  Status st =
+      t->module->Launch(desc_dev_ + first * sizeof(gpu::DecodeChunk), count,
                         status_dev_ + first * sizeof(uint32_t), reinterpret_cast<CUstream>(stream));
   if (!st.ok()) {
     ZRTIER_LOG_ONCE(LogLevel::kError, "GPU decode launch failed: %s", st.ToString().c_str());
@@ -141,9 +149,9 @@ cudaError_t GpuDecode::Launch(int first, uint32_t count, cudaStream_t stream) {
 
 std::string GpuDecode::Describe() const {
   std::lock_guard<std::mutex> l(mu_);
-  for (auto& [c, m] : modules_)
-    if (m) return "on (decode kernel loaded)";
-  return why_off_.empty() ? "not used yet (loads at the first copy of a chunk in the GPU format)"
+  for (auto& t : targets_)
+    if (t->module && t->staging) return "on (decode kernel loaded)";
+  return why_off_.empty() ? "not used yet (set up at the first copy of a chunk in the GPU format)"
                           : why_off_;
 }
 

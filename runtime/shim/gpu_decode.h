@@ -1,19 +1,22 @@
 // GpuDecode: host-to-device copies of chunks stored in the GPU chunk format (ZRTIER_CODEC=gpu) send
 // the encoded bytes over the link and decode them on the GPU, on the copy's stream (issue "decode
 // on the GPU"). The fill workers copy a stored chunk's encoding into its T0 slot instead of
-// decoding it (RegionBackend::ReadChunk's gpu_enc_len); the copy then launches the decode kernel
-// (runtime/gpu/) on the caller's stream, reading the slots through their mapped device addresses
-// and writing the chunks into the destination. The slots stay pinned until the event recorded
-// after the launch, as after a DMA, so stream order, events and cudaStreamWaitEvent behave as for
-// a plain copy.
+// decoding it (RegionBackend::ReadChunk's gpu_enc_len); the copy then queues, on the caller's
+// stream, a DMA of each encoding from its slot into the slot's staging buffer in device memory and
+// a launch of the decode kernel (runtime/gpu/) that reads the staging buffers and writes the
+// chunks into the destination. The slots stay pinned until the event recorded after the launch,
+// as after a DMA, so stream order, events and cudaStreamWaitEvent behave as for a plain copy.
 //
-// Each T0 slot has one launch descriptor (DecodeChunk) and one status word in pinned memory, used
-// while the slot is pinned by the copy that describes it. A decode error (a corrupt encoding: the
-// kernel's status bits) is logged when the slot is described next, or when this object goes.
+// Per CUDA context (a Target): the kernel, loaded once, and the staging buffers: one chunk of
+// device memory for each of the first staging_slots() T0 slots (at most kMaxStagingBytes in all;
+// a chunk in a slot past them takes the CPU path). Per T0 slot: one launch descriptor
+// (DecodeChunk) and one status word in mapped pinned memory, used while the slot is pinned by the
+// copy that describes it. A decode error (a corrupt encoding: the kernel's status bits) is logged
+// when the slot is described next.
 //
-// The kernel is loaded once per CUDA context, through libcuda.so.1 (cuda_driver.h); when it cannot
-// load, when the calling thread has no current context, or when the destination is not device
-// memory of the current device, Usable is false and the copy takes the CPU path.
+// When the kernel or the buffers cannot be had, when the calling thread has no current context,
+// or when the destination is not device memory of the current device, Usable returns null and
+// the copy takes the CPU path.
 //
 // Thread safety: every method may be called from any thread; a slot's descriptor is written only
 // by the copy that holds the slot pinned.
@@ -27,7 +30,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "runtime/cuda/cuda_api.h"
@@ -39,45 +41,63 @@ namespace zrtier {
 
 class GpuDecode {
  public:
+  // Device memory for staging per context, at most: enough slots to keep the link busy while
+  // the kernel decodes earlier ones (a copy holds at most half the pool in flight).
+  static constexpr size_t kMaxStagingBytes = 64 << 20;
+
+  // One CUDA context's kernel and staging buffers.
+  struct Target {
+    CUcontext ctx = nullptr;
+    std::unique_ptr<gpu::DecodeModule> module;  // null: the kernel did not load here
+    char* staging = nullptr;                    // device memory, staging_slots() chunks
+  };
+
   // `api` (the real runtime) and `pool` must outlive this object. `enabled` false
-  // (ZRTIER_GPU_DECODE=0): Usable is always false and nothing is loaded.
+  // (ZRTIER_GPU_DECODE=0): Usable always returns null and nothing is loaded.
   GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled);
   ~GpuDecode();
   GpuDecode(const GpuDecode&) = delete;
   GpuDecode& operator=(const GpuDecode&) = delete;
 
-  // Whether a copy into `dst` issued from the calling thread may decode on the GPU: enabled, the
-  // kernel loaded into the thread's current context (loaded here on first use), `dst` device
-  // memory of the current device. A failure to load is said once and not retried for that
-  // context.
-  bool Usable(const void* dst);
-  // Describes the decode of slot `slot` (holding `enc_len` encoded bytes; 0: the chunk is all
-  // zero) into the `len` bytes at `dst`. REQUIRES: the caller holds the slot pinned; dst and the
-  // slot 16-byte aligned.
-  void Describe(int slot, void* dst, uint32_t enc_len, uint32_t len);
-  // Launches the decode of the described slots [first, first + count) on `stream` (after its
-  // earlier work, as a copy would run). A launch error is returned as cudaErrorLaunchFailure.
-  cudaError_t Launch(int first, uint32_t count, cudaStream_t stream);
+  // The target for a copy into `dst` issued from the calling thread, or null (the CPU path):
+  // enabled, the kernel and staging buffers set up in the thread's current context (done here on
+  // first use; a failure is said once and not retried for that context), `dst` device memory of
+  // the current device.
+  const Target* Usable(const void* dst);
+  // Slots [0, staging_slots()) have a staging buffer in each target.
+  int staging_slots() const { return staging_slots_; }
+  // The staging buffer of `slot` (< staging_slots()) in `t`.
+  char* Staging(const Target* t, int slot) const {
+    return t->staging + static_cast<size_t>(slot) * pool_->slot_size();
+  }
+  // Describes the decode of the `enc_len` encoded bytes staged for `slot` (0: the chunk is all
+  // zero) into the `len` bytes at `dst`. REQUIRES: the caller holds the slot pinned; dst 16-byte
+  // aligned.
+  void Describe(const Target* t, int slot, void* dst, uint32_t enc_len, uint32_t len);
+  // Launches the decode of the described slots [first, first + count) on `stream`, after its
+  // earlier work (the DMAs into the staging buffers among it). cudaErrorLaunchFailure on error.
+  cudaError_t Launch(const Target* t, int first, uint32_t count, cudaStream_t stream);
 
-  // One line for the log and `zrtier doctor`: "on (kernel loaded)" / why the CPU decodes.
+  // One line for the log and `zrtier doctor`: "on (...)" or why the CPU decodes.
   std::string Describe() const;
 
  private:
-  bool LoadFor(CUcontext ctx);  // under mu_
+  Target* SetUp(CUcontext ctx);  // under mu_; null if the context cannot decode
   void CheckStatus(int slot);
 
   const CudaApi* api_;
   PinnedPool* pool_;
   const bool enabled_;
-  const gpu::CudaDriver* driver_ = nullptr;
+  const int staging_slots_;
+  const gpu::CudaDriver* driver_ = nullptr;  // set once under mu_
   mutable std::mutex mu_;
-  std::vector<std::pair<CUcontext, std::unique_ptr<gpu::DecodeModule>>> modules_;  // null: failed
-  std::string why_off_;  // guarded by mu_: the first reason the GPU could not be used
-  // Pinned (mapped) arrays, one entry per slot, allocated on first use.
+  std::vector<std::unique_ptr<Target>> targets_;  // guarded by mu_ (stable addresses)
+  std::string why_off_;                           // guarded by mu_: the first reason
+  // Mapped pinned arrays, one entry per slot, allocated with the first target.
   gpu::DecodeChunk* desc_ = nullptr;
   uint32_t* status_ = nullptr;
   std::unique_ptr<bool[]> launched_;  // the slot's status is from a launch not checked yet
-  CUdeviceptr desc_dev_ = 0, status_dev_ = 0, slots_dev_ = 0;
+  CUdeviceptr desc_dev_ = 0, status_dev_ = 0;
   bool arrays_failed_ = false;
 };
 

@@ -57,7 +57,8 @@ H2DPath::H2DPath(const CopyContext& ctx, WriteBack* write_back, bool async)
 
 cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
-                                bool failed, bool publish, uint64_t region, cudaStream_t stream) {
+                                bool failed, bool publish, uint64_t region, cudaStream_t stream,
+                                const GpuDecode::Target* gpu) {
   const CudaApi* api = ctx.api;
   PinnedPool* pool = ctx.pool;
   cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
@@ -73,8 +74,9 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     zero_len = 0;
     return e;
   };
-  // Chunks left encoded in their slots: decoded on the GPU, one launch per run of consecutive
-  // slots (their descriptors are consecutive too).
+  // Chunks left encoded in their slots: each encoding DMA'd into the slot's staging buffer, then
+  // decoded on the GPU, one launch per run of consecutive slots (their descriptors are
+  // consecutive too).
   std::vector<std::pair<int, uint32_t>> launches;  // (first slot, count)
   uint64_t gpu_bytes = 0, gpu_enc = 0;
   for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
@@ -83,8 +85,11 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
     const size_t len = hi - lo;
     char* d = dst0 + (lo - src0);
-    if (c.enc_len && !failed) {
-      ctx.gpu->Describe(c.slot, d, c.enc_len, static_cast<uint32_t>(len));
+    if (c.enc_len && gpu) {
+      const size_t staged =
+          (c.enc_len + gpu::kDecodeAlign - 1) / gpu::kDecodeAlign * gpu::kDecodeAlign;
+      dmas.Add(ctx.gpu->Staging(gpu, c.slot), pool->SlotPtr(c.slot), staged);
+      ctx.gpu->Describe(gpu, c.slot, d, c.enc_len, static_cast<uint32_t>(len));
       busy.push_back(c.slot);
       if (!launches.empty() &&
           launches.back().first + static_cast<int>(launches.back().second) == c.slot)
@@ -105,9 +110,14 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     }
   }
   if (err == cudaSuccess) err = flush_zero();
+  StatAdd(Stat::h2d_dma_ops, dmas.size());
+  if (err == cudaSuccess) err = dmas.Issue(stream);
+  // The launches, behind the staging DMAs in the stream. A launch that fails: the CPU decodes its
+  // slots in place and they go as DMAs instead.
+  DmaBatch fallback(api, cudaMemcpyHostToDevice);
   for (size_t k = 0; k < launches.size() && err == cudaSuccess; ++k) {
-    if (ctx.gpu->Launch(launches[k].first, launches[k].second, stream) == cudaSuccess) continue;
-    // The kernel did not launch: the CPU decodes those slots in place and they go as DMAs.
+    if (ctx.gpu->Launch(gpu, launches[k].first, launches[k].second, stream) == cudaSuccess)
+      continue;
     for (int s = launches[k].first; s < launches[k].first + static_cast<int>(launches[k].second);
          ++s) {
       const Chunk* c = nullptr;
@@ -120,15 +130,14 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
       }
       const char* lo = std::max<const char*>(cur, c->start);
       const char* hi = std::min<const char*>(end, c->start + ctx.chunk);
-      dmas.Add(dst0 + (lo - src0), pool->SlotPtr(c->slot) + (lo - c->start), hi - lo);
+      fallback.Add(dst0 + (lo - src0), pool->SlotPtr(c->slot) + (lo - c->start), hi - lo);
       gpu_bytes -= hi - lo;
       gpu_enc -= c->enc_len;
     }
   }
+  if (err == cudaSuccess && fallback.size()) err = fallback.Issue(stream);
   StatAdd(Stat::h2d_gpu_decoded_bytes, gpu_bytes);
   StatAdd(Stat::h2d_gpu_encoded_bytes, gpu_enc);
-  StatAdd(Stat::h2d_dma_ops, dmas.size());
-  if (err == cudaSuccess) err = dmas.Issue(stream);
 
   // Release: the slots read by the DMAs stay held until the event completes.
   cudaEvent_t ev = nullptr;
@@ -197,9 +206,9 @@ class H2DPath::Copier {
   cudaStream_t stream_;
   uint64_t first_, last_;
   bool reported_;
-  // The GPU decodes this copy's stored chunks (GpuDecode::Usable): their fills copy encodings,
-  // which are not handed to the stream still filling (defer_ is off).
-  bool gpu_;
+  // Non-null: the GPU decodes this copy's stored chunks (GpuDecode::Usable); their fills copy
+  // encodings, which are not handed to the stream still filling (defer_ is off).
+  const GpuDecode::Target* gpu_;
   bool defer_;
   size_t piece_misses_ = 0, window_ = 0, transit_budget_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
   bool all_ready_ = true;
@@ -230,11 +239,11 @@ H2DPath::Copier::Copier(H2DPath* path, void* dst, const RegionInfo& r, const cha
       first_((src - base_) / ctx_.chunk),
       last_((end_ - 1 - base_) / ctx_.chunk),
       reported_(ctx_.prefetch == nullptr),
-      gpu_(ctx_.gpu &&
-           (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) %
-                   gpu::kDecodeAlign ==
-               0 &&
-           ctx_.gpu->Usable(dst)),
+      gpu_(ctx_.gpu && (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) %
+                               gpu::kDecodeAlign ==
+                           0
+               ? ctx_.gpu->Usable(dst)
+               : nullptr),
       defer_(!sync && path->async() && !gpu_),
       cur_(src) {}
 
@@ -282,7 +291,7 @@ void H2DPath::Copier::IssueReady() {
     Piece& pc = *inflight_.front();
     uint64_t t0 = MonotonicNs();
     err_ = IssuePiece(ctx_, dst_, src_, pc.chunks, pc.begin, pc.end, pc.failed.load(),
-                      /*publish=*/true, r_.id, stream_);
+                      /*publish=*/true, r_.id, stream_, gpu_);
     StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
     inflight_.pop_front();
     Report();
@@ -346,8 +355,8 @@ bool H2DPath::Copier::PlanPiece() {
       pc->misses.push_back(i);
     pc->chunks.push_back(
         Chunk{cstart, first_index + i, gens_[i], slots_[i], hits_[i], false, resident_[i]});
-    pc->chunks.back().gpu =
-        gpu_ && !hits_[i] && !resident_[i] && cstart >= src_ && cstart + chunk <= end_;
+    pc->chunks.back().gpu = gpu_ && !hits_[i] && !resident_[i] && cstart >= src_ &&
+                            cstart + chunk <= end_ && slots_[i] < ctx_.gpu->staging_slots();
   }
   StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);
   if (pc->chunks.empty()) return false;

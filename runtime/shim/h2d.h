@@ -65,9 +65,11 @@ class H2DPath {
   // `publish`; a failed piece publishes nothing), and unpins the slots. `dst0` and `src0` are the
   // copy's destination and source, [cur, end) the bytes of the piece. Returns the first CUDA
   // error.
+  // `gpu`: the chunks filled encoded (Chunk::enc_len) are staged and decoded on the GPU there.
   static cudaError_t IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
-                                bool failed, bool publish, uint64_t region, cudaStream_t stream);
+                                bool failed, bool publish, uint64_t region, cudaStream_t stream,
+                                const GpuDecode::Target* gpu = nullptr);
   // Hands `piece` (its slots pinned, its misses still filling on the workers) to `stream`: a wait
   // on a StreamFlags word, then a DMA of every chunk from its slot (a never-written chunk's too:
   // its slot is zeroed) and an event that keeps the slots until the DMAs are done. The word is set

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/gpu/cuda_driver.h"
+#include "runtime/gpu/decode_module.h"
 #include "runtime/os/os.h"
 #include "runtime/os/uffd_compat.h"
 #include "tools/top/format.h"
@@ -387,6 +389,36 @@ void CheckCuda(Doctor* d) {
   }
 }
 
+// Which path decodes the chunks an H2D copy sends (issue "decode on the GPU"): the kernel, on the
+// copy's stream, for chunks in the GPU format when ZRTIER_GPU_DECODE is on, the kernel is built
+// into the library and libcuda.so.1 loads; else the CPU.
+void CheckGpuDecode(Doctor* d) {
+  Options opts = Options::FromEnvironment([](const std::string&) {});
+  const bool on = opts.Bool(Opt::kGpuDecode);
+  const std::string codec = opts.String(Opt::kCodec);
+  if (!gpu::DecodeKernelBuilt()) {
+    d->Line(Level::kOk, "GPU decode",
+            "CPU path: this build holds no decode kernel (nvcc was not found when it was built)");
+    return;
+  }
+  const gpu::CudaDriver* driver = nullptr;
+  Status st = gpu::CudaDriver::Load(&driver);
+  if (!st.ok()) {
+    d->Line(Level::kOk, "GPU decode", "CPU path: " + st.ToString());
+    return;
+  }
+  if (!on) {
+    d->Line(Level::kOk, "GPU decode",
+            "CPU path (ZRTIER_GPU_DECODE=0); kernel built (sm_80, sm_90, PTX), libcuda.so.1 found");
+    return;
+  }
+  d->Line(Level::kOk, "GPU decode",
+          codec == "gpu" ? "GPU path: copies of stored chunks decode on the GPU, on their stream "
+                           "(a context the kernel cannot load into uses the CPU)"
+                         : "CPU path until chunks are stored in the GPU format (ZRTIER_CODEC=" +
+                               codec + "; set ZRTIER_CODEC=gpu)");
+}
+
 void CheckShm(Doctor* d) {
   std::string dir = StatsDir();
   if (access(dir.c_str(), W_OK) == 0)
@@ -427,6 +459,7 @@ int RunDoctor() {
   CheckCpuIdle(&d);
   CheckNuma(&d);
   CheckCuda(&d);
+  CheckGpuDecode(&d);
   CheckShm(&d);
   CheckSpillDir(&d);
   printf("libraries: zstd %s (linked)\n", ZSTD_versionString());
