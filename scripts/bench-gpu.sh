@@ -24,9 +24,11 @@ to_bytes() { numfmt --from=iec "$1"; }
 for stage in "${stages[@]}"; do
   case $stage in
     copy)
+      # No pinning in place: with it the buffer's pages are registered and every row would be a
+      # direct copy (the T2 row ran at raw pinned speed with nothing decoded).
       for size in 64M 1G; do
         iters=30; [[ $size == 1G ]] && iters=5
-        ZRTIER_PINNED_POOL=3G ZRTIER_RESIDENT_LIMIT=8G LD_PRELOAD=$LIB \
+        ZRTIER_PIN_IN_PLACE=0 ZRTIER_PINNED_POOL=3G ZRTIER_RESIDENT_LIMIT=8G LD_PRELOAD=$LIB \
           $PY scripts/gpu/bench_copy.py copy --size $size --iters $iters | tee -a "$OUTF"
       done ;;
     stream)
