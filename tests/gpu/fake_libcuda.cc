@@ -5,6 +5,8 @@
 // Beside the fake CUDA runtime (tests/fake_cuda/, found by its cudaLaunchHostFunc), a launch runs
 // on the stream's worker in stream order, as a kernel would, and the runtime's context counts as
 // current on every thread (as the real runtime's primary context is once it is in use).
+// Test knobs, read at each call: FAKE_LIBCUDA_NO_MODULE=1 makes cuModuleLoadData fail (a GPU the
+// kernel does not run on), FAKE_LIBCUDA_LAUNCH_FAIL=1 makes cuLaunchKernel fail.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -29,6 +31,11 @@ LaunchHostFunc FakeRuntimeLaunch() {
   static const LaunchHostFunc f =
       reinterpret_cast<LaunchHostFunc>(dlsym(RTLD_DEFAULT, "cudaLaunchHostFunc"));
   return f;
+}
+
+bool Knob(const char* name) {
+  const char* v = getenv(name);
+  return v && atoi(v) != 0;
 }
 
 // One launch of the decode kernel, run on the CPU block by block.
@@ -93,6 +100,7 @@ CUresult cuModuleLoadData(CUmodule* m, const void* image) {
   CUcontext current = nullptr;
   cuCtxGetCurrent(&current);
   if (!image || !current) return CUDA_ERROR_INVALID_CONTEXT;
+  if (Knob("FAKE_LIBCUDA_NO_MODULE")) return CUDA_ERROR_NO_BINARY_FOR_GPU;
   *m = reinterpret_cast<CUmodule>(&g_module);
   return CUDA_SUCCESS;
 }
@@ -111,6 +119,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   if (f != reinterpret_cast<CUfunction>(&g_function) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
       bx != kDecodeThreads || smem != 0 || extra || !params)
     return CUDA_ERROR_INVALID_VALUE;
+  if (Knob("FAKE_LIBCUDA_LAUNCH_FAIL")) return CUDA_ERROR_LAUNCH_FAILED;
   auto* run = new Launch{*static_cast<const DecodeChunk* const*>(params[0]),
                          std::min(gx, *static_cast<const uint32_t*>(params[1])),
                          *static_cast<uint32_t* const*>(params[2]), bx};

@@ -2,7 +2,8 @@
 // the stand-in libcuda.so.1 (tests/gpu/fake_libcuda.cc, which runs the kernel's body on the
 // stream's worker): chunks stored in the GPU format reach the destination decoded, in stream
 // order behind earlier work, exact to the byte, with resident, zero and partial chunks mixed in;
-// and ZRTIER_GPU_DECODE=0 keeps the CPU path.
+// a kernel that does not load or launch leaves the copy to the CPU with the same bytes; and
+// ZRTIER_GPU_DECODE=0 keeps the CPU path.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "runtime/shim/shim.h"
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/testutil/bytes.h"
+#include "tests/testutil/scoped_env.h"
 #include "tests/testutil/skip.h"
 #include "tools/bench/sample_data.h"
 
@@ -121,6 +123,26 @@ TEST_F(GpuDecodeCopyTest, StoredChunksDecodeOnTheGpuInStreamOrder) {
   EXPECT_EQ(memcmp(r, want.data(), n), 0);
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
+// The kernel fails to load in the context (no binary for the GPU), or its launches fail: every
+// copy still delivers the exact bytes, decoded by the CPU.
+TEST_F(GpuDecodeCopyTest, AKernelThatCannotLoadOrLaunchLeavesTheCopyToTheCpu) {
+  for (const char* knob : {"FAKE_LIBCUDA_NO_MODULE", "FAKE_LIBCUDA_LAUNCH_FAIL"}) {
+    SCOPED_TRACE(knob);
+    testing::ScopedEnv fail(knob, "1");
+    Build(true);
+    const size_t chunks = 24, n = chunks * chunk_;
+    std::vector<char> want;
+    char* r = StoredRegion(chunks, &want);
+    char* d = testing::DeviceBuffer(n);
+    const uint64_t decoded = StatGet(Stat::h2d_gpu_decoded_bytes);
+    ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(testing::FromDevice(d, n), want);
+    EXPECT_EQ(StatGet(Stat::h2d_gpu_decoded_bytes), decoded);
+    EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+  }
 }
 
 TEST_F(GpuDecodeCopyTest, OffKeepsTheCpuPath) {
