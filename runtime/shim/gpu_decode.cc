@@ -21,12 +21,12 @@ GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
     why_off_ = "off: the CUDA runtime lacks cudaMalloc/cudaFree";
 }
 
+// The process's Shim is never destroyed (process.h), so this runs in tests, with the runtime up.
 GpuDecode::~GpuDecode() {
-  // Staging buffers and modules are left to the contexts' teardown: at exit the runtime may be
-  // gone already, and a context outlives its copies anyway.
-  // The descriptors' pinned memory likewise (its status words are not read here: at exit the
-  // runtime may have unmapped it).
-  for (auto& t : targets_) t->module.release();
+  for (auto& t : targets_)
+    if (t->staging) api_->cudaFree(t->staging);
+  targets_.clear();  // unloads the modules
+  if (desc_) api_->cudaFreeHost(desc_);
 }
 
 GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
