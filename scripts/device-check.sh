@@ -170,7 +170,9 @@ PYEOF
         esac
         rm -f "$json"
         echo "+ ${envs[*]} ${suite_launch[*]} ${suite_small[*]} --out $json" >"$log"
-        # PYTHONFAULTHANDLER: a run that dies of a signal prints every Python thread's stack in its log.
+        # PYTHONFAULTHANDLER: a run that dies of a signal prints every Python thread's stack in its
+        # log; ZRTIER_CRASH_REPORT the dying thread's native stack before it.
+        [[ $cfg != plain ]] && envs+=(ZRTIER_CRASH_REPORT=1)
         env "${suite_clean[@]}" "${envs[@]}" PYTHONFAULTHANDLER=1 timeout -k 30 "${SUITE_TIMEOUT:-900}" \
           "${suite_launch[@]}" "${suite_small[@]}" --out "$json" >>"$log" 2>&1
         rc=$?

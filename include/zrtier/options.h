@@ -108,6 +108,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "1 = a copy to the GPU of chunks stored in the GPU format (ZRTIER_CODEC=gpu) sends their "    \
     "encoded bytes and decodes them on the GPU, on the copy's stream; 0 = the CPU decodes "      \
     "(the default: slower so far, docs/decisions.md \"GPU decode on the copy's stream\")")         \
+  X(kCrashReport, "CRASH_REPORT", kBool, "0", "", "", "crash-report",                            \
+    "1 = a process that dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT first prints the "     \
+    "signal, the thread's name and its native stack to stderr (it still ends as it would)")      \
   X(kTestFailInit, "TEST_FAIL_INIT", kString, "none", "", "none|uffd|pool", "",                  \
     "tests only: make start-up fail as it would without userfaultfd (uffd) or without pinned "     \
     "memory for the T0 pool (pool), to exercise the fallback to the real runtime")              \

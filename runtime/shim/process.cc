@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "runtime/base/crash_report.h"
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/stats_file.h"
@@ -160,6 +161,7 @@ Shim* ShimForAllocation(size_t size, unsigned flags) {
       (void)g_opts->Set(Opt::kStoreLimit, std::to_string(store_limit));
     const Options& opts = *g_opts;
     SetLogVerbosity(static_cast<int>(opts.Int(Opt::kVerbose)));
+    if (opts.Bool(Opt::kCrashReport)) InstallCrashReport();
     if (opts.Bool(Opt::kDisable)) {
       Log(LogLevel::kInfo, "ZRTIER_DISABLE=1: every CUDA call goes to the real runtime");
       g_state.store(kOff, std::memory_order_release);

@@ -1,8 +1,8 @@
 // End to end through LD_PRELOAD=libzrtier.so, exactly as users run it: this program knows nothing
 // of zrtier (it links only the fake libcudart.so.13) and checks exact bytes through pinned
 // allocations, copies in both directions, stream order, host functions, threads, the pointer
-// queries, the pass-through cases, ZRTIER_DISABLE=1, the init fallback and ZRTIER_REQUIRE=1's exit
-// instead of a fallback. ctest runs it several
+// queries, the pass-through cases, ZRTIER_DISABLE=1, the init fallback, ZRTIER_REQUIRE=1's exit
+// instead of a fallback, and ZRTIER_CRASH_REPORT=1's report of a crash. ctest runs it several
 // times with different environments and gtest filters (tests/shim/CMakeLists.txt).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -379,6 +379,26 @@ TEST(Require, InitFailureExitsWithTheReason) {
         _exit(0);
       },
       ::testing::ExitedWithCode(69), "cannot start and ZRTIER_REQUIRE=1.*userfaultfd unavailable");
+}
+
+// ZRTIER_CRASH_REPORT=1: a process that dies of SIGSEGV after zrtier started prints the report
+// (signal, thread, native stack) and still dies of the signal.
+TEST(CrashReport, ASegfaultIsReportedAndStillKills) {
+  ASSERT_TRUE(Preloaded());
+  ASSERT_STREQ(getenv("ZRTIER_CRASH_REPORT"), "1");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the fake runtime runs a thread
+  EXPECT_EXIT(
+      {
+        bool m = false;
+        char* p = PinnedAlloc(4 << 20, 0, &m);  // zrtier starts here
+        if (!m) _exit(3);
+        p[0] = 1;
+        *static_cast<volatile int*>(nullptr) = 1;
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGSEGV),
+      "crash report: signal 11 .* at address \\(nil\\) in thread .*native stack:(.|\n)*end of "
+      "crash report");
 }
 
 }  // namespace
