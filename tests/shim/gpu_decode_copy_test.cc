@@ -77,6 +77,20 @@ class GpuDecodeCopyTest : public ::testing::Test {
     return r;
   }
 
+  // A copy of a stored region that the CPU must decode: exact bytes, nothing decoded on the GPU.
+  void CopyOnTheCpu() {
+    const size_t chunks = 24, n = chunks * chunk_;
+    std::vector<char> want;
+    char* r = StoredRegion(chunks, &want);
+    char* d = testing::DeviceBuffer(n);
+    const uint64_t decoded = StatGet(Stat::h2d_gpu_decoded_bytes);
+    ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(testing::FromDevice(d, n), want);
+    EXPECT_EQ(StatGet(Stat::h2d_gpu_decoded_bytes), decoded);
+    EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+  }
+
   Engine* engine_ = nullptr;
   size_t chunk_ = 0;
   std::unique_ptr<Shim> shim_;
@@ -132,30 +146,13 @@ TEST_F(GpuDecodeCopyTest, AKernelThatCannotLoadOrLaunchLeavesTheCopyToTheCpu) {
     SCOPED_TRACE(knob);
     testing::ScopedEnv fail(knob, "1");
     Build(true);
-    const size_t chunks = 24, n = chunks * chunk_;
-    std::vector<char> want;
-    char* r = StoredRegion(chunks, &want);
-    char* d = testing::DeviceBuffer(n);
-    const uint64_t decoded = StatGet(Stat::h2d_gpu_decoded_bytes);
-    ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(testing::FromDevice(d, n), want);
-    EXPECT_EQ(StatGet(Stat::h2d_gpu_decoded_bytes), decoded);
-    EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+    CopyOnTheCpu();
   }
 }
 
 TEST_F(GpuDecodeCopyTest, OffKeepsTheCpuPath) {
   Build(false);
-  const size_t chunks = 24, n = chunks * chunk_;
-  std::vector<char> want;
-  char* r = StoredRegion(chunks, &want);
-  char* d = testing::DeviceBuffer(n);
-  const uint64_t decoded = StatGet(Stat::h2d_gpu_decoded_bytes);
-  ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, true), cudaSuccess);
-  EXPECT_EQ(testing::FromDevice(d, n), want);
-  EXPECT_EQ(StatGet(Stat::h2d_gpu_decoded_bytes), decoded);
-  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+  CopyOnTheCpu();
 }
 
 }  // namespace
