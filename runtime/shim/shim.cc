@@ -68,6 +68,7 @@ Shim::~Shim() {
   d2h_.reset();  // deletes the finished publish groups
   flags_.reset();
   backend_->SetExternalCopies(nullptr);
+  gpu_.reset();  // its descriptors are per slot of the pool
   pool_.reset();
   backend_.reset();
 }
