@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <new>
 
 #include "runtime/base/checksum.h"
@@ -92,8 +93,20 @@ struct ThreadState {
   uint8_t* Scratch(size_t n) {
     return PlaneScratch(n);
   }
+  // A whole chunk decoded for DecodeRange (Decode itself uses the plane scratch).
+  std::unique_ptr<uint8_t[]> range;
+  size_t range_cap = 0;
 };
 thread_local ThreadState t_state;
+
+uint8_t* RangeScratch(size_t n) {
+  ThreadState& ts = t_state;
+  if (ts.range_cap < n) {
+    ts.range.reset(new (std::nothrow) uint8_t[n]);
+    ts.range_cap = ts.range ? n : 0;
+  }
+  return ts.range.get();
+}
 
 Status ZstdError(const char* what, size_t code) {
   return Status::Error(EIO, std::string("codec: zstd ") + what + ": " + ZSTD_getErrorName(code));
@@ -222,72 +235,146 @@ Status Codec::Encode(const void* src, size_t len, void* dst, size_t cap, size_t*
   return Status::Ok();
 }
 
+namespace {
+
+// A version-1 encoding of `len` bytes, its header checked against `len` and its size.
+struct Layout {
+  Transform transform;
+  bool crc;
+  int width;
+  size_t n, tail;
+  uint8_t mode[kMaxPlanes];
+  size_t size[kMaxPlanes];
+  const uint8_t* payload[kMaxPlanes];
+  const uint8_t* tail_bytes;
+};
+
+Status Parse(const uint8_t* e, size_t enc_len, size_t len, Layout* l) {
+  if (enc_len < kFixedHeader) return Corrupt("encoding shorter than its header");
+  if (e[0] != kVersion) return Corrupt("unknown encoding version");
+  if (e[1] >= kTransformCount) return Corrupt("unknown plane transform");
+  if (e[2] & ~kFlagCrc) return Corrupt("unknown header flags");
+  l->transform = static_cast<Transform>(e[1]);
+  l->crc = e[2] & kFlagCrc;
+  l->width = TransformWidth(l->transform);
+  if (e[3] != l->width) return Corrupt("plane count does not match the transform");
+  const size_t header = HeaderSize(l->width, l->crc);
+  if (enc_len < header) return Corrupt("encoding shorter than its header");
+  l->n = len / l->width;
+  l->tail = len - l->n * l->width;
+
+  // Validate every descriptor and the total length before decoding anything.
+  const uint8_t* desc = e + header - kDescriptor * l->width;
+  size_t total = header + l->tail;
+  const uint8_t* pos = e + header;
+  for (int p = 0; p < l->width; ++p) {
+    l->mode[p] = desc[kDescriptor * p];
+    l->size[p] = Get32(desc + kDescriptor * p + 1);
+    if (l->mode[p] == kModeRaw) {
+      if (l->size[p] != l->n) return Corrupt("raw plane of the wrong length");
+    } else if (l->mode[p] == kModeZstd) {
+      if (l->size[p] == 0 || l->size[p] >= l->n) return Corrupt("zstd plane of impossible length");
+    } else {
+      return Corrupt("unknown plane mode");
+    }
+    total += l->size[p];
+    if (total > enc_len) return Corrupt("plane lengths do not add up to the encoding's size");
+    l->payload[p] = pos;
+    pos += l->size[p];
+  }
+  if (total != enc_len) return Corrupt("plane lengths do not add up to the encoding's size");
+  l->tail_bytes = pos;
+  return Status::Ok();
+}
+
+// Decodes zstd plane `p` of `l` (all n bytes) into `out`.
+Status DecodePlane(const Layout& l, int p, uint8_t* out) {
+  ThreadState& ts = t_state;
+  if (!ts.dctx && !(ts.dctx = ZSTD_createDCtx()))
+    return Status::Error(ENOMEM, "codec: ZSTD_createDCtx failed");
+  size_t r = ZSTD_decompressDCtx(ts.dctx, out, l.n, l.payload[p], l.size[p]);
+  if (ZSTD_isError(r) || r != l.n) return Corrupt("zstd plane does not decode to its length");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Codec::Decode(const void* enc, size_t enc_len, void* dst, size_t len, bool streaming) const {
   uint8_t* d = static_cast<uint8_t*>(dst);
   if (enc_len == 0) return memset(d, 0, len), Status::Ok();
   const uint8_t* e = static_cast<const uint8_t*>(enc);
   if (e[0] == gpufmt::kVersion) return DecodeGpu(e, enc_len, d, len, streaming);
-  if (enc_len < kFixedHeader) return Corrupt("encoding shorter than its header");
-  if (e[0] != kVersion) return Corrupt("unknown encoding version");
-  if (e[1] >= kTransformCount) return Corrupt("unknown plane transform");
-  if (e[2] & ~kFlagCrc) return Corrupt("unknown header flags");
-  const Transform transform = static_cast<Transform>(e[1]);
-  const bool crc = e[2] & kFlagCrc;
-  const int width = TransformWidth(transform);
-  if (e[3] != width) return Corrupt("plane count does not match the transform");
-  const size_t header = HeaderSize(width, crc);
-  if (enc_len < header) return Corrupt("encoding shorter than its header");
-  const size_t n = len / width;
-  const size_t tail = len - n * width;
-
-  // Validate every descriptor and the total length before decoding anything.
-  const uint8_t* desc = e + header - kDescriptor * width;
-  uint8_t mode[kMaxPlanes];
-  size_t size[kMaxPlanes];
-  size_t total = header + tail;
-  for (int p = 0; p < width; ++p) {
-    mode[p] = desc[kDescriptor * p];
-    size[p] = Get32(desc + kDescriptor * p + 1);
-    if (mode[p] == kModeRaw) {
-      if (size[p] != n) return Corrupt("raw plane of the wrong length");
-    } else if (mode[p] == kModeZstd) {
-      if (size[p] == 0 || size[p] >= n) return Corrupt("zstd plane of impossible length");
-    } else {
-      return Corrupt("unknown plane mode");
-    }
-    total += size[p];
-  }
-  if (total != enc_len) return Corrupt("plane lengths do not add up to the encoding's size");
-
-  ThreadState& ts = t_state;
-  const uint8_t* payload = e + header;
+  Layout l;
+  ZRTIER_RETURN_IF_ERROR(Parse(e, enc_len, len, &l));
+  const size_t n = l.n;
   const uint8_t* planes[kMaxPlanes];
   uint8_t* scratch = nullptr;
-  for (int p = 0; p < width; ++p) {
-    if (mode[p] == kModeRaw) {
-      planes[p] = payload;
-    } else {
-      // kNone decodes straight into dst; split planes go through scratch.
-      uint8_t* out = d;
-      if (transform != Transform::kNone) {
-        if (!scratch && !(scratch = ts.Scratch(n * width)))
-          return Status::Error(ENOMEM, "codec: no memory for plane scratch");
-        out = scratch + p * n;
-      }
-      if (!ts.dctx && !(ts.dctx = ZSTD_createDCtx()))
-        return Status::Error(ENOMEM, "codec: ZSTD_createDCtx failed");
-      size_t r = ZSTD_decompressDCtx(ts.dctx, out, n, payload, size[p]);
-      if (ZSTD_isError(r) || r != n) return Corrupt("zstd plane does not decode to its length");
-      planes[p] = out;
+  for (int p = 0; p < l.width; ++p) {
+    if (l.mode[p] == kModeRaw) {
+      planes[p] = l.payload[p];
+      continue;
     }
-    payload += size[p];
+    // kNone decodes straight into dst; split planes go through scratch.
+    uint8_t* out = d;
+    if (l.transform != Transform::kNone) {
+      if (!scratch && !(scratch = t_state.Scratch(n * l.width)))
+        return Status::Error(ENOMEM, "codec: no memory for plane scratch");
+      out = scratch + p * n;
+    }
+    ZRTIER_RETURN_IF_ERROR(DecodePlane(l, p, out));
+    planes[p] = out;
   }
   // (kNone with a zstd plane was decoded straight into dst.)
-  if (transform != Transform::kNone || mode[0] == kModeRaw)
-    MergePlanes(transform, planes, n, d, streaming);
-  memcpy(d + n * width, payload, tail);
-  if (crc && Crc32c(d, len) != Get32(e + kFixedHeader))
+  if (l.transform != Transform::kNone || l.mode[0] == kModeRaw)
+    MergePlanes(l.transform, planes, n, d, streaming);
+  memcpy(d + n * l.width, l.tail_bytes, l.tail);
+  if (l.crc && Crc32c(d, len) != Get32(e + kFixedHeader))
     return Corrupt("checksum mismatch: the decoded chunk differs from the one encoded");
+  return Status::Ok();
+}
+
+Status Codec::DecodeRange(const void* enc, size_t enc_len, size_t len, size_t off, size_t count,
+                          void* dst) const {
+  if (off % kRangeAlign || count % kRangeAlign || off > len || count > len - off)
+    return Status::Error(EINVAL, "codec: range not aligned or outside the chunk");
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  if (enc_len == 0) return memset(d, 0, count), Status::Ok();
+  const uint8_t* e = static_cast<const uint8_t*>(enc);
+  if (e[0] == gpufmt::kVersion && enc_len > gpufmt::kOffFlags &&
+      !(e[gpufmt::kOffFlags] & gpufmt::kFlagCrc))
+    return DecodeGpuRange(e, enc_len, len, off, count, d);
+  Layout l;
+  const bool v1 = e[0] == kVersion;
+  if (v1) ZRTIER_RETURN_IF_ERROR(Parse(e, enc_len, len, &l));
+  if (!v1 || l.crc) {
+    // A checksum (which covers the whole chunk): decoded whole, checked, then copied.
+    uint8_t* whole = RangeScratch(len);
+    if (!whole) return Status::Error(ENOMEM, "codec: no memory for a range decode");
+    ZRTIER_RETURN_IF_ERROR(Decode(enc, enc_len, whole, len));
+    memcpy(d, whole + off, count);
+    return Status::Ok();
+  }
+  // Only the coded planes are decoded whole; the elements of the range are merged from them.
+  const size_t w = l.width, n = l.n;
+  const size_t first = std::min(off / w, n), last = std::min((off + count) / w, n);
+  const uint8_t* planes[kMaxPlanes];
+  uint8_t* scratch = nullptr;
+  for (int p = 0; p < l.width; ++p) {
+    if (l.mode[p] == kModeRaw) {
+      planes[p] = l.payload[p] + first;
+      continue;
+    }
+    if (!scratch && !(scratch = t_state.Scratch(n * w)))
+      return Status::Error(ENOMEM, "codec: no memory for plane scratch");
+    uint8_t* out = scratch + p * n;
+    ZRTIER_RETURN_IF_ERROR(DecodePlane(l, p, out));
+    planes[p] = out + first;
+  }
+  MergePlanes(l.transform, planes, last - first, d);
+  // The tail bytes (after the last whole element) that the range covers.
+  const size_t tail_from = std::max(off, n * w), tail_to = off + count;
+  if (tail_to > tail_from)
+    memcpy(d + (tail_from - off), l.tail_bytes + (tail_from - n * w), tail_to - tail_from);
   return Status::Ok();
 }
 

@@ -58,6 +58,16 @@ class Codec {
   // decode kernel reads.
   static bool IsGpuFormat(const void* enc, size_t enc_len);
 
+  // Decodes bytes [off, off + count) of the `len` original bytes that an encoding made by Encode
+  // describes into `dst` (count bytes), for the install of part of a chunk. REQUIRES: off and
+  // count multiples of kRangeAlign, off + count <= len (else EINVAL). Errors as Decode. The
+  // zstd format decodes only the coded planes whole and merges the range's elements; the GPU
+  // format decodes only the segments holding the range; an encoding with a checksum (which covers
+  // the whole chunk) is decoded whole, checked, and the range copied out.
+  static constexpr size_t kRangeAlign = 4;
+  Status DecodeRange(const void* enc, size_t enc_len, size_t len, size_t off, size_t count,
+                     void* dst) const;
+
   // True if all `len` bytes are zero (fast, word at a time).
   static bool IsZero(const void* p, size_t len);
 

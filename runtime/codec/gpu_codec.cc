@@ -387,6 +387,13 @@ Status EncodeGpu(const EncodePlan& plan, const uint8_t* src, size_t len, bool cr
 }
 
 Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, bool streaming) {
+  return DecodeGpuRange(e, enc_len, len, 0, len, dst, streaming);
+}
+
+Status DecodeGpuRange(const uint8_t* e, size_t enc_len, size_t len, size_t off, size_t count,
+                      uint8_t* dst, bool streaming) {
+  if (off > len || count > len - off)
+    return Status::Error(EINVAL, "codec: range outside the chunk");
   if (enc_len < gpufmt::kHeaderSize) return Corrupt("encoding shorter than its header");
   if (e[gpufmt::kOffVersion] != gpufmt::kVersion) return Corrupt("not the gpu format");
   if (e[gpufmt::kOffTransform] >= kTransformCount) return Corrupt("unknown plane transform");
@@ -399,7 +406,6 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
   if (segment_log2 < gpufmt::kMinSegmentLog2 || segment_log2 > gpufmt::kMaxSegmentLog2)
     return Corrupt("segment size out of range");
   const uint32_t n = static_cast<uint32_t>(len / width);
-  const uint32_t tail = static_cast<uint32_t>(len - size_t{n} * width);
   const uint32_t segments = gpufmt::SegmentCount(n, segment_log2);
 
   // Every descriptor, section and segment offset is checked before any plane is decoded.
@@ -444,9 +450,18 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
   }
   if (pos != enc_len) return Corrupt("sections do not end at the encoding's end");
 
+  // A range decodes only the segments that hold its elements, and cannot check the checksum
+  // (which covers the whole chunk).
+  const bool whole = off == 0 && count == len;
+  if (!whole && ((e[gpufmt::kOffFlags] & gpufmt::kFlagCrc) || off % width || count % width))
+    return Status::Error(EINVAL,
+                         "codec: gpu format: a range of a checksummed chunk or off elements");
+  const uint32_t first_elem = static_cast<uint32_t>(std::min<size_t>(off / width, n));
+  const uint32_t end_elem = static_cast<uint32_t>(std::min<size_t>((off + count) / width, n));
+
   // Planes are decoded a group of segments at a time into scratch that stays in the L1 cache,
-  // and merged into dst from there; a coded plane of kNone decodes straight into dst.
-  const bool direct = transform == Transform::kNone;
+  // and merged into dst from there; a coded plane of kNone decodes straight into dst (whole).
+  const bool direct = whole && transform == Transform::kNone;
   constexpr uint32_t kGroup = 4;  // segments
   const uint32_t seg = 1u << segment_log2;
   uint8_t* scratch = nullptr;
@@ -461,27 +476,36 @@ Status DecodeGpu(const uint8_t* e, size_t enc_len, uint8_t* dst, size_t len, boo
     BuildTable(planes[p].spec, planes[p].section + planes[p].layout.symbols, tables[p].single);
     BuildMultiTable(tables[p].single, tables[p].multi);
   }
-  for (uint32_t j = 0; j < segments; j += kGroup) {
-    const uint32_t last = std::min(segments, j + kGroup);
-    const uint32_t begin = j * seg, count = std::min(n, last * seg) - begin;
+  const uint32_t seg_first = first_elem >> segment_log2;
+  const uint32_t seg_end = static_cast<uint32_t>((uint64_t{end_elem} + seg - 1) >> segment_log2);
+  for (uint32_t j = seg_first; j < seg_end; j += kGroup) {
+    const uint32_t last = std::min(seg_end, j + kGroup);
+    const uint32_t begin = j * seg, elems = std::min(n, last * seg) - begin;
+    // The elements of this group that the range holds: [from, to).
+    const uint32_t from = std::max(begin, first_elem), to = std::min(begin + elems, end_elem);
     const uint8_t* sources[kMaxPlanes];
     for (int p = 0; p < width; ++p) {
       const Plane& pl = planes[p];
       if (pl.mode == gpufmt::kModeRaw) {
-        sources[p] = pl.section + begin;
+        sources[p] = pl.section + from;
         continue;
       }
       uint8_t* out = direct ? dst + begin : scratch + static_cast<size_t>(p) * kGroup * seg;
       if (!DecodeSegments(tables[p], pl.section + pl.layout.stream, pl.section + pl.layout.offsets,
                           segment_log2, n, j, last, out))
         return Corrupt("a segment does not decode within its words");
-      sources[p] = out;
+      sources[p] = out + (from - begin);
     }
     if (!direct || planes[0].mode == gpufmt::kModeRaw)
-      MergePlanes(transform, sources, count, dst + size_t{begin} * width, streaming);
+      MergePlanes(transform, sources, to - from, dst + (size_t{from} * width - off), streaming);
   }
-  memcpy(dst + size_t{n} * width, e + gpufmt::kOffTail, tail);
-  if ((e[gpufmt::kOffFlags] & gpufmt::kFlagCrc) && Crc32c(dst, len) != Load32(e + gpufmt::kOffCrc))
+  // The tail bytes (after the last whole element) that the range holds.
+  const size_t tail_from = std::max(off, size_t{n} * width), tail_to = off + count;
+  if (tail_to > tail_from)
+    memcpy(dst + (tail_from - off), e + gpufmt::kOffTail + (tail_from - size_t{n} * width),
+           tail_to - tail_from);
+  if (whole && (e[gpufmt::kOffFlags] & gpufmt::kFlagCrc) &&
+      Crc32c(dst, len) != Load32(e + gpufmt::kOffCrc))
     return Corrupt("checksum mismatch: the decoded chunk differs from the one encoded");
   return Status::Ok();
 }

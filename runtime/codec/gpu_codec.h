@@ -29,4 +29,10 @@ Status EncodeGpu(const EncodePlan& plan, const uint8_t* src, size_t len, bool cr
 // `streaming` as for Codec::Decode.
 Status DecodeGpu(const uint8_t* enc, size_t enc_len, uint8_t* dst, size_t len, bool streaming);
 
+// Decodes bytes [off, off + count) of it into `dst` (count bytes): only the segments that hold
+// them. REQUIRES: off and count multiples of the element width, no checksum in the encoding (it
+// covers the whole chunk) -- else EINVAL. Errors as DecodeGpu.
+Status DecodeGpuRange(const uint8_t* enc, size_t enc_len, size_t len, size_t off, size_t count,
+                      uint8_t* dst, bool streaming = false);
+
 }  // namespace zrtier
