@@ -79,6 +79,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kReadahead, "READAHEAD", kSize, "8M", "bytes", "", "readahead",                              \
     "bytes of stored chunks restored ahead of a sequential or strided CPU scan, in parallel on "   \
     "the workers (at most 1/8 of the resident limit). 0 = off")                                   \
+  X(kPartialRestore, "PARTIAL_RESTORE", kBool, "1", "", "", "",                                  \
+    "1 = a CPU touch of a stored chunk that looks random (not a scan) restores only the touched "  \
+    "page (1/64 of a chunk over 256K), not the whole chunk; 0 = whole chunks")                    \
   X(kNumaNode, "NUMA_NODE", kInt, "-1", "node", "", "numa",                                      \
     "NUMA node for the RAM store's memory. -1 = not placed (the pinned pool never is)")          \
   X(kStats, "STATS", kBool, "1", "", "", "",                                                     \

@@ -40,7 +40,7 @@ enum class StatKind { kCounter, kGauge };
   X(zram_bytes, kGauge, "bytes", "bytes written to the zram device for them")                      \
   X(spill_raw_bytes, kGauge, "bytes", "uncompressed bytes of chunks spilled to files (T3)")        \
   X(spill_bytes, kGauge, "bytes", "bytes of spill files in use")                                   \
-  X(faults_missing, kCounter, "", "missing-page faults resolved (whole chunks installed)")         \
+  X(faults_missing, kCounter, "", "missing-page faults resolved (whole chunks or, partial_restores, one page installed)")         \
   X(faults_wp, kCounter, "", "write-protect faults (first write to a clean chunk)")                \
   X(faults_zero, kCounter, "", "faults on never-written chunks (zeros installed)")                 \
   X(fault_ns, kCounter, "ns", "total time from fault read to wake")                                \
@@ -91,7 +91,8 @@ enum class StatKind { kCounter, kGauge };
   X(readahead_chunks, kCounter, "", "stored chunks restored ahead of a sequential or strided CPU scan") \
   X(checksum_errors, kCounter, "", "reads of zram or spill-file entries whose checksum did not match (the read failed)") \
   X(h2d_gpu_decoded_bytes, kCounter, "bytes", "H2D bytes decoded by the GPU on the copy's stream (chunks in the GPU format)") \
-  X(h2d_gpu_encoded_bytes, kCounter, "bytes", "encoded bytes those copies sent over the link instead")
+  X(h2d_gpu_encoded_bytes, kCounter, "bytes", "encoded bytes those copies sent over the link instead") \
+  X(partial_restores, kCounter, "", "missing-page faults resolved by installing one page of a stored chunk (a random touch; also counted in faults_missing)")
 // clang-format on
 
 enum class Stat : int {
@@ -145,8 +146,9 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // h2d_pieces_waited_on; 12: held_bytes, memory_budget_bytes, h2d/d2h_direct_bytes, runs_pinned,
 // runs_unpinned, readahead_chunks; 13: pid_ns (the header word that was `reserved`): the writer's
 // pid namespace, so that a reader judges a block's pid only in the namespace it belongs to; 14:
-// Histogram::sum_ns (the exact sum of each histogram's samples); 15: checksum_errors
-inline constexpr uint32_t kStatsVersion = 16;
+// Histogram::sum_ns (the exact sum of each histogram's samples); 15: checksum_errors; 16:
+// h2d_gpu_decoded_bytes, h2d_gpu_encoded_bytes; 17: partial_restores
+inline constexpr uint32_t kStatsVersion = 17;
 // The oldest version a reader still reads (zrtier/stats_reader.h says how older blocks map).
 inline constexpr uint32_t kStatsOldestReadable = 13;
 inline constexpr int kStatsMaxRegions = 64;

@@ -52,6 +52,18 @@ Status ChunkIo::Decode(Chunk& c, char* dst, const char* what, bool streaming, si
   return Status::Ok();
 }
 
+Status ChunkIo::DecodeRange(Chunk& c, size_t off, size_t n, char* dst, const char* what) {
+  uint64_t t0 = MonotonicNs();
+  StoreHandle h = c.handle.load();
+  Status st = store_->Get(h, [&](const void* data, size_t len) {
+    return codec_.DecodeRange(data, len, chunk_, off, n, dst);
+  });
+  if (!st.ok()) return Status::Error(st.code(), std::string(what) + ": " + st.message());
+  StatAdd(Stat::decode_ns, MonotonicNs() - t0);
+  StatAdd(Stat::bytes_decoded, n);
+  return Status::Ok();
+}
+
 void ChunkIo::SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len) {
   c.handle.store(h);
   c.enc_len.store(static_cast<uint32_t>(enc_len));

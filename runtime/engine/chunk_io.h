@@ -87,6 +87,8 @@ class ChunkIo {
   // any other entry is decoded and *gpu_enc_len is 0.
   Status Decode(Chunk& c, char* dst, const char* what, bool streaming = false,
                 size_t* gpu_enc_len = nullptr);
+  // Decodes bytes [off, off + n) of the store entry of chunk `c` into `dst` (Codec::DecodeRange).
+  Status DecodeRange(Chunk& c, size_t off, size_t n, char* dst, const char* what);
   // Makes `h` (an entry of `enc_len` encoded bytes) the chunk's store copy; FreeHandle drops it
   // (no-op without one). REQUIRES: the caller holds the chunk in kBusy (and, for SetHandle, it
   // has no handle).

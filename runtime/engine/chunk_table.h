@@ -15,9 +15,17 @@
 //            the shim registered them with CUDA, a pinned run); the pages are the only copy,
 //            `handle` is 0. Never evicted, write-protected or adopted: the GPU writes the pages
 //            unseen, so no generation could vouch for a copy of it.
+//   kPartial some units of the chunk (`present`, one bit per PartialUnit bytes) are installed
+//            write-protected, the rest are missing; `handle` holds the newest copy (current
+//            generation), which the present pages equal. Counted as stored (stored_raw) and, for
+//            its present units, resident. Not resident for a Read (a pin would copy missing
+//            pages): readers decode the store copy as for kStored. Every path that would install
+//            or drop the whole chunk first drops the present units (DropPartial, partial.h) and
+//            goes on as from kStored; a write fault completes the chunk and makes it dirty.
 // Invariants:
 //   - Only the thread that moved a chunk into kBusy changes `handle`, `enc_len` and the pages; it
 //     leaves kBusy with EndBusy(), which keeps the pin count.
+//   - `present` is 0 in every state but kPartial and changes only under kBusy.
 //   - Pins are taken only in resident states (Read copying resident pages) and released in any
 //     state; an eviction starts only from kClean/kDirty with no pins, so pinned pages are never
 //     dropped.
@@ -47,7 +55,8 @@ enum ChunkState : uint32_t {
   kBusy = 4,
   kFreed = 5,
   kExternal = 6,
-  kHeld = 7
+  kHeld = 7,
+  kPartial = 8
 };
 inline constexpr uint32_t kStateMask = 0xF;
 inline constexpr uint32_t kPin = 0x10;
@@ -60,10 +69,18 @@ inline bool IsResident(uint32_t word) {
   ChunkState s = StateOf(word);
   return s == kClean || s == kDirty || s == kHeld;
 }
-// Whether the evictor may take a chunk in state word `word`: resident, not held, no pins.
+// Whether the evictor may take a chunk in state word `word`: resident (or partly installed), not
+// held, no pins.
 inline bool IsEvictable(uint32_t word) {
   ChunkState s = StateOf(word);
-  return (s == kClean || s == kDirty) && (word & ~kStateMask) == 0;
+  return (s == kClean || s == kDirty || s == kPartial) && (word & ~kStateMask) == 0;
+}
+
+// The unit of a partial install (kPartial) for chunks of `chunk` bytes: a page, or 1/64 of a
+// chunk of more than 64 pages (one bit of Chunk::present each).
+inline constexpr size_t kMaxUnits = 64;
+inline size_t PartialUnit(size_t chunk) {
+  return chunk / kMaxUnits > kPage ? chunk / kMaxUnits : kPage;
 }
 
 // ForkGate: how a fork sees no chunk in transition (runtime/engine/fork.h). Every claim (TryBusy)
@@ -135,6 +152,7 @@ struct Chunk {
   std::atomic<uint16_t> rewrites{0};
   std::atomic<uint64_t> gen{0};
   std::atomic<uint64_t> handle{0};
+  std::atomic<uint64_t> present{0};  // kPartial: bit u = unit u is installed
 
   // Moves a chunk from exactly `expected` (a stable state with whatever pins it has) into kBusy.
   // Fails while a fork is being prepared (ForkGate).

@@ -15,6 +15,7 @@
 #include "runtime/engine/held.h"
 #include "runtime/engine/pager.h"
 #include "runtime/engine/parked_faults.h"
+#include "runtime/engine/partial.h"
 #include "runtime/engine/region_io.h"
 #include "runtime/engine/region_map.h"
 #include "runtime/engine/resident_budget.h"
@@ -43,7 +44,8 @@ Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
   external_ = std::make_unique<ExternalChunks>(parts);
   held_ = std::make_unique<HeldChunks>(parts, external_.get());
   region_io_ = std::make_unique<RegionIo>(parts, external_.get());
-  pager_ = std::make_unique<Pager>(parts, external_.get(), workers, opts.Size(Opt::kReadahead));
+  pager_ = std::make_unique<Pager>(parts, external_.get(), workers, opts.Size(Opt::kReadahead),
+                                   opts.Bool(Opt::kPartialRestore));
   evictor_ = std::make_unique<Evictor>(parts, workers);
   watchdog_ = std::make_unique<Watchdog>(regions_.get(), io_->store(), pager_.get());
   evictor_->Start();
@@ -123,7 +125,8 @@ void Engine::Release(Region* r) {
       }
       if (!c.word.compare_exchange_weak(w, (w & ~kStateMask) | kFreed)) continue;
       if (IsResident(w)) resident += chunk_;
-      if (s == kStored) stored += chunk_;
+      if (s == kPartial) resident += PresentBytes(c, chunk_);
+      if (s == kStored || s == kPartial) stored += chunk_;
       if (s == kExternal) external += chunk_;
       if (s == kHeld) held += chunk_;
       break;

@@ -5,6 +5,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/thread_name.h"
+#include "runtime/engine/partial.h"
 
 namespace zrtier {
 
@@ -58,6 +59,17 @@ Status Evictor::EvictChunk(Region* r, size_t i, uint32_t w) {
   char* p = r->table.AddressOf(i);
   if (!c.TryBusy(w)) return Status::Error(EAGAIN, "chunk changed");
   ChunkState s = StateOf(w);
+  if (s == kPartial) {  // its store copy is current: the installed units are only dropped
+    Status st = DropPartial(e_, r, c, p);
+    c.EndBusy(st.ok() ? kStored : kPartial);
+    e_.parked->Signal();
+    if (st.ok()) {
+      StatAdd(Stat::evictions, 1);
+      StatAdd(Stat::evictions_clean, 1);
+      e_.budget->SetStalled(false);
+    }
+    return st;
+  }
   ChunkState to = kStored;
   if (s == kClean && c.handle.load()) {
     StatAdd(Stat::evictions_clean, 1);  // the store copy is current: no compression

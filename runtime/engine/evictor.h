@@ -1,8 +1,9 @@
 // Evictor: ZRTIER_WORKERS threads that keep resident bytes within the resident budget by taking
 // the T1 victim choice's victims (t1_victim.h: the farthest predicted next use of a sample, or
 // CLOCK) through write-protect -> copy out and encode -> store Put -> MADV_DONTNEED -> kStored (a
-// clean chunk with a current store copy skips the encode; an all-zero one ends kEmpty). EvictTo and
-// EvictRange do the same on demand.
+// clean chunk with a current store copy skips the encode; an all-zero one ends kEmpty; a partly
+// installed one, kPartial, only has its units dropped). EvictTo and EvictRange do the same on
+// demand.
 //
 // A write racing an eviction is never lost: a dirty chunk is write-protected before it is copied,
 // so a writer waits in its write-protect fault until the chunk is stored (then it refaults and

@@ -6,6 +6,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/engine/partial.h"
 
 namespace zrtier {
 namespace {
@@ -50,6 +51,15 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
       }
       if (c.TryBusy(w)) {
         was[k] = w;
+        // A partly installed chunk drops its units here and goes on as stored.
+        if (s == kPartial) {
+          if (DropPartial(e_, r, c, r->table.AddressOf(first + k)).ok()) {
+            was[k] = (w & ~kStateMask) | kStored;
+          } else {
+            c.EndBusy(kPartial);
+            was[k] = kNotAdopted;
+          }
+        }
         break;
       }
     }

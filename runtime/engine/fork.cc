@@ -155,9 +155,10 @@ class ChildServer {
     Status st;
     if (s == kEmpty) {
       st = uffd_.ZeroPage(p, p_.chunk);
-    } else if ((s == kStored || s == kClean) && h) {
+    } else if ((s == kStored || s == kClean || s == kPartial) && h) {
       // kClean: a page of it missing here is not expected (installs are whole chunks), but its
-      // store copy is current, so it is served from there.
+      // store copy is current, so it is served from there. kPartial: the units installed at the
+      // fork are inherited and skipped by the copy (they equal the store copy).
       st = p_.io->store()->GetInChild(h, [&](const void* enc, size_t len) {
         return p_.io->codec().Decode(enc, len, buf_, p_.chunk);
       });

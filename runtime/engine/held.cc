@@ -4,6 +4,7 @@
 
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/parked_faults.h"
+#include "runtime/engine/partial.h"
 #include "runtime/engine/resident_budget.h"
 #include "runtime/engine/uffd.h"
 
@@ -58,6 +59,9 @@ Status HeldChunks::Install(Region* r, size_t i, size_t end, const uint32_t* was,
       e_.regions->AddResident(r, static_cast<int64_t>(*n * chunk));
       return Status::Ok();
     }
+    case kPartial:  // its installed units go; then as stored (its store copy is current)
+      ZRTIER_RETURN_IF_ERROR(DropPartial(e_, r, c, p));
+      [[fallthrough]];
     case kStored: {
       char* buf = tl_raw.Get(chunk);
       ZRTIER_RETURN_IF_ERROR(e_.io->Decode(c, buf, "holding a chunk"));

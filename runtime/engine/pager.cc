@@ -3,10 +3,12 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
 #include "runtime/base/thread_name.h"
+#include "runtime/engine/partial.h"
 #include "runtime/os/uffd_compat.h"
 
 namespace zrtier {
@@ -192,6 +194,7 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
   size_t i = r->table.IndexOf(reinterpret_cast<void*>(f.addr));
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
+  const size_t u = (reinterpret_cast<char*>(f.addr) - p) / unit_;
   for (;;) {
     uint32_t w = c.word.load();
     ChunkState s = StateOf(w);
@@ -202,6 +205,10 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
       return Outcome::kDone;
     }
     if (f.wp) {
+      if (s == kPartial) {  // a store into an installed unit: the whole chunk becomes dirty
+        if (!c.TryBusy(w)) continue;
+        return Complete(r, c, p, /*write=*/true, /*wp_fault=*/true, f.t0);
+      }
       if (s != kClean) {  // already writable, or dropped meanwhile (then it refaults as missing)
         e_.uffd->Wake(p, e_.chunk);
         return Outcome::kDone;
@@ -209,7 +216,7 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
       if (!c.TryBusy(w)) continue;
       return ResolveWriteProtect(r, c, p, w);
     }
-    if (IsResident(w)) {  // installed meanwhile
+    if (IsResident(w) || (s == kPartial && (c.present.load() >> u & 1))) {  // installed meanwhile
       e_.uffd->Wake(p, e_.chunk);
       return Outcome::kDone;
     }
@@ -218,17 +225,143 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
       return Outcome::kPark;
     }
     if (!c.TryBusy(w)) continue;
-    if (s == kStored) NoteStoredFault(f.region, i);
-    if (may_defer && s == kStored &&
-        restore_queued_.load(std::memory_order_relaxed) < static_cast<size_t>(restorer_count_)) {
-      restore_queued_.fetch_add(1);
-      std::lock_guard<std::mutex> lock(restore_mu_);
-      restore_q_.push_front(RestoreJob{f, &c, p, s});  // before queued readahead
-      restore_cv_.notify_one();
-      return Outcome::kQueued;
+    if (s == kPartial) {
+      const uint64_t present = c.present.load();
+      if (present >> u & 1) {  // installed between the look and the claim
+        c.EndBusy(kPartial);
+        e_.parked->Signal();
+        e_.uffd->Wake(p, e_.chunk);
+        return Outcome::kDone;
+      }
+      const bool next_to =
+          (u > 0 && (present >> (u - 1) & 1)) || (u + 1 < kMaxUnits && (present >> (u + 1) & 1));
+      NoteStoredFault(f.region, i);
+      if (f.write || next_to || static_cast<size_t>(std::popcount(present)) + 1 >= kCompleteUnits ||
+          !LooksRandom(*r, i, u))
+        return Complete(r, c, p, f.write, /*wp_fault=*/false, f.t0);
+      return Restore(f, c, p, s, u, may_defer);
     }
-    return Load(r, c, p, s, f.write, f.t0);
+    size_t unit = kWhole;
+    if (s == kStored) {
+      NoteStoredFault(f.region, i);
+      if (partial_ && !f.write && LooksRandom(*r, i, u)) unit = u;
+    }
+    return Restore(f, c, p, s, unit, may_defer);
   }
+}
+
+bool Pager::LooksRandom(const Region& r, size_t i, size_t u) {
+  // A scan: at the chunk's first or last unit (where scans enter a chunk), next to the previous
+  // stored fault, or going on from a resident chunk (one evicted while a scan was reading it
+  // faults again in its middle).
+  const bool near = (r.id == last_region_ &&
+                     (i == last_chunk_ || i + 1 == last_chunk_ || i == last_chunk_ + 1)) ||
+                    (i > 0 && IsResident(r.table.chunks[i - 1].word.load()));
+  last_region_ = r.id;
+  last_chunk_ = i;
+  return !near && u != 0 && u + 1 != e_.chunk / unit_;
+}
+
+Pager::Outcome Pager::Restore(const Fault& f, Chunk& c, char* p, ChunkState s, size_t unit,
+                              bool may_defer) {
+  if (may_defer && s == kStored &&
+      restore_queued_.load(std::memory_order_relaxed) < static_cast<size_t>(restorer_count_)) {
+    restore_queued_.fetch_add(1);
+    std::lock_guard<std::mutex> lock(restore_mu_);
+    RestoreJob job{f, &c, p, s};
+    job.unit = unit;
+    restore_q_.push_front(std::move(job));  // before queued readahead
+    restore_cv_.notify_one();
+    return Outcome::kQueued;
+  }
+  Region* r = f.region.get();
+  if (unit != kWhole) return InstallUnit(r, c, p, unit, s, f.t0);
+  return Load(r, c, p, s, f.write, f.t0);
+}
+
+Pager::Outcome Pager::InstallUnit(Region* r, Chunk& c, char* p, size_t u, ChunkState from,
+                                  uint64_t t0) {
+  char* buf = tl_raw.Get(unit_);
+  char* at = p + u * unit_;
+  Status dec = e_.io->DecodeRange(c, u * unit_, unit_, buf, "restoring part of a chunk on a fault");
+  if (!dec.ok()) {
+    c.EndBusy(from);
+    e_.parked->Signal();
+    Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
+        static_cast<void*>(p), dec.ToString().c_str());
+    e_.uffd->Poison(reinterpret_cast<uint64_t>(at));
+    return Outcome::kDone;
+  }
+  Status st = e_.uffd->Copy(at, buf, unit_, /*wp=*/true, /*dontwake=*/true);
+  if (!st.ok()) {
+    c.EndBusy(from);
+    e_.parked->Signal();
+    if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
+    ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
+    return Outcome::kPark;
+  }
+  c.present.fetch_or(uint64_t{1} << u);
+  c.referenced.store(1, std::memory_order_relaxed);
+  e_.regions->AddResident(r, static_cast<int64_t>(unit_));
+  StatAdd(Stat::faults_missing, 1);
+  StatAdd(Stat::partial_restores, 1);
+  HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  c.EndBusy(kPartial);
+  // The whole chunk: a thread waiting on another of its units faults again and is served then.
+  e_.uffd->Wake(p, e_.chunk);
+  e_.parked->Signal();
+  e_.budget->Kick();
+  if (from == kStored && has_observer_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(observer_mu_);
+    if (observer_) observer_(r->id, r->table.IndexOf(p));
+  }
+  return Outcome::kDone;
+}
+
+Pager::Outcome Pager::Complete(Region* r, Chunk& c, char* p, bool write, bool wp_fault, uint64_t t0,
+                               bool readahead) {
+  char* buf = tl_raw.Get(e_.chunk);
+  Status st = e_.io->Decode(c, buf, "completing a partly restored chunk");
+  // The missing units; the installed ones are skipped (EEXIST) and equal the decoded bytes.
+  if (st.ok()) st = e_.uffd->Copy(p, buf, e_.chunk, /*wp=*/!write, /*dontwake=*/true);
+  long rc = 0;
+  if (st.ok() && write) rc = e_.uffd->WriteProtect(p, e_.chunk, false);  // the installed units
+  if (!st.ok() || (rc < 0 && rc != -ENOENT && rc != -ESRCH)) {
+    // Units installed so far stay (write-protected, equal to the store copy): still kPartial.
+    // (Those the failed Copy installed are not in `present`: DropPartial drops the whole chunk.)
+    c.EndBusy(kPartial);
+    e_.parked->Signal();
+    if (readahead) return Outcome::kDone;  // left partial: a demand fault reports it
+    if (!st.ok() && st.code() == EBADMSG) {
+      Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
+          static_cast<void*>(p), st.ToString().c_str());
+      e_.uffd->Poison(reinterpret_cast<uint64_t>(p));
+      return Outcome::kDone;
+    }
+    if (!st.ok() && (st.code() == ENOENT || st.code() == ESRCH)) return Outcome::kDone;
+    ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: completing a chunk: %s (retrying)",
+                    st.ok() ? ErrnoText(rc).c_str() : st.ToString().c_str());
+    return Outcome::kPark;
+  }
+  e_.regions->AddResident(r, static_cast<int64_t>(e_.chunk - PresentBytes(c, e_.chunk)));
+  e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
+  c.present.store(0);
+  c.referenced.store(1, std::memory_order_relaxed);
+  if (write) {
+    c.gen.fetch_add(1);
+    e_.io->FreeHandle(r, c);  // the stored copy is garbage now
+  }
+  if (readahead) {
+    StatAdd(Stat::readahead_chunks, 1);
+  } else {
+    StatAdd(wp_fault ? Stat::faults_wp : Stat::faults_missing, 1);
+    if (!wp_fault) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  }
+  c.EndBusy(write ? kDirty : kClean);
+  e_.uffd->Wake(p, e_.chunk);
+  e_.parked->Signal();
+  e_.budget->Kick();
+  return Outcome::kDone;
 }
 
 void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i) {
@@ -287,13 +420,14 @@ void Pager::Readahead(const std::shared_ptr<Region>& r, size_t first, size_t str
     if (ForkGate::closed()) break;  // a fork is being prepared: no claim would succeed
     Chunk& c = r->table.chunks[j];
     const uint32_t w = c.word.load();
-    if (StateOf(w) != kStored || !c.TryBusy(w)) continue;
+    const ChunkState from = StateOf(w);  // a partial one is completed
+    if ((from != kStored && from != kPartial) || !c.TryBusy(w)) continue;
     Fault f;
     f.region = r;
     f.addr = reinterpret_cast<uint64_t>(r->table.AddressOf(j));
     f.t0 = MonotonicNs();
     readahead_queued_.fetch_add(1);
-    restore_q_.push_back(RestoreJob{std::move(f), &c, r->table.AddressOf(j), kStored, true});
+    restore_q_.push_back(RestoreJob{std::move(f), &c, r->table.AddressOf(j), from, true});
   }
   restore_cv_.notify_all();
 }
@@ -313,13 +447,18 @@ void Pager::RestoreLoop() {
     restore_q_.pop_front();
     lock.unlock();
     if (j.readahead) {
-      Load(j.f.region.get(), *j.c, j.p, j.from, false, j.f.t0, /*readahead=*/true);
+      if (j.from == kPartial) {
+        Complete(j.f.region.get(), *j.c, j.p, false, false, j.f.t0, /*readahead=*/true);
+      } else {
+        Load(j.f.region.get(), *j.c, j.p, j.from, false, j.f.t0, /*readahead=*/true);
+      }
       readahead_queued_.fetch_sub(1);
       lock.lock();
       continue;
     }
     restore_queued_.fetch_sub(1);
-    Outcome o = Load(j.f.region.get(), *j.c, j.p, j.from, j.f.write, j.f.t0);
+    Outcome o = j.unit != kWhole ? InstallUnit(j.f.region.get(), *j.c, j.p, j.unit, j.from, j.f.t0)
+                                 : Load(j.f.region.get(), *j.c, j.p, j.from, j.f.write, j.f.t0);
     if (o == Outcome::kPark) {
       {
         std::lock_guard<std::mutex> g(requeue_mu_);

@@ -15,6 +15,16 @@
 // decode rate instead of one fault at a time. kStreams streams are followed at once (one per
 // scanning thread); demand restores go before readahead in the workers' queue.
 //
+// Partial restores (ZRTIER_PARTIAL_RESTORE, partial.h): a missing read fault on a stored chunk
+// that looks random -- not at the chunk's first or last unit (where scans enter a chunk), not next
+// to the previous stored fault's chunk, not after a resident chunk -- installs only the touched
+// unit, write-protected, and the chunk becomes kPartial. Later random faults install more units; a
+// fault that does not look random, one next to an installed unit (a scan inside the chunk), the
+// kCompleteUnits-th unit, or any write (a write-protect fault on an
+// installed unit, a missing fault raised by a store) completes the chunk first: the missing units
+// are installed from one whole decode (the installed ones equal it) and the chunk ends clean, or
+// dirty with a new generation.
+//
 // The pager thread touches region memory only through uffd ioctls and never calls CUDA (DESIGN.md
 // section 6). Thread safety: Start/Stop from the owner; SetFaultObserver and the accessors from any
 // thread.
@@ -45,11 +55,15 @@ class Pager {
  public:
   // `external` is not owned and must outlive this object. `restorers`: restore worker threads.
   // `readahead_bytes`: the readahead window (0 = none).
-  Pager(const EngineParts& parts, ExternalChunks* external, int restorers, size_t readahead_bytes)
+  // `partial`: partial restores (ZRTIER_PARTIAL_RESTORE).
+  Pager(const EngineParts& parts, ExternalChunks* external, int restorers, size_t readahead_bytes,
+        bool partial = true)
       : e_(parts),
         external_(external),
         restorer_count_(restorers),
-        readahead_bytes_(readahead_bytes) {}
+        readahead_bytes_(readahead_bytes),
+        unit_(PartialUnit(parts.chunk)),
+        partial_(partial && parts.chunk / unit_ >= kMinUnits) {}
   // REQUIRES: Stop() was called.
   ~Pager();
 
@@ -76,13 +90,20 @@ class Pager {
   };
   // kQueued: handed to a restore worker, which finishes (or re-parks) the fault.
   enum class Outcome { kDone, kPark, kQueued };
+  static constexpr size_t kWhole = SIZE_MAX;
   struct RestoreJob {
     Fault f;
     Chunk* c;
     char* p;
     ChunkState from;
     bool readahead = false;  // no fault waits: installed ahead of a scan
+    size_t unit = kWhole;    // a partial restore of this unit (from kStored or kPartial)
   };
+  // A chunk of fewer units is always restored whole (a unit would save little).
+  static constexpr size_t kMinUnits = 4;
+  // A partial chunk whose next install would make this many units is completed instead: it is
+  // being read densely, and one whole restore costs less than the faults to come.
+  static constexpr size_t kCompleteUnits = 16;
   // A scan followed by readahead: the last stored chunk faulted in `region`, the stride to the one
   // before, how many faults in a row kept that stride, and the last chunk scheduled ahead.
   struct Stream {
@@ -113,9 +134,24 @@ class Pager {
   // Load's end once the chunk is installed: accounting, state, wake-up, observer.
   void Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
               bool readahead);
+  // Missing read fault on unit `u` of a chunk claimed from `from` (kStored or kPartial) that does
+  // not have it: installs that unit alone, write-protected; the chunk ends kPartial.
+  Outcome InstallUnit(Region* r, Chunk& c, char* p, size_t u, ChunkState from, uint64_t t0);
+  // A fault on a chunk claimed from kPartial that completes it (see the file comment): the missing
+  // units are installed, the chunk ends kDirty (`write`, a new generation) or kClean.
+  // `readahead`: no fault waits (Readahead met a partial chunk).
+  Outcome Complete(Region* r, Chunk& c, char* p, bool write, bool wp_fault, uint64_t t0,
+                   bool readahead = false);
+  // Whether a missing read fault on unit `u` of stored (or partial) chunk `i` of `r` looks random
+  // rather than part of a scan (pager thread; remembers the fault).
+  bool LooksRandom(const Region& r, size_t i, size_t u);
+  // Restores a claimed chunk for fault `f`: whole (unit == kWhole, Load) or one unit; handed to a
+  // restore worker when `may_defer` and one is free.
+  Outcome Restore(const Fault& f, Chunk& c, char* p, ChunkState s, size_t unit, bool may_defer);
   // Follows the streams of missing faults on stored chunks; schedules readahead (pager thread).
   void NoteStoredFault(const std::shared_ptr<Region>& r, size_t i);
-  // Claims the stored chunks among `count` chunks from `first` with `stride` and queues them.
+  // Claims the stored (and partial) chunks among `count` chunks from `first` with `stride` and
+  // queues them.
   void Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count);
   // A fault outside any live region (see pager.cc).
   void Stray(uint64_t addr, bool wp);
@@ -125,7 +161,11 @@ class Pager {
   const EngineParts e_;
   ExternalChunks* external_;
   int restorer_count_;
-  size_t readahead_bytes_;  // bytes restored ahead of a stream at most (ZRTIER_READAHEAD)
+  size_t readahead_bytes_;        // bytes restored ahead of a stream at most (ZRTIER_READAHEAD)
+  const size_t unit_;             // PartialUnit(chunk)
+  const bool partial_;            // partial restores on
+  uint64_t last_region_ = 0;      // the last stored fault (pager thread): its region id
+  size_t last_chunk_ = SIZE_MAX;  // and chunk
 
   std::mutex observer_mu_;
   FaultObserver observer_;  // guarded by observer_mu_

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/base/stats.h"
+#include "runtime/engine/partial.h"
 
 namespace zrtier {
 namespace {
@@ -84,13 +85,13 @@ Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bo
       Backoff(&spins);
       continue;
     }
-    if (s == kStored) {
+    if (s == kStored || s == kPartial) {  // a partial chunk's store copy is current too
       if (!c.TryBusy(w)) continue;
       char* buf = n == e_.chunk ? d : tl_raw.Get(e_.chunk);
       uint64_t t0 = MonotonicNs();
       Status st =
           e_.io->Decode(c, buf, "Read", streaming && buf == d, buf == d ? gpu_enc_len : nullptr);
-      c.EndBusy(kStored);
+      c.EndBusy(s);
       e_.parked->Signal();
       if (!st.ok()) {
         char where[64];
@@ -210,7 +211,14 @@ Status RegionIo::WriteStored(Region* r, size_t i, const char* s, bool* stored) {
     *stored = true;
     return WriteChunk(r, i, w, 0, e_.chunk, s);
   }
-  const ChunkState was = StateOf(w);
+  ChunkState was = StateOf(w);
+  if (was == kPartial) {
+    if (Status st = LeavePartial(r, i); !st.ok()) {
+      if (enc_len) e_.io->store()->Free(h);
+      return st;
+    }
+    was = kStored;
+  }
   if (was == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
   if (was == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
   e_.io->FreeHandle(r, c);
@@ -229,7 +237,11 @@ Status RegionIo::WriteStored(Region* r, size_t i, const char* s, bool* stored) {
 Status RegionIo::WriteChunk(Region* r, size_t i, uint32_t w, size_t off, size_t n, const char* s) {
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
-  const ChunkState was = StateOf(w);
+  ChunkState was = StateOf(w);
+  if (was == kPartial) {
+    ZRTIER_RETURN_IF_ERROR(LeavePartial(r, i));
+    was = kStored;
+  }
   // A resident chunk is written in place and left writable (dirty; a held one stays held):
   // protecting it again would cost every repeated publish into the same buffer an ioctl and a TLB
   // flush; ReadChunk protects it when a copy is to be cached. Any other chunk is installed
@@ -291,6 +303,17 @@ Status RegionIo::InstallWritten(Region* r, size_t i, ChunkState was, size_t off,
   if (was == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
   if (was == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
   return Status::Ok();
+}
+
+Status RegionIo::LeavePartial(Region* r, size_t i) {
+  Chunk& c = r->table.chunks[i];
+  Status st = DropPartial(e_, r, c, r->table.AddressOf(i));
+  if (!st.ok()) {
+    c.EndBusy(kPartial);
+    e_.parked->Signal();
+    return Status::Error(st.code(), "Write: " + st.message());
+  }
+  return st;
 }
 
 long RegionIo::ReprotectClaimed(Region* r, size_t first, size_t end, bool wp) {

@@ -56,6 +56,9 @@ class RegionIo {
   // Installs a chunk that was not resident (claimed in `was`): a whole one straight from `s`, a
   // partial one merged with its current content.
   Status InstallWritten(Region* r, size_t i, ChunkState was, size_t off, size_t n, const char* s);
+  // Drops the installed units of chunk `i`, claimed from kPartial (DropPartial): it is then as a
+  // claimed kStored chunk. On failure it is ended kPartial again and the error returned.
+  Status LeavePartial(Region* r, size_t i);
   // Changes the protection of chunks [first, end) of `r`, claimed (kBusy) by the caller -- for !wp
   // with their generations already bumped -- with one ioctl, and ends each in its new state: wp,
   // clean (a copy may be cached; `cleaned` for the staging-buffer count); !wp, dirty with its
