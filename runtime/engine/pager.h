@@ -17,13 +17,12 @@
 //
 // Partial restores (ZRTIER_PARTIAL_RESTORE, partial.h): a missing read fault on a stored chunk
 // that looks random -- not at the chunk's first or last unit (where scans enter a chunk), not next
-// to the previous stored fault's chunk, not after a resident chunk -- installs only the touched
-// unit, write-protected, and the chunk becomes kPartial. Later random faults install more units; a
-// fault that does not look random, one next to an installed unit (a scan inside the chunk), the
-// kCompleteUnits-th unit, or any write (a write-protect fault on an
-// installed unit, a missing fault raised by a store) completes the chunk first: the missing units
-// are installed from one whole decode (the installed ones equal it) and the chunk ends clean, or
-// dirty with a new generation.
+// to the previous stored fault's chunk -- installs only the touched unit, write-protected, and the
+// chunk becomes kPartial. Later random faults install more units; a fault that does not look
+// random, one next to an installed unit (a scan inside the chunk), the kCompleteUnits-th unit,
+// readahead, or any write (a write-protect fault on an installed unit, a missing fault raised by a
+// store) completes the chunk first: the missing units are installed from one whole decode (the
+// installed ones equal it) and the chunk ends clean, or dirty with a new generation.
 //
 // The pager thread touches region memory only through uffd ioctls and never calls CUDA (DESIGN.md
 // section 6). Thread safety: Start/Stop from the owner; SetFaultObserver and the accessors from any
