@@ -321,46 +321,46 @@ Pager::Outcome Pager::Complete(Region* r, Chunk& c, char* p, bool write, bool wp
                                bool readahead) {
   char* buf = tl_raw.Get(e_.chunk);
   Status st = e_.io->Decode(c, buf, "completing a partly restored chunk");
-  // The missing units; the installed ones are skipped (EEXIST) and equal the decoded bytes.
-  if (st.ok()) st = e_.uffd->Copy(p, buf, e_.chunk, /*wp=*/!write, /*dontwake=*/true);
-  long rc = 0;
-  if (st.ok() && write) rc = e_.uffd->WriteProtect(p, e_.chunk, false);  // the installed units
-  if (!st.ok() || (rc < 0 && rc != -ENOENT && rc != -ESRCH)) {
-    // Units installed so far stay (write-protected, equal to the store copy): still kPartial.
-    // (Those the failed Copy installed are not in `present`: DropPartial drops the whole chunk.)
+  // The missing units, write-protected like the installed ones, which Copy skips (EEXIST): they
+  // equal the decoded bytes.
+  if (st.ok()) st = e_.uffd->Copy(p, buf, e_.chunk, /*wp=*/true, /*dontwake=*/true);
+  if (!st.ok()) {
+    // Still kPartial: the units installed so far (some by this Copy, not in `present`) are
+    // write-protected and equal the store copy; DropPartial drops them all.
     c.EndBusy(kPartial);
     e_.parked->Signal();
     if (readahead) return Outcome::kDone;  // left partial: a demand fault reports it
-    if (!st.ok() && st.code() == EBADMSG) {
+    if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
+    if (st.code() == EBADMSG || st.code() == EIO) {
       Log(LogLevel::kError, "chunk %p cannot be restored (%s): the touching thread gets SIGBUS",
           static_cast<void*>(p), st.ToString().c_str());
       e_.uffd->Poison(reinterpret_cast<uint64_t>(p));
       return Outcome::kDone;
     }
-    if (!st.ok() && (st.code() == ENOENT || st.code() == ESRCH)) return Outcome::kDone;
     ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: completing a chunk: %s (retrying)",
-                    st.ok() ? ErrnoText(rc).c_str() : st.ToString().c_str());
+                    st.ToString().c_str());
     return Outcome::kPark;
   }
+  // Installed whole, write-protected: a clean chunk.
   e_.regions->AddResident(r, static_cast<int64_t>(e_.chunk - PresentBytes(c, e_.chunk)));
   e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
   c.present.store(0);
   c.referenced.store(1, std::memory_order_relaxed);
-  if (write) {
-    c.gen.fetch_add(1);
-    e_.io->FreeHandle(r, c);  // the stored copy is garbage now
-  }
   if (readahead) {
     StatAdd(Stat::readahead_chunks, 1);
-  } else {
-    StatAdd(wp_fault ? Stat::faults_wp : Stat::faults_missing, 1);
-    if (!wp_fault) HistRecord(Hist::restore_latency, MonotonicNs() - t0);
+  } else if (!wp_fault) {
+    StatAdd(Stat::faults_missing, 1);
+    HistRecord(Hist::restore_latency, MonotonicNs() - t0);
   }
-  c.EndBusy(write ? kDirty : kClean);
-  e_.uffd->Wake(p, e_.chunk);
-  e_.parked->Signal();
+  // A write: then dirty, as a clean chunk's first write (which ends the claim).
+  const Outcome o = write ? ResolveWriteProtect(r, c, p, 0) : Outcome::kDone;
+  if (!write) {
+    c.EndBusy(kClean);
+    e_.parked->Signal();
+  }
+  e_.uffd->Wake(p, e_.chunk);  // after the state is final
   e_.budget->Kick();
-  return Outcome::kDone;
+  return o;
 }
 
 void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i) {
