@@ -2,10 +2,12 @@
 //
 // Encoding (DESIGN.md section 2): an all-zero chunk encodes to 0 bytes; otherwise the element width
 // (1, 2 or 4 bytes) is guessed by sampling, the chunk is split into planes (bf16: exponent byte
-// apart from sign+mantissa; other widths: byte planes) and each plane is coded with zstd, or stored
-// raw when zstd would not shrink it. With `verify`, a checksum of the original bytes is stored and
-// checked on decode. The gpu kind writes the GPU chunk format instead (gpu_format.h); the first
-// byte of every encoding names its format, so Decode reads both whatever the configured kind.
+// apart from sign+mantissa; other widths: byte planes) and each plane is coded with zstd (a
+// split plane over 64 KiB in independent frames of 64 KiB, so that a part of it decodes alone), or
+// stored raw when zstd would not shrink it. With `verify`, a checksum of the original bytes is
+// stored and checked on decode. The gpu kind writes the GPU chunk format instead (gpu_format.h);
+// the first byte of every encoding names its format, so Decode reads both whatever the configured
+// kind.
 //
 // Thread safety: Encode and Decode may be called from any number of threads at once (compression
 // contexts are per thread). A Codec is immutable after construction.
@@ -61,9 +63,10 @@ class Codec {
   // Decodes bytes [off, off + count) of the `len` original bytes that an encoding made by Encode
   // describes into `dst` (count bytes), for the install of part of a chunk. REQUIRES: off and
   // count multiples of kRangeAlign, off + count <= len (else EINVAL). Errors as Decode. The
-  // zstd format decodes only the coded planes whole and merges the range's elements; the GPU
-  // format decodes only the segments holding the range; an encoding with a checksum (which covers
-  // the whole chunk) is decoded whole, checked, and the range copied out.
+  // zstd format decodes only the frames of its coded planes that hold the range (a split plane
+  // over 64 KiB is coded in frames of 64 KiB; a smaller one in one) and merges the
+  // range's elements; the GPU format decodes only the segments holding the range; an encoding with
+  // a checksum (which covers the whole chunk) is decoded whole, checked, and the range copied out.
   static constexpr size_t kRangeAlign = 4;
   Status DecodeRange(const void* enc, size_t enc_len, size_t len, size_t off, size_t count,
                      void* dst) const;

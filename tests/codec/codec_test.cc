@@ -374,6 +374,50 @@ TEST(Codec, MalformedEncodingsAreRejected) {
   EXPECT_EQ(codec.Decode(enc.data(), enc.size(), back.data(), kChunk + 2).code(), EBADMSG);
 }
 
+// A split plane over 64 KiB is coded in frames (a 256 KiB bf16 chunk: its exponent plane in two),
+// and a frame table that does not describe the plane is rejected by Decode and DecodeRange.
+TEST(Codec, LargePlanesAreFramedAndTheirFrameTablesChecked) {
+  constexpr size_t kLarge = 256 << 10;
+  Codec codec({CodecKind::kAuto, 1, false});
+  std::vector<uint8_t> src = Sample(SampleKind::kBf16Gaussian, kLarge);
+  std::vector<uint8_t> enc = Encode(codec, src);
+  // Header (4) and two descriptors (5 each); plane 0's payload: u32 F, u32 sizes[2], frames.
+  ASSERT_EQ(enc[1], 1);  // the bf16 exponent split
+  ASSERT_EQ(enc[4], 2) << "the exponent plane is not framed";
+  auto get32 = [&](size_t at) {
+    uint32_t v;
+    memcpy(&v, enc.data() + at, 4);
+    return v;
+  };
+  ASSERT_EQ(get32(14), 64u << 10);
+  std::vector<uint8_t> back(kLarge);
+  ASSERT_TRUE(codec.Decode(enc.data(), enc.size(), back.data(), kLarge).ok());
+  ASSERT_EQ(back, src);
+  auto with32 = [&](size_t at, uint32_t v) {
+    std::vector<uint8_t> bad = enc;
+    memcpy(bad.data() + at, &v, 4);
+    const int whole = codec.Decode(bad.data(), bad.size(), back.data(), kLarge).code();
+    const int part =
+        codec.DecodeRange(bad.data(), bad.size(), kLarge, 200 << 10, 4096, back.data()).code();
+    return whole == part ? whole : -1;
+  };
+  const uint32_t f0 = get32(18), f1 = get32(22);
+  EXPECT_EQ(with32(14, 0), EBADMSG);         // frames of no bytes
+  EXPECT_EQ(with32(14, 1u << 20), EBADMSG);  // one frame: the table does not add up
+  EXPECT_EQ(with32(14, 1024), EBADMSG);      // 128 frames: the table runs past the plane
+  EXPECT_EQ(with32(18, 0), EBADMSG);         // an empty frame
+  EXPECT_EQ(with32(18, f0 + 1), EBADMSG);    // sizes that do not add up
+  {
+    std::vector<uint8_t> bad = enc;  // they add up, but the frames do not decode
+    const uint32_t a = f0 - 1, b = f1 + 1;
+    memcpy(bad.data() + 18, &a, 4);
+    memcpy(bad.data() + 22, &b, 4);
+    EXPECT_EQ(codec.Decode(bad.data(), bad.size(), back.data(), kLarge).code(), EBADMSG);
+  }
+  for (size_t cut = 1; cut < enc.size(); cut += (cut < 64 ? 1 : 4093))
+    EXPECT_EQ(codec.Decode(enc.data(), cut, back.data(), kLarge).code(), EBADMSG) << cut;
+}
+
 TEST(Codec, RandomGarbageNeverCrashes) {
   uint64_t seed = testing::TestSeed();
   printf("seed %llu (ZRTIER_TEST_SEED)\n", static_cast<unsigned long long>(seed));
