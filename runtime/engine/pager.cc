@@ -117,15 +117,17 @@ Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
   } else {
     install(e_.io->zeros());
   }
-  if (!st.ok()) {
-    c.EndBusy(from);
-    e_.parked->Signal();
-    if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
-    ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
-    return Outcome::kPark;
-  }
+  if (!st.ok()) return InstallFailed(c, from, st);
   Loaded(r, c, p, from, write, t0, readahead);
   return Outcome::kDone;
+}
+
+Pager::Outcome Pager::InstallFailed(Chunk& c, ChunkState from, const Status& st) {
+  c.EndBusy(from);
+  e_.parked->Signal();
+  if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
+  ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
+  return Outcome::kPark;
 }
 
 void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
@@ -292,13 +294,7 @@ Pager::Outcome Pager::InstallUnit(Region* r, Chunk& c, char* p, size_t u, ChunkS
     return Outcome::kDone;
   }
   Status st = e_.uffd->Copy(at, buf, unit_, /*wp=*/true, /*dontwake=*/true);
-  if (!st.ok()) {
-    c.EndBusy(from);
-    e_.parked->Signal();
-    if (st.code() == ENOENT || st.code() == ESRCH) return Outcome::kDone;  // process exiting
-    ZRTIER_LOG_ONCE(LogLevel::kError, "fault handler: %s (retrying)", st.ToString().c_str());
-    return Outcome::kPark;
-  }
+  if (!st.ok()) return InstallFailed(c, from, st);
   c.present.fetch_or(uint64_t{1} << u);
   c.referenced.store(1, std::memory_order_relaxed);
   e_.regions->AddResident(r, static_cast<int64_t>(unit_));

@@ -130,6 +130,9 @@ class Pager {
   // restored is left stored for the demand fault to report).
   Outcome Load(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
                bool readahead = false);
+  // An install of a chunk claimed from `from` failed with `st`: ends the claim; kDone if the
+  // process is exiting, else kPark (retried).
+  Outcome InstallFailed(Chunk& c, ChunkState from, const Status& st);
   // Load's end once the chunk is installed: accounting, state, wake-up, observer.
   void Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, uint64_t t0,
               bool readahead);
