@@ -4,6 +4,8 @@
 // byte, and readers, writers, copies and evictions racing over partial chunks read what was
 // written.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -163,6 +165,27 @@ TEST(PartialTest, CopiesHoldAndEvictionsLeavePartialChunks) {
   ASSERT_TRUE(s.e->Free(s.base).ok());
   EXPECT_EQ(s.e->Usage().stored_raw_bytes, 0u);
   EXPECT_EQ(s.e->Usage().resident_bytes, 0u);
+}
+
+// A child forked while chunks are partial reads every byte: its inherited pages and the rest,
+// served from the store copy.
+TEST(PartialTest, AForkedChildReadsPartialChunks) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  Partial s = Make(16);
+  ASSERT_TRUE(s.e);
+  for (size_t c : {1, 6, 11}) ASSERT_TRUE(PageIs(s, c, 9));
+  ASSERT_EQ(s.Resident(), 3 * kPageBytes);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30);
+    _exit(memcmp(s.base, s.data.data(), s.data.size()) == 0 ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(s.Resident(), 3 * kPageBytes);  // the parent's chunks stay partial
+  EXPECT_EQ(0, memcmp(s.base, s.data.data(), s.data.size()));
 }
 
 // Readers touching random pages (several at once in the same chunks), a writer storing into pages
