@@ -27,8 +27,8 @@
 //     leaves kBusy with EndBusy(), which keeps the pin count.
 //   - `present` is 0 in every state but kPartial and changes only under kBusy.
 //   - Pins are taken only in resident states (Read copying resident pages) and released in any
-//     state; an eviction starts only from kClean/kDirty with no pins, so pinned pages are never
-//     dropped.
+//     state; an eviction starts only from kClean/kDirty/kPartial with no pins (kPartial is never
+//     pinned), so pinned pages are never dropped.
 //   - `gen` only grows (a write to a clean chunk, a publish); a store copy is valid iff it is the
 //     chunk's `handle` (every generation bump frees and clears the handle).
 #pragma once
