@@ -167,8 +167,8 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
 }
 
 // What an older block lacks: version 16 ends its values before partial_restores, version 15
-// before h2d_gpu_decoded_bytes, versions 13 and 14 before checksum_errors, and version 13's histograms have no sum_ns word (each is
-// kHistBuckets words), so what follows sits earlier.
+// before h2d_gpu_decoded_bytes, versions 13 and 14 before checksum_errors, and version 13's
+// histograms have no sum_ns word (each is kHistBuckets words), so what follows sits earlier.
 struct Layout {
   int values = kStatCount;
   bool sums = true;
