@@ -166,7 +166,8 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
-// What an older block lacks: version 16 ends its values before partial_restores, version 15
+// What an older block lacks: version 17 ends its values before h2d_gpu_launches, version 16
+// before partial_restores, version 15
 // before h2d_gpu_decoded_bytes, versions 13 and 14 before checksum_errors, and version 13's
 // histograms have no sum_ns word (each is kHistBuckets words), so what follows sits earlier.
 struct Layout {
@@ -175,6 +176,7 @@ struct Layout {
 };
 Layout LayoutOf(uint32_t version) {
   Layout l;
+  if (version < 18) l.values = static_cast<int>(Stat::h2d_gpu_launches);
   if (version < 17) l.values = static_cast<int>(Stat::partial_restores);
   if (version < 16) l.values = static_cast<int>(Stat::h2d_gpu_decoded_bytes);
   if (version < 15) l.values = static_cast<int>(Stat::checksum_errors);

@@ -6,11 +6,12 @@
 #include "runtime/gpu/decode_device.h"
 
 extern "C" __global__ void __launch_bounds__(zrtier::gpu::kDecodeThreads)
-    zrtier_gpu_decode(const zrtier::gpu::DecodeChunk* chunks, uint32_t count, uint32_t* status) {
+    zrtier_gpu_decode(const zrtier::gpu::DecodeChunk* chunks, uint32_t count, uint32_t* status,
+                      const zrtier::gpu::DecodeSelect select) {
   using namespace zrtier::gpu;
   __shared__ dev::BlockShared sh;
-  const uint32_t c = blockIdx.x;
-  if (c >= count) return;  // the whole CTA: no __syncthreads() is skipped by part of it
+  if (blockIdx.x >= count) return;  // the whole CTA: no __syncthreads() is skipped by part of it
+  const uint32_t c = select.n ? select.index[blockIdx.x] : blockIdx.x;
   const DecodeChunk ch = chunks[c];
   const uint32_t tid = threadIdx.x, nthreads = blockDim.x;
   dev::LoadHeader(ch, tid, nthreads, sh);

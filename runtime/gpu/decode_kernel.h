@@ -2,18 +2,23 @@
 // runtime/codec/gpu_format.h). Host code (decode_module.h) and the kernel both include this.
 //
 //   extern "C" __global__ void zrtier_gpu_decode(const DecodeChunk* chunks, uint32_t count,
-//                                                uint32_t* status);
-//   grid (count, 1, 1): one CTA per chunk (count <= 2^31 - 1); block (kDecodeThreads, 1, 1);
+//                                                uint32_t* status, DecodeSelect select);
+//   grid (count, 1, 1): one CTA per chunk decoded (count <= 2^31 - 1, and <= select.n when
+//   select.n > 0); block (kDecodeThreads, 1, 1);
 //   no dynamic shared memory (the static shared memory is ~19 KiB: the header, four decode tables
 //   of 4 KiB, the code specs).
 //
-// Reads: chunks[0..count) and, for each chunk, its enc_len bytes at src (device memory or mapped
-// pinned host memory; never a byte outside them, whatever they hold). Writes: exactly the len bytes
-// at dst of each chunk (the decoded chunk: planes merged into the element layout, as the CPU's
-// Codec::Decode writes it; zeros for enc_len == 0) and status[c] for every chunk c (0, or an OR of
-// DecodeError bits; then dst holds unspecified bytes). Chunks must not overlap each other's dst.
-// The kernel decodes only the GPU format: a chunk in another format (version 1, zstd) gets
-// kDecodeNotGpuFormat and is left for the CPU.
+// The chunks decoded: chunks[0..count) when select.n == 0, else chunks[select.index[c]] for c in
+// [0, count) -- one launch for chunks whose descriptors are scattered (one per T0 slot), since a
+// launch of a few CTAs leaves the GPU idle (the parameter travels by value: no memory to keep).
+//
+// Reads: those chunks' descriptors and, for each chunk, its enc_len bytes at src (device memory or
+// mapped pinned host memory; never a byte outside them, whatever they hold). Writes: exactly the
+// len bytes at dst of each chunk (the decoded chunk: planes merged into the element layout, as the
+// CPU's Codec::Decode writes it; zeros for enc_len == 0) and status[i] for every chunk i it decodes
+// (the descriptor's index: 0, or an OR of DecodeError bits; then dst holds unspecified bytes).
+// Chunks must not overlap each other's dst. The kernel decodes only the GPU format: a chunk in
+// another format (version 1, zstd) gets kDecodeNotGpuFormat and is left for the CPU.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +34,15 @@ struct DecodeChunk {
   uint64_t reserved;  // 0
 };
 static_assert(sizeof(DecodeChunk) == 32, "DecodeChunk is part of the kernel's ABI");
+
+// Which descriptors a launch decodes (n == 0: the first `count`). 4004 bytes: with the other
+// arguments within the 4 KiB of parameters every CUDA driver takes.
+inline constexpr uint32_t kDecodeMaxSelect = 1000;
+struct DecodeSelect {
+  uint32_t n;
+  uint32_t index[kDecodeMaxSelect];
+};
+static_assert(sizeof(DecodeSelect) + 3 * sizeof(uint64_t) <= 4096, "kernel parameters <= 4 KiB");
 
 inline constexpr char kDecodeKernelName[] = "zrtier_gpu_decode";
 inline constexpr unsigned kDecodeAlign = 16;  // src and dst alignment the kernel needs

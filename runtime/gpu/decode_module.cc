@@ -1,5 +1,8 @@
 #include "runtime/gpu/decode_module.h"
 
+#include <algorithm>
+#include <cerrno>
+
 #include "runtime/gpu/decode_fatbin.h"
 
 namespace zrtier::gpu {
@@ -37,8 +40,25 @@ DecodeModule::~DecodeModule() {
 
 Status DecodeModule::Launch(CUdeviceptr chunks, uint32_t count, CUdeviceptr status,
                             CUstream stream) const {
+  DecodeSelect all{};  // n == 0: chunks[0..count)
+  return LaunchWith(chunks, count, status, stream, all);
+}
+
+Status DecodeModule::LaunchSelected(CUdeviceptr chunks, const uint32_t* index, uint32_t count,
+                                    CUdeviceptr status, CUstream stream) const {
+  if (count > kDecodeMaxSelect)
+    return Status::Error(EINVAL, "gpu: more chunks than one launch selects");
+  DecodeSelect select;
+  select.n = count;
+  std::copy(index, index + count, select.index);
+  return LaunchWith(chunks, count, status, stream, select);
+}
+
+Status DecodeModule::LaunchWith(CUdeviceptr chunks, uint32_t count, CUdeviceptr status,
+                                CUstream stream, const DecodeSelect& select) const {
   if (count == 0) return Status::Ok();
-  void* args[] = {&chunks, &count, &status};
+  // The driver copies the arguments at the launch: `select` may go once it returns.
+  void* args[] = {&chunks, &count, &status, const_cast<DecodeSelect*>(&select)};
   return driver_->Check(driver_->cuLaunchKernel(function_, count, 1, 1, kDecodeThreads, 1, 1, 0,
                                                 stream, args, nullptr),
                         "cuLaunchKernel (zrtier_gpu_decode)");

@@ -33,12 +33,18 @@ class DecodeModule {
   // the device address of count DecodeChunk, `status` of count uint32_t that the kernel sets (0 or
   // DecodeError bits). Returns the launch's error (EIO); count == 0 launches nothing.
   Status Launch(CUdeviceptr chunks, uint32_t count, CUdeviceptr status, CUstream stream) const;
+  // The same for the chunks chunks[index[0..count)] (count <= kDecodeMaxSelect), each setting
+  // status[index[c]]: descriptors scattered in one array, decoded by one launch.
+  Status LaunchSelected(CUdeviceptr chunks, const uint32_t* index, uint32_t count,
+                        CUdeviceptr status, CUstream stream) const;
 
   const CudaDriver& driver() const { return *driver_; }
 
  private:
   DecodeModule(const CudaDriver* driver, CUmodule module, CUfunction function)
       : driver_(driver), module_(module), function_(function) {}
+  Status LaunchWith(CUdeviceptr chunks, uint32_t count, CUdeviceptr status, CUstream stream,
+                    const DecodeSelect& select) const;
   const CudaDriver* driver_;
   CUmodule module_;
   CUfunction function_;

@@ -4,15 +4,14 @@
 #include <cstring>
 
 #include "runtime/base/log.h"
+#include "runtime/base/stats.h"
 
 namespace zrtier {
 
 GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
     : api_(api),
       pool_(pool),
-      enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree),
-      staging_slots_(static_cast<int>(
-          std::min(pool->slots(), std::max<size_t>(1, kMaxStagingBytes / pool->slot_size())))) {
+      enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree) {
   if (!enabled)
     why_off_ = "off (ZRTIER_GPU_DECODE=0)";
   else if (!gpu::DecodeKernelBuilt())
@@ -23,8 +22,10 @@ GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
 
 // The process's Shim is never destroyed (process.h), so this runs in tests, with the runtime up.
 GpuDecode::~GpuDecode() {
-  for (auto& t : targets_)
+  for (auto& t : targets_) {
+    t->ring.reset();
     if (t->staging) api_->cudaFree(t->staging);
+  }
   targets_.clear();  // unloads the modules
   if (desc_) api_->cudaFreeHost(desc_);
 }
@@ -44,8 +45,7 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
   };
   if (Status st = gpu::DecodeModule::Load(&t->module); !st.ok()) return off(st.ToString());
   void* staging = nullptr;
-  if (api_->cudaMalloc(&staging, static_cast<size_t>(staging_slots_) * pool_->slot_size()) !=
-      cudaSuccess) {
+  if (api_->cudaMalloc(&staging, kMaxStagingBytes) != cudaSuccess) {
     if (api_->cudaGetLastError) api_->cudaGetLastError();
     return off("no device memory for the staging buffers");
   }
@@ -78,15 +78,16 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
   }
   Log(LogLevel::kInfo,
       "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU (%zu MiB staging)",
-      static_cast<size_t>(staging_slots_) * pool_->slot_size() >> 20);
+      kMaxStagingBytes >> 20);
+  t->ring = std::make_unique<StagingRing>(api_, pool_->events(), t->staging, kMaxStagingBytes);
   targets_.push_back(std::move(t));
   return targets_.back().get();
 }
 
-const GpuDecode::Target* GpuDecode::Usable(const void* dst) {
+GpuDecode::Target* GpuDecode::Usable(const void* dst) {
   if (!enabled_) return nullptr;
   CUcontext ctx = nullptr;
-  const Target* t = nullptr;
+  Target* t = nullptr;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!driver_) {
@@ -124,26 +125,30 @@ void GpuDecode::CheckStatus(int slot) {
         bits);
 }
 
-void GpuDecode::Describe(const Target* t, int slot, void* dst, uint32_t enc_len, uint32_t len) {
+void GpuDecode::Describe(int slot, const void* src, void* dst, uint32_t enc_len, uint32_t len) {
   CheckStatus(slot);
   gpu::DecodeChunk& d = desc_[slot];
-  d.src = reinterpret_cast<uint64_t>(Staging(t, slot));
+  d.src = reinterpret_cast<uint64_t>(src);
   d.dst = reinterpret_cast<uint64_t>(dst);
   d.enc_len = enc_len;
   d.len = len;
   d.reserved = 0;
 }
 
-cudaError_t GpuDecode::Launch(const Target* t, int first, uint32_t count, cudaStream_t stream) {
-  for (uint32_t i = 0; i < count; ++i) launched_[first + i] = true;
-  Status st =
-      t->module->Launch(desc_dev_ + first * sizeof(gpu::DecodeChunk), count,
-                        status_dev_ + first * sizeof(uint32_t), reinterpret_cast<CUstream>(stream));
+cudaError_t GpuDecode::Launch(Target* t, const int* slots, uint32_t count, cudaStream_t stream) {
+  uint32_t index[gpu::kDecodeMaxSelect];
+  for (uint32_t i = 0; i < count; ++i) {
+    launched_[slots[i]] = true;
+    index[i] = static_cast<uint32_t>(slots[i]);
+  }
+  Status st = t->module->LaunchSelected(desc_dev_, index, count, status_dev_,
+                                        reinterpret_cast<CUstream>(stream));
   if (!st.ok()) {
     ZRTIER_LOG_ONCE(LogLevel::kError, "GPU decode launch failed: %s", st.ToString().c_str());
-    for (uint32_t i = 0; i < count; ++i) launched_[first + i] = false;
+    for (uint32_t i = 0; i < count; ++i) launched_[slots[i]] = false;
     return cudaErrorLaunchFailure;
   }
+  StatAdd(Stat::h2d_gpu_launches, 1);
   return cudaSuccess;
 }
 

@@ -2,21 +2,20 @@
 // the encoded bytes over the link and decode them on the GPU, on the copy's stream (issue "decode
 // on the GPU"). The fill workers copy a stored chunk's encoding into its T0 slot instead of
 // decoding it (RegionBackend::ReadChunk's gpu_enc_len); the copy then queues, on the caller's
-// stream, a DMA of each encoding from its slot into the slot's staging buffer in device memory and
-// a launch of the decode kernel (runtime/gpu/) that reads the staging buffers and writes the
-// chunks into the destination. The slots stay pinned until the event recorded after the launch,
-// as after a DMA, so stream order, events and cudaStreamWaitEvent behave as for a plain copy.
+// stream, DMAs of the piece's encodings from their slots into a reservation in the context's
+// staging ring in device memory (staging_ring.h, packed) and one launch of the decode kernel
+// (runtime/gpu/) for the piece that reads them and writes the chunks into the destination. The
+// slots stay pinned until the event recorded after the launch, as after a DMA, so stream order,
+// events and cudaStreamWaitEvent behave as for a plain copy.
 //
-// Per CUDA context (a Target): the kernel, loaded once, and the staging buffers: one chunk of
-// device memory for each of the first staging_slots() T0 slots (at most kMaxStagingBytes in all;
-// a chunk in a slot past them takes the CPU path). Per T0 slot: one launch descriptor
-// (DecodeChunk) and one status word in mapped pinned memory, used while the slot is pinned by the
-// copy that describes it. A decode error (a corrupt encoding: the kernel's status bits) is logged
-// when the slot is described next.
+// Per CUDA context (a Target): the kernel, loaded once, and the staging ring (kMaxStagingBytes of
+// device memory). Per T0 slot: one launch descriptor (DecodeChunk) and one status word in mapped
+// pinned memory, used while the slot is pinned by the copy that describes it. A decode error (a
+// corrupt encoding: the kernel's status bits) is logged when the slot is described next.
 //
-// When the kernel or the buffers cannot be had, when the calling thread has no current context,
-// or when the destination is not device memory of the current device, Usable returns null and
-// the copy takes the CPU path.
+// When the kernel or the ring cannot be had, when the calling thread has no current context, or
+// when the destination is not device memory of the current device, Usable returns null and the
+// copy takes the CPU path.
 //
 // Thread safety: every method may be called from any thread; a slot's descriptor is written only
 // by the copy that holds the slot pinned.
@@ -35,21 +34,23 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/gpu/decode_kernel.h"
 #include "runtime/gpu/decode_module.h"
+#include "runtime/shim/staging_ring.h"
 #include "runtime/t0/pinned_pool.h"
 
 namespace zrtier {
 
 class GpuDecode {
  public:
-  // Device memory for staging per context, at most: enough slots to keep the link busy while
-  // the kernel decodes earlier ones (a copy holds at most half the pool in flight).
+  // Device memory for staging per context: the encodings of two pieces of 16 MiB of chunks
+  // (max_piece_chunks) in flight, with room to spare (device memory is the program's: kept small).
   static constexpr size_t kMaxStagingBytes = 64 << 20;
 
   // One CUDA context's kernel and staging buffers.
   struct Target {
     CUcontext ctx = nullptr;
     std::unique_ptr<gpu::DecodeModule> module;  // null: the kernel did not load here
-    char* staging = nullptr;                    // device memory, staging_slots() chunks
+    char* staging = nullptr;                    // device memory, kMaxStagingBytes
+    std::unique_ptr<StagingRing> ring;          // over `staging`
   };
 
   // `api` (the real runtime) and `pool` must outlive this object. `enabled` false
@@ -63,20 +64,20 @@ class GpuDecode {
   // enabled, the kernel and staging buffers set up in the thread's current context (done here on
   // first use; a failure is said once and not retried for that context), `dst` device memory of
   // the current device.
-  const Target* Usable(const void* dst);
-  // Slots [0, staging_slots()) have a staging buffer in each target.
-  int staging_slots() const { return staging_slots_; }
-  // The staging buffer of `slot` (< staging_slots()) in `t`.
-  char* Staging(const Target* t, int slot) const {
-    return t->staging + static_cast<size_t>(slot) * pool_->slot_size();
+  Target* Usable(const void* dst);
+  // Chunks of one piece a copy may stage for the GPU at most (their raw size within a quarter of
+  // the ring: an encoding is at most a chunk long).
+  size_t max_piece_chunks() const {
+    return std::max<size_t>(1, kMaxStagingBytes / 4 / pool_->slot_size());
   }
-  // Describes the decode of the `enc_len` encoded bytes staged for `slot` (0: the chunk is all
-  // zero) into the `len` bytes at `dst`. REQUIRES: the caller holds the slot pinned; dst 16-byte
-  // aligned.
-  void Describe(const Target* t, int slot, void* dst, uint32_t enc_len, uint32_t len);
-  // Launches the decode of the described slots [first, first + count) on `stream`, after its
-  // earlier work (the DMAs into the staging buffers among it). cudaErrorLaunchFailure on error.
-  cudaError_t Launch(const Target* t, int first, uint32_t count, cudaStream_t stream);
+  // Describes the decode of the `enc_len` encoded bytes at `src` (device memory: staged in t's
+  // ring; enc_len 0: the chunk is all zero) into the `len` bytes at `dst`, for `slot`'s
+  // descriptor. REQUIRES: the caller holds the slot pinned; src and dst 16-byte aligned.
+  void Describe(int slot, const void* src, void* dst, uint32_t enc_len, uint32_t len);
+  // Launches the decode of the described `slots` (count <= gpu::kDecodeMaxSelect) on `stream`,
+  // after its earlier work (the DMAs into the staging buffers among it): one launch, whatever the
+  // slots' order. cudaErrorLaunchFailure on error.
+  cudaError_t Launch(Target* t, const int* slots, uint32_t count, cudaStream_t stream);
 
   // One line for the log and `zrtier doctor`: "on (...)" or why the CPU decodes.
   std::string Describe() const;
@@ -88,7 +89,6 @@ class GpuDecode {
   const CudaApi* api_;
   PinnedPool* pool_;
   const bool enabled_;
-  const int staging_slots_;
   const gpu::CudaDriver* driver_ = nullptr;  // set once under mu_
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Target>> targets_;  // guarded by mu_ (stable addresses)

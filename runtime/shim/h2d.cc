@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "runtime/base/log.h"
 #include "runtime/codec/codec.h"
@@ -31,21 +32,10 @@ size_t TransitBudget(size_t slots, size_t piece_chunks) {
 // Learning costs ~0.1 us per chunk: a longer copy reports once its first piece is on its way.
 constexpr uint64_t kLearnFirstChunks = 1024;
 
-// Decodes the GPU-format encoding of `enc_len` bytes in `slot` into the slot itself (through a
-// scratch buffer), for a chunk whose GPU launch failed. False (logged) if the encoding is bad.
-bool DecodeSlotInPlace(const CopyContext& ctx, int slot, uint32_t enc_len) {
-  static const Codec codec{CodecConfig{}};  // Decode reads every format whatever the kind
-  thread_local std::vector<char> scratch;
-  scratch.resize(ctx.chunk);
-  char* p = ctx.pool->SlotPtr(slot);
-  Status st = codec.Decode(p, enc_len, scratch.data(), ctx.chunk);
-  if (!st.ok()) {
-    Log(LogLevel::kError, "host-to-device copy: decoding a chunk on the CPU failed: %s",
-        st.ToString().c_str());
-    return false;
-  }
-  memcpy(p, scratch.data(), ctx.chunk);
-  return true;
+// Bytes an encoding of enc_len takes in the staging ring (the kernel reads 16-byte aligned
+// encodings).
+size_t Staged(uint32_t enc_len) {
+  return (enc_len + gpu::kDecodeAlign - 1) / gpu::kDecodeAlign * gpu::kDecodeAlign;
 }
 
 }  // namespace
@@ -55,10 +45,44 @@ H2DPath::H2DPath(const CopyContext& ctx, WriteBack* write_back, bool async)
       write_back_(write_back),
       async_(async && ctx.flags->available() && ctx.workers->threads() > 0) {}
 
+cudaError_t H2DPath::LaunchDecodes(const CopyContext& ctx, GpuDecode::Target* target,
+                                   const std::vector<Chunk>& piece,
+                                   const std::vector<uint32_t>& gpu, char* dst0, const char* src0,
+                                   const char* cur, const char* end, cudaStream_t stream,
+                                   uint64_t* gpu_bytes, uint64_t* gpu_enc) {
+  int slots[gpu::kDecodeMaxSelect];
+  std::optional<DmaBatch> fallback;
+  for (size_t k = 0; k < gpu.size(); k += gpu::kDecodeMaxSelect) {
+    const uint32_t n =
+        static_cast<uint32_t>(std::min<size_t>(gpu::kDecodeMaxSelect, gpu.size() - k));
+    for (uint32_t j = 0; j < n; ++j) slots[j] = piece[gpu[k + j]].slot;
+    if (target && ctx.gpu->Launch(target, slots, n, stream) == cudaSuccess) continue;
+    if (!fallback) fallback.emplace(ctx.api, cudaMemcpyHostToDevice);
+    for (uint32_t j = 0; j < n; ++j) {
+      const Chunk& c = piece[gpu[k + j]];
+      char* p = ctx.pool->SlotPtr(c.slot);
+      bool zero = false;
+      uint64_t gen = 0;
+      if (Status st = ctx.backend->ReadChunk(c.start, p, &zero, &gen, nullptr); !st.ok()) {
+        Log(LogLevel::kError, "host-to-device copy from %p: %s", static_cast<const void*>(c.start),
+            st.ToString().c_str());
+        return cudaErrorUnknown;
+      }
+      if (zero) memset(p, 0, ctx.chunk);
+      const char* lo = std::max<const char*>(cur, c.start);
+      const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
+      fallback->Add(dst0 + (lo - src0), p + (lo - c.start), hi - lo);
+      *gpu_bytes -= hi - lo;
+      *gpu_enc -= c.enc_len;
+    }
+  }
+  return fallback ? fallback->Issue(stream) : cudaSuccess;
+}
+
 cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream,
-                                const GpuDecode::Target* gpu) {
+                                GpuDecode::Target* gpu) {
   const CudaApi* api = ctx.api;
   PinnedPool* pool = ctx.pool;
   cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
@@ -74,11 +98,11 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     zero_len = 0;
     return e;
   };
-  // Chunks left encoded in their slots: each encoding DMA'd into the slot's staging buffer, then
-  // decoded on the GPU, one launch per run of consecutive slots (their descriptors are
-  // consecutive too).
-  std::vector<std::pair<int, uint32_t>> launches;  // (first slot, count)
+  // Chunks left encoded in their slots (indexes into `piece`): each encoding DMA'd into the slot's
+  // staging buffer, then decoded on the GPU (LaunchDecodes).
+  std::vector<uint32_t> gpu_chunks;
   uint64_t gpu_bytes = 0, gpu_enc = 0;
+  size_t staged = 0;
   for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
     const Chunk& c = piece[i];
     const char* lo = std::max<const char*>(cur, c.start);
@@ -86,16 +110,9 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     const size_t len = hi - lo;
     char* d = dst0 + (lo - src0);
     if (c.enc_len && gpu) {
-      const size_t staged =
-          (c.enc_len + gpu::kDecodeAlign - 1) / gpu::kDecodeAlign * gpu::kDecodeAlign;
-      dmas.Add(ctx.gpu->Staging(gpu, c.slot), pool->SlotPtr(c.slot), staged);
-      ctx.gpu->Describe(gpu, c.slot, d, c.enc_len, static_cast<uint32_t>(len));
       busy.push_back(c.slot);
-      if (!launches.empty() &&
-          launches.back().first + static_cast<int>(launches.back().second) == c.slot)
-        launches.back().second++;
-      else
-        launches.emplace_back(c.slot, 1);
+      gpu_chunks.push_back(static_cast<uint32_t>(i));
+      staged += Staged(c.enc_len);
       gpu_bytes += len;
       gpu_enc += c.enc_len;
     } else if (!c.zero) {
@@ -110,32 +127,29 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     }
   }
   if (err == cudaSuccess) err = flush_zero();
-  StatAdd(Stat::h2d_dma_ops, dmas.size());
-  if (err == cudaSuccess) err = dmas.Issue(stream);
-  // The launches, behind the staging DMAs in the stream. A launch that fails: the CPU decodes its
-  // slots in place and they go as DMAs instead.
-  DmaBatch fallback(api, cudaMemcpyHostToDevice);
-  for (size_t k = 0; k < launches.size() && err == cudaSuccess; ++k) {
-    if (ctx.gpu->Launch(gpu, launches[k].first, launches[k].second, stream) == cudaSuccess)
-      continue;
-    for (int s = launches[k].first; s < launches[k].first + static_cast<int>(launches[k].second);
-         ++s) {
-      const Chunk* c = nullptr;
-      for (const Chunk& x : piece)
-        if (x.slot == s && x.enc_len) c = &x;
-      if (!c) continue;
-      if (!DecodeSlotInPlace(ctx, c->slot, c->enc_len)) {
-        err = cudaErrorUnknown;
-        break;
-      }
-      const char* lo = std::max<const char*>(cur, c->start);
-      const char* hi = std::min<const char*>(end, c->start + ctx.chunk);
-      fallback.Add(dst0 + (lo - src0), pool->SlotPtr(c->slot) + (lo - c->start), hi - lo);
-      gpu_bytes -= hi - lo;
-      gpu_enc -= c->enc_len;
+  // The encodings packed into one reservation of the staging ring, each DMA'd there and described
+  // for the kernel (no reservation: LaunchDecodes has the CPU read them).
+  StagingRing::Span span;
+  if (err == cudaSuccess && !gpu_chunks.empty()) {
+    span = gpu->ring->Reserve(staged);
+    char* at = span.ptr;
+    for (uint32_t i : gpu_chunks) {
+      if (!at) break;
+      const Chunk& c = piece[i];
+      const char* lo = std::max<const char*>(cur, c.start);
+      const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
+      dmas.Add(at, pool->SlotPtr(c.slot), Staged(c.enc_len));
+      ctx.gpu->Describe(c.slot, at, dst0 + (lo - src0), c.enc_len, static_cast<uint32_t>(hi - lo));
+      at += Staged(c.enc_len);
     }
   }
-  if (err == cudaSuccess && fallback.size()) err = fallback.Issue(stream);
+  StatAdd(Stat::h2d_dma_ops, dmas.size());
+  if (err == cudaSuccess) err = dmas.Issue(stream);
+  // The launches, behind the staging DMAs in the stream.
+  if (err == cudaSuccess && !gpu_chunks.empty())
+    err = LaunchDecodes(ctx, span.ptr ? gpu : nullptr, piece, gpu_chunks, dst0, src0, cur, end,
+                        stream, &gpu_bytes, &gpu_enc);
+  if (span.ptr) gpu->ring->Commit(span, stream);
   StatAdd(Stat::h2d_gpu_decoded_bytes, gpu_bytes);
   StatAdd(Stat::h2d_gpu_encoded_bytes, gpu_enc);
 
@@ -208,7 +222,7 @@ class H2DPath::Copier {
   bool reported_;
   // Non-null: the GPU decodes this copy's stored chunks (GpuDecode::Usable); their fills copy
   // encodings, which are not handed to the stream still filling (defer_ is off).
-  const GpuDecode::Target* gpu_;
+  GpuDecode::Target* gpu_;
   bool defer_;
   size_t piece_misses_ = 0, window_ = 0, transit_budget_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
   bool all_ready_ = true;
@@ -258,9 +272,11 @@ cudaError_t H2DPath::Copier::Run() {
   // asynchronous copy's pieces are 4x those of a synchronous one (within a quarter of the pool):
   // nothing waits for a piece's fill, and each piece costs the copying thread a stream wait, a
   // batch call, an event and a reap (docs/decisions.md, "Larger pieces for asynchronous copies").
+  // So are a copy's that the GPU decodes: its fills only copy encodings, and each piece is one
+  // launch, which keeps the GPU busy only with many chunks.
   const size_t slots = ctx_.pool->slots();
   const size_t piece = ctx_.max_piece_chunks;
-  piece_misses_ = defer_ ? std::min(4 * piece, std::max<size_t>(1, slots / 4)) : piece;
+  piece_misses_ = defer_ || gpu_ ? std::min(4 * piece, std::max<size_t>(1, slots / 4)) : piece;
   window_ = std::clamp<size_t>(slots / 2 / piece_misses_, 1, kMaxWindow);
   transit_budget_ = TransitBudget(slots, piece_misses_);
   max_chunks_ = std::max(piece_misses_, std::min(16 * piece_misses_, slots / 4));
@@ -346,6 +362,7 @@ bool H2DPath::Copier::PlanPiece() {
   const size_t got = ctx_.pool->PinRun(r_.id, first_index, want, gens_.data(), piece_misses_, -1,
                                        slots_.data(), hits_.get());
   uint64_t hit_bytes = 0;
+  size_t gpu_chunks = 0;
   for (size_t i = 0; i < got; ++i) {
     char* cstart = piece_start + i * chunk;
     if (hits_[i])
@@ -356,7 +373,8 @@ bool H2DPath::Copier::PlanPiece() {
     pc->chunks.push_back(
         Chunk{cstart, first_index + i, gens_[i], slots_[i], hits_[i], false, resident_[i]});
     pc->chunks.back().gpu = gpu_ && !hits_[i] && !resident_[i] && cstart >= src_ &&
-                            cstart + chunk <= end_ && slots_[i] < ctx_.gpu->staging_slots();
+                            cstart + chunk <= end_ && gpu_chunks < ctx_.gpu->max_piece_chunks();
+    gpu_chunks += pc->chunks.back().gpu;
   }
   StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);
   if (pc->chunks.empty()) return false;

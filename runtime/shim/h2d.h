@@ -69,7 +69,16 @@ class H2DPath {
   static cudaError_t IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream,
-                                const GpuDecode::Target* gpu = nullptr);
+                                GpuDecode::Target* gpu = nullptr);
+  // Launches the GPU decode of the chunks piece[gpu_chunks[...]] of a piece (their encodings
+  // staged and described) on `stream`, gpu::kDecodeMaxSelect of them a launch. A launch that
+  // fails, or every chunk when `gpu` is null (nothing staged): the CPU reads the chunks into their
+  // slots again and they go as DMAs, and their bytes leave *gpu_bytes and *gpu_enc.
+  static cudaError_t LaunchDecodes(const CopyContext& ctx, GpuDecode::Target* gpu,
+                                   const std::vector<Chunk>& piece,
+                                   const std::vector<uint32_t>& gpu_chunks, char* dst0,
+                                   const char* src0, const char* cur, const char* end,
+                                   cudaStream_t stream, uint64_t* gpu_bytes, uint64_t* gpu_enc);
   // Hands `piece` (its slots pinned, its misses still filling on the workers) to `stream`: a wait
   // on a StreamFlags word, then a DMA of every chunk from its slot (a never-written chunk's too:
   // its slot is zeroed) and an event that keeps the slots until the DMAs are done. The word is set

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "runtime/gpu/decode_device.h"
 
@@ -44,11 +45,14 @@ struct Launch {
   uint32_t count;
   uint32_t* status;
   unsigned threads;
+  std::vector<uint32_t> select;  // empty: chunks[0..count); copied at the launch, as a driver does
   static void Run(void* p) {
     std::unique_ptr<Launch> l(static_cast<Launch*>(p));
     auto sh = std::make_unique<zrtier::gpu::dev::BlockShared>();
-    for (uint32_t c = 0; c < l->count; ++c)
+    for (uint32_t b = 0; b < l->count; ++b) {
+      const uint32_t c = l->select.empty() ? b : l->select[b];
       l->status[c] = zrtier::gpu::dev::RunBlockOnCpu(l->chunks[c], l->threads, *sh);
+    }
   }
 };
 
@@ -120,9 +124,16 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
       bx != kDecodeThreads || smem != 0 || extra || !params)
     return CUDA_ERROR_INVALID_VALUE;
   if (Knob("FAKE_LIBCUDA_LAUNCH_FAIL")) return CUDA_ERROR_LAUNCH_FAILED;
+  const auto* select = static_cast<const DecodeSelect*>(params[3]);
+  const uint32_t count = std::min(gx, *static_cast<const uint32_t*>(params[1]));
+  if (select->n > kDecodeMaxSelect || (select->n && count > select->n))
+    return CUDA_ERROR_INVALID_VALUE;
   auto* run = new Launch{*static_cast<const DecodeChunk* const*>(params[0]),
-                         std::min(gx, *static_cast<const uint32_t*>(params[1])),
-                         *static_cast<uint32_t* const*>(params[2]), bx};
+                         count,
+                         *static_cast<uint32_t* const*>(params[2]),
+                         bx,
+                         {}};
+  if (select->n) run->select.assign(select->index, select->index + count);
   if (auto launch = FakeRuntimeLaunch()) {
     // In stream order, on the fake runtime's worker for the stream (its handles are the runtime's).
     return launch(reinterpret_cast<cudaStream_t>(stream), &Launch::Run, run) == cudaSuccess
