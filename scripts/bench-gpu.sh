@@ -3,7 +3,8 @@
 # $BENCH_JSON (default bench-gpu.jsonl). Every zrtier figure is a ratio to raw pinned memory
 # measured in the same process (copies from T0, T1 and T2: to raw pinned copies timed in the same
 # iterations, interleaved with theirs).
-#   scripts/bench-gpu.sh [copy] [stream] [infer] [scan]      (default: all four)
+#   scripts/bench-gpu.sh [copy] [stream] [infer] [scan] [gpu-decode]
+#     (default: the first four; gpu-decode: the GPU decode of issue #39 against the CPU path)
 #   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G STREAM_DATA="t2 t1" STREAM_PASSES=10 \
 #     scripts/bench-gpu.sh stream
 # Streaming and infer run with the bytes that miss the pool compressed (t2) and resident (t1).
@@ -63,7 +64,62 @@ for stage in "${stages[@]}"; do
       ZR=${ZR:-$(dirname "$LIB")/../tools/zrtier}
       "$ZR" bench scan --bytes "${SCAN_BYTES:-4G}" --threads "${SCAN_THREADS:-1,2,all}" --json \
         | sed 's/^/{"mode": "scan", "r": /; s/$/}/' | tee -a "$OUTF" ;;
-    *) echo "bench-gpu: unknown stage $stage (copy, stream, infer, scan)" >&2; exit 2 ;;
+    gpu-decode)
+      # H2D copies of compressed chunks decoded by the GPU (ZRTIER_CODEC=gpu ZRTIER_GPU_DECODE=1)
+      # against the CPU path (the default codec, decoded by the fill workers), in alternating
+      # processes, GPU_REPS times: T2 copies of 64 MiB and 1 GiB (ratio to raw pinned copies timed in
+      # the same iterations), cyclic streaming of 8 GiB at pool 10 % (paired raw passes), infer.py
+      # with pool 10 % of its weights and resident 1G (ratio to a plain run; logits compared).
+      # Each row also has the process's CPU seconds.
+      $PY scripts/examples/infer.py --out /tmp/zr_gd_plain.json >/tmp/zr_gd_plain.log 2>&1
+      wb=$($PY -c 'import json; print(json.load(open("/tmp/zr_gd_plain.json"))["weight_bytes"])')
+      spool=$(( (8 << 30) / 10 + (64 << 20) ))
+      for rep in $(seq "${GPU_REPS:-3}"); do
+        for path in cpu gpu; do
+          genv=(ZRTIER_CODEC=auto ZRTIER_GPU_DECODE=0)
+          [[ $path == gpu ]] && genv=(ZRTIER_CODEC=gpu ZRTIER_GPU_DECODE=1)
+          for what in copy64M copy1G stream infer; do
+            out=/tmp/zr_gd_$what.out tf=/tmp/zr_gd_time
+            TIMEFORMAT='%U %S'
+            case $what in
+              copy*) size=${what#copy}; iters=20; [[ $size == 1G ]] && iters=5
+                { time env "${genv[@]}" ZRTIER_PIN_IN_PLACE=0 ZRTIER_PINNED_POOL=3G ZRTIER_RESIDENT_LIMIT=8G \
+                    LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py copy --size "$size" --iters $iters >$out 2>&1; } 2>$tf ;;
+              stream)
+                { time env "${genv[@]}" ZRTIER_PINNED_POOL=$spool BENCH_POOL_BYTES=$spool ZRTIER_RESIDENT_LIMIT=1G \
+                    LD_PRELOAD=$LIB $PY scripts/gpu/bench_copy.py stream --total 8G --layer 256M --passes 6 >$out 2>&1; } 2>$tf ;;
+              infer)
+                { time env "${genv[@]}" ZRTIER_PINNED_POOL=$((wb / 10)) ZRTIER_RESIDENT_LIMIT=1G LD_PRELOAD=$LIB \
+                    $PY scripts/examples/infer.py --out /tmp/zr_gd_infer.json >$out 2>&1; } 2>$tf ;;
+            esac
+            $PY - "$what" "$path" "$rep" "$out" "$tf" <<'PYEOF' | tee -a "$OUTF"
+import json, sys
+what, path, rep, out, tf = sys.argv[1:6]
+row = {"mode": "gpu-decode", "what": what, "path": path, "rep": int(rep)}
+try:
+    row["cpu_s"] = round(sum(float(x) for x in open(tf).read().split()[-2:]), 1)
+    if what == "infer":
+        p, z = json.load(open("/tmp/zr_gd_plain.json")), json.load(open("/tmp/zr_gd_infer.json"))
+        row.update(value=round(z["tokens_per_s"], 2), base=round(p["tokens_per_s"], 2),
+                   identical=p["logits_sha256"] == z["logits_sha256"])
+    else:
+        for l in open(out):
+            if not l.startswith("{"):
+                continue
+            r = json.loads(l)
+            if what.startswith("copy") and r.get("case") == "zrtier_t2" and r.get("dir") == "h2d":
+                row.update(value=round(r["gbps"], 2), base=round(r["raw_gbps"], 2))
+            if what == "stream" and r.get("case") == "zrtier":
+                row.update(value=round(r["gbps"], 2), base=round(r["gbps"] / r["paired_ratio"], 2))
+except Exception as e:  # a failed run is a row without a value
+    row["error"] = repr(e)
+print(json.dumps(row))
+PYEOF
+          done
+        done
+      done
+      rm -f /tmp/zr_gd_* ;;
+    *) echo "bench-gpu: unknown stage $stage (copy, stream, infer, scan, gpu-decode)" >&2; exit 2 ;;
   esac
 done
 
@@ -114,6 +170,20 @@ if scan:
     print(f"{'mode':<8} {'threads':>7} {'zrtier':>8} {'plain':>8} {'kernel zram swap':>17}")
     for r in scan:
         print(f"{r['mode']:<8} {r['threads']:>7} {r['gbps']:>8} {r['memcpy_gbps']:>8} {r['kernel_gbps']:>17}")
+gd = [r for r in rows if r.get("mode") == "gpu-decode"]
+if gd:
+    print("\nGPU decode against the CPU path (alternating processes; x base: raw pinned in the same "
+          "process for copies and streaming, a plain run for infer.py; min / median / max)")
+    print(f"{'what':<8} {'path':<4} {'value':>24} {'x base':>20} {'CPU s':>16}  identical")
+    mmm = lambda v: " / ".join(f"{x:.2f}" for x in (min(v), sorted(v)[len(v) // 2], max(v))) if v else "-"
+    for what in ("copy64M", "copy1G", "stream", "infer"):
+        for path in ("cpu", "gpu"):
+            sel = [r for r in gd if r["what"] == what and r["path"] == path and "value" in r]
+            bad = sum(1 for r in gd if r["what"] == what and r["path"] == path and "value" not in r)
+            ident = {r.get("identical") for r in sel} - {None}
+            print(f"{what:<8} {path:<4} {mmm([r['value'] for r in sel]):>24} "
+                  f"{mmm([r['value'] / r['base'] for r in sel]):>20} {mmm([r['cpu_s'] for r in sel]):>16}  "
+                  f"{'-' if not ident else all(ident)}{f'  ({bad} failed)' if bad else ''}")
 inf = {r["case"]: r["r"] for r in rows if r.get("mode") == "infer"}
 if "plain" in inf:
     p = inf["plain"]
