@@ -33,20 +33,24 @@ Status ChunkIo::Encode(const void* raw, char** enc, size_t* enc_len) {
   return st;
 }
 
-Status ChunkIo::Decode(Chunk& c, char* dst, const char* what, bool streaming, size_t* gpu_enc_len) {
+Status ChunkIo::Decode(Chunk& c, char* dst, const char* what, bool streaming,
+                       GpuEncodingSink* gpu) {
   uint64_t t0 = MonotonicNs();
   StoreHandle h = c.handle.load();
-  if (gpu_enc_len) *gpu_enc_len = 0;
+  if (gpu) gpu->len = 0;
   Status st = store_->Get(h, [&](const void* data, size_t len) {
-    if (gpu_enc_len && len <= chunk_ && Codec::IsGpuFormat(data, len)) {
-      memcpy(dst, data, len);
-      *gpu_enc_len = len;
-      return Status::Ok();
+    if (gpu && len <= chunk_ && Codec::IsGpuFormat(data, len)) {
+      if (char* at = gpu->Place(len)) {
+        memcpy(at, data, len);
+        gpu->len = len;
+        gpu->at = at;
+        return Status::Ok();
+      }
     }
     return codec_.Decode(data, len, dst, chunk_, streaming);
   });
   if (!st.ok()) return Status::Error(st.code(), std::string(what) + ": " + st.message());
-  if (gpu_enc_len && *gpu_enc_len) return Status::Ok();  // not decoded here
+  if (gpu && gpu->len) return Status::Ok();  // not decoded here
   StatAdd(Stat::decode_ns, MonotonicNs() - t0);
   StatAdd(Stat::bytes_decoded, chunk_);
   return Status::Ok();

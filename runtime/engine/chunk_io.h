@@ -16,6 +16,7 @@
 #include "runtime/base/stream_copy.h"
 #include "runtime/codec/codec.h"
 #include "runtime/engine/chunk_table.h"
+#include "runtime/engine/region_backend.h"
 #include "runtime/engine/region_map.h"
 #include "runtime/store/store.h"
 #include "zrtier/status.h"
@@ -82,11 +83,11 @@ class ChunkIo {
   // counting the codec statistics.
   Status Encode(const void* raw, char** enc, size_t* enc_len);
   // Decodes the store entry of chunk `c` into `dst` (a whole chunk); `what` prefixes an error.
-  // With `gpu_enc_len` non-null: an entry in the GPU chunk format (gpu_format.h) of at most one
-  // chunk is copied into `dst` as it is, for the GPU to decode, and *gpu_enc_len is its length;
-  // any other entry is decoded and *gpu_enc_len is 0.
+  // With `gpu` non-null: an entry in the GPU chunk format (gpu_format.h) of at most one chunk is
+  // copied as it is where gpu->Place says (unless it declines), for the GPU to decode, and
+  // gpu->len is its length; any other entry is decoded into `dst` and gpu->len is 0.
   Status Decode(Chunk& c, char* dst, const char* what, bool streaming = false,
-                size_t* gpu_enc_len = nullptr);
+                GpuEncodingSink* gpu = nullptr);
   // Decodes bytes [off, off + n) of the store entry of chunk `c` into `dst` (Codec::DecodeRange).
   Status DecodeRange(Chunk& c, size_t off, size_t n, char* dst, const char* what);
   // Makes `h` (an entry of `enc_len` encoded bytes) the chunk's store copy; FreeHandle drops it

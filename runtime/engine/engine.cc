@@ -158,8 +158,8 @@ Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
 }
 
 Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
-                         size_t* gpu_enc_len) {
-  return region_io_->ReadChunk(chunk_start, dst, zero, gen, gpu_enc_len);
+                         GpuEncodingSink* gpu) {
+  return region_io_->ReadChunk(chunk_start, dst, zero, gen, gpu);
 }
 
 Status Engine::Write(void* dst, const void* src, size_t len) {

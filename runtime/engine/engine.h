@@ -84,7 +84,7 @@ class Engine final : public RegionBackend {
   bool Lookup(const void* p, RegionInfo* out) const override;
   Status Read(const void* src, size_t len, void* dst, bool* zero) override;
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
-                   size_t* gpu_enc_len = nullptr) override;
+                   GpuEncodingSink* gpu = nullptr) override;
   Status Write(void* dst, const void* src, size_t len) override;
   void PrepareRead(const void* p, size_t len) override;
   void PrepareWrite(void* p, size_t len) override;

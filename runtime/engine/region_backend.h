@@ -63,6 +63,20 @@ struct BackendMemory {
   uint64_t store = 0;     // the store's bytes in host memory (RAM, zram; not spill files)
 };
 
+// Where RegionBackend::ReadChunk may put a chunk's stored encoding in the GPU chunk format instead
+// of decoding it (an H2D copy that the GPU decodes packs a piece's encodings this way).
+class GpuEncodingSink {
+ public:
+  // Where the `len` encoded bytes go (at least len bytes of memory the caller owns), or null to
+  // have the chunk decoded into ReadChunk's dst instead. Called at most once per ReadChunk.
+  virtual char* Place(size_t len) = 0;
+  size_t len = 0;      // set by ReadChunk: the encoding's length (0: dst holds the bytes)
+  char* at = nullptr;  // where Place put it
+
+ protected:
+  ~GpuEncodingSink() = default;
+};
+
 class RegionBackend {
  public:
   virtual ~RegionBackend() = default;
@@ -88,13 +102,13 @@ class RegionBackend {
   // dirty chunk is write-protected first (clean from then on, so that the next CPU store faults
   // and bumps the generation), and *gen is the generation the copied bytes belong to --
   // kNoGeneration if the chunk stays writable (then the copy must not be cached). `dst` is written
-  // with non-temporal stores. With `gpu_enc_len` non-null the backend may write, instead of the
-  // bytes, the chunk's stored encoding in the GPU chunk format (at most one chunk long) and set
-  // *gpu_enc_len to its length, for the GPU to decode; else it sets *gpu_enc_len = 0. The default
+  // with non-temporal stores. With `gpu` non-null the backend may write, instead of the bytes into
+  // dst, the chunk's stored encoding in the GPU chunk format (at most one chunk long) where
+  // gpu->Place says, for the GPU to decode (gpu->len, gpu->at); else gpu->len is 0. The default
   // (for backends whose memory cannot change unseen): the generation, then the bytes.
   virtual Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
-                           size_t* gpu_enc_len = nullptr) {
-    if (gpu_enc_len) *gpu_enc_len = 0;
+                           GpuEncodingSink* gpu = nullptr) {
+    if (gpu) gpu->len = 0;
     *gen = Generation(chunk_start);
     return Read(chunk_start, chunk_size(), dst, zero);
   }

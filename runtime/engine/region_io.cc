@@ -55,7 +55,7 @@ Status RegionIo::Read(const void* src, size_t len, void* dst, bool* zero) {
 }
 
 Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming,
-                          size_t* gpu_enc_len) {
+                          GpuEncodingSink* gpu) {
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
   int spins = 0;
@@ -89,8 +89,7 @@ Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bo
       if (!c.TryBusy(w)) continue;
       char* buf = n == e_.chunk ? d : tl_raw.Get(e_.chunk);
       uint64_t t0 = MonotonicNs();
-      Status st =
-          e_.io->Decode(c, buf, "Read", streaming && buf == d, buf == d ? gpu_enc_len : nullptr);
+      Status st = e_.io->Decode(c, buf, "Read", streaming && buf == d, buf == d ? gpu : nullptr);
       c.EndBusy(s);
       e_.parked->Signal();
       if (!st.ok()) {
@@ -107,8 +106,8 @@ Status RegionIo::ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bo
 }
 
 Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
-                           size_t* gpu_enc_len) {
-  if (gpu_enc_len) *gpu_enc_len = 0;
+                           GpuEncodingSink* gpu) {
+  if (gpu) gpu->len = 0;
   std::shared_ptr<Region> r;
   ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(chunk_start, e_.chunk, &r));
   size_t i = r->table.IndexOf(chunk_start);
@@ -140,8 +139,7 @@ Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint6
     *zero = StateOf(c.word.load()) == kEmpty;
     if (*zero) return Status::Ok();
   }
-  return ReadPart(r.get(), i, 0, e_.chunk, static_cast<char*>(dst), /*streaming=*/true,
-                  gpu_enc_len);
+  return ReadPart(r.get(), i, 0, e_.chunk, static_cast<char*>(dst), /*streaming=*/true, gpu);
 }
 
 Status RegionIo::Write(void* dst, const void* src, size_t len) {

@@ -30,7 +30,7 @@ class RegionIo {
 
   Status Read(const void* src, size_t len, void* dst, bool* zero);
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
-                   size_t* gpu_enc_len = nullptr);
+                   GpuEncodingSink* gpu = nullptr);
   Status Write(void* dst, const void* src, size_t len);
   // PrepareRead (wp) and PrepareWrite (!wp): claims runs of consecutive eligible chunks and changes
   // each run with one ioctl. A chunk that cannot be claimed at once ends the run; it is left to
@@ -42,10 +42,10 @@ class RegionIo {
  private:
   // Copies bytes [off, off+n) of chunk `i` of `r` into `d` from whichever tier holds them;
   // `streaming`: `d` is a T0 slot, written with non-temporal stores (CopyStreaming for resident
-  // bytes, the codec's streaming merge for stored ones). `gpu_enc_len`: as ChunkIo::Decode's, for
-  // a whole chunk read straight into `d`.
+  // bytes, the codec's streaming merge for stored ones). `gpu`: as ChunkIo::Decode's, for a whole
+  // chunk read straight into `d`.
   Status ReadPart(Region* r, size_t i, size_t off, size_t n, char* d, bool streaming = false,
-                  size_t* gpu_enc_len = nullptr);
+                  GpuEncodingSink* gpu = nullptr);
   // Write of the whole chunk `i` of `r` from `s` straight into the store, for a chunk that is not
   // resident while T1 is full: encoded, put, then claimed; one that became resident meanwhile is
   // written in place. *stored false (nothing changed): the codec or the store refused it, and

@@ -25,6 +25,7 @@ GpuDecode::~GpuDecode() {
   for (auto& t : targets_) {
     t->ring.reset();
     if (t->staging) api_->cudaFree(t->staging);
+    if (t->host) api_->cudaFreeHost(t->host);
   }
   targets_.clear();  // unloads the modules
   if (desc_) api_->cudaFreeHost(desc_);
@@ -50,6 +51,14 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
     return off("no device memory for the staging buffers");
   }
   t->staging = static_cast<char*>(staging);
+  void* host = nullptr;
+  if (api_->cudaHostAlloc(&host, kMaxStagingBytes, cudaHostAllocPortable) != cudaSuccess) {
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    api_->cudaFree(t->staging);
+    t->staging = nullptr;
+    return off("no pinned host memory for the staging ring");
+  }
+  t->host = static_cast<char*>(host);
   if (!desc_ && !arrays_failed_) {
     // One descriptor and one status word per slot, in pinned memory the kernel reads and writes.
     const size_t n = pool_->slots();
@@ -73,13 +82,16 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
   }
   if (!desc_) {
     api_->cudaFree(t->staging);
+    api_->cudaFreeHost(t->host);
     t->staging = nullptr;
+    t->host = nullptr;
     return off("no mapped pinned memory for the launch descriptors");
   }
   Log(LogLevel::kInfo,
       "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU (%zu MiB staging)",
       kMaxStagingBytes >> 20);
-  t->ring = std::make_unique<StagingRing>(api_, pool_->events(), t->staging, kMaxStagingBytes);
+  t->ring =
+      std::make_unique<StagingRing>(api_, pool_->events(), t->staging, t->host, kMaxStagingBytes);
   targets_.push_back(std::move(t));
   return targets_.back().get();
 }

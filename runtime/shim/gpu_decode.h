@@ -9,9 +9,10 @@
 // events and cudaStreamWaitEvent behave as for a plain copy.
 //
 // Per CUDA context (a Target): the kernel, loaded once, and the staging ring (kMaxStagingBytes of
-// device memory). Per T0 slot: one launch descriptor (DecodeChunk) and one status word in mapped
-// pinned memory, used while the slot is pinned by the copy that describes it. A decode error (a
-// corrupt encoding: the kernel's status bits) is logged when the slot is described next.
+// device memory and as much pinned host memory). Per T0 slot: one launch descriptor (DecodeChunk)
+// and one status word in mapped pinned memory, used while the slot is pinned by the copy that
+// describes it. A decode error (a corrupt encoding: the kernel's status bits) is logged when the
+// slot is described next.
 //
 // When the kernel or the ring cannot be had, when the calling thread has no current context, or
 // when the destination is not device memory of the current device, Usable returns null and the
@@ -50,7 +51,8 @@ class GpuDecode {
     CUcontext ctx = nullptr;
     std::unique_ptr<gpu::DecodeModule> module;  // null: the kernel did not load here
     char* staging = nullptr;                    // device memory, kMaxStagingBytes
-    std::unique_ptr<StagingRing> ring;          // over `staging`
+    char* host = nullptr;                       // pinned host memory, kMaxStagingBytes
+    std::unique_ptr<StagingRing> ring;          // over `staging` and `host`
   };
 
   // `api` (the real runtime) and `pool` must outlive this object. `enabled` false

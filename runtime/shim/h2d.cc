@@ -32,12 +32,6 @@ size_t TransitBudget(size_t slots, size_t piece_chunks) {
 // Learning costs ~0.1 us per chunk: a longer copy reports once its first piece is on its way.
 constexpr uint64_t kLearnFirstChunks = 1024;
 
-// Bytes an encoding of enc_len takes in the staging ring (the kernel reads 16-byte aligned
-// encodings).
-size_t Staged(uint32_t enc_len) {
-  return (enc_len + gpu::kDecodeAlign - 1) / gpu::kDecodeAlign * gpu::kDecodeAlign;
-}
-
 }  // namespace
 
 H2DPath::H2DPath(const CopyContext& ctx, WriteBack* write_back, bool async)
@@ -82,7 +76,8 @@ cudaError_t H2DPath::LaunchDecodes(const CopyContext& ctx, GpuDecode::Target* ta
 cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream,
-                                GpuDecode::Target* gpu) {
+                                GpuDecode::Target* gpu, const StagingRing::Span& span,
+                                size_t packed) {
   const CudaApi* api = ctx.api;
   PinnedPool* pool = ctx.pool;
   cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
@@ -102,7 +97,6 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   // staging buffer, then decoded on the GPU (LaunchDecodes).
   std::vector<uint32_t> gpu_chunks;
   uint64_t gpu_bytes = 0, gpu_enc = 0;
-  size_t staged = 0;
   for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
     const Chunk& c = piece[i];
     const char* lo = std::max<const char*>(cur, c.start);
@@ -112,7 +106,6 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     if (c.enc_len && gpu) {
       busy.push_back(c.slot);
       gpu_chunks.push_back(static_cast<uint32_t>(i));
-      staged += Staged(c.enc_len);
       gpu_bytes += len;
       gpu_enc += c.enc_len;
     } else if (!c.zero) {
@@ -127,28 +120,24 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     }
   }
   if (err == cudaSuccess) err = flush_zero();
-  // The encodings packed into one reservation of the staging ring, each DMA'd there and described
-  // for the kernel (no reservation: LaunchDecodes has the CPU read them).
-  StagingRing::Span span;
+  // The encodings, packed by the fills into the host side of the piece's staging span: one DMA
+  // to its device side, and each described for the kernel.
   if (err == cudaSuccess && !gpu_chunks.empty()) {
-    span = gpu->ring->Reserve(staged);
-    char* at = span.ptr;
+    dmas.Add(span.ptr, span.host, packed);
     for (uint32_t i : gpu_chunks) {
-      if (!at) break;
       const Chunk& c = piece[i];
       const char* lo = std::max<const char*>(cur, c.start);
       const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
-      dmas.Add(at, pool->SlotPtr(c.slot), Staged(c.enc_len));
-      ctx.gpu->Describe(c.slot, at, dst0 + (lo - src0), c.enc_len, static_cast<uint32_t>(hi - lo));
-      at += Staged(c.enc_len);
+      ctx.gpu->Describe(c.slot, span.ptr + c.enc_off, dst0 + (lo - src0), c.enc_len,
+                        static_cast<uint32_t>(hi - lo));
     }
   }
   StatAdd(Stat::h2d_dma_ops, dmas.size());
   if (err == cudaSuccess) err = dmas.Issue(stream);
   // The launches, behind the staging DMAs in the stream.
   if (err == cudaSuccess && !gpu_chunks.empty())
-    err = LaunchDecodes(ctx, span.ptr ? gpu : nullptr, piece, gpu_chunks, dst0, src0, cur, end,
-                        stream, &gpu_bytes, &gpu_enc);
+    err = LaunchDecodes(ctx, gpu, piece, gpu_chunks, dst0, src0, cur, end, stream, &gpu_bytes,
+                        &gpu_enc);
   if (span.ptr) gpu->ring->Commit(span, stream);
   StatAdd(Stat::h2d_gpu_decoded_bytes, gpu_bytes);
   StatAdd(Stat::h2d_gpu_encoded_bytes, gpu_enc);
@@ -307,7 +296,7 @@ void H2DPath::Copier::IssueReady() {
     Piece& pc = *inflight_.front();
     uint64_t t0 = MonotonicNs();
     err_ = IssuePiece(ctx_, dst_, src_, pc.chunks, pc.begin, pc.end, pc.failed.load(),
-                      /*publish=*/true, r_.id, stream_, gpu_);
+                      /*publish=*/true, r_.id, stream_, gpu_, pc.span, pc.packed.load());
     StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
     inflight_.pop_front();
     Report();
@@ -378,6 +367,12 @@ bool H2DPath::Copier::PlanPiece() {
   }
   StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);
   if (pc->chunks.empty()) return false;
+  // Room for the GPU chunks' encodings (at most a chunk each); none: the CPU decodes them.
+  if (gpu_chunks) {
+    pc->span = gpu_->ring->Reserve(gpu_chunks * chunk);
+    if (!pc->span.ptr)
+      for (Chunk& c : pc->chunks) c.gpu = false;
+  }
   pc->end = std::min<const char*>(piece_start + got * chunk, end_);
   cur_ = pc->end;
   piece_chunks_ = std::min(piece_chunks_ * 2, max_chunks_);
@@ -397,10 +392,13 @@ void H2DPath::Copier::StartFill(Piece* raw) {
         const CopyContext& ctx = path->ctx_;
         Chunk& c = raw->chunks[raw->misses[k]];
         uint64_t t0 = MonotonicNs();
-        size_t enc_len = 0;
+        PackSink sink(raw->span.host, &raw->packed);
         Status st = ctx.backend->ReadChunk(c.start, ctx.pool->SlotPtr(c.slot), &c.zero, &c.gen,
-                                           c.gpu ? &enc_len : nullptr);
-        c.enc_len = static_cast<uint32_t>(enc_len);
+                                           c.gpu ? &sink : nullptr);
+        if (c.gpu && sink.len) {
+          c.enc_len = static_cast<uint32_t>(sink.len);
+          c.enc_off = static_cast<uint32_t>(sink.at - raw->span.host);
+        }
         StatAdd(Stat::fill_ns, MonotonicNs() - t0);
         if (!st.ok()) {
           Log(LogLevel::kError, "host-to-device copy from %p: %s",
@@ -448,6 +446,7 @@ cudaError_t H2DPath::Copier::Finish() {
   for (auto& pc : inflight_) {
     if (pc->fill) ctx_.workers->Wait(*pc->fill);
     for (const Chunk& c : pc->chunks) ctx_.pool->Unpin(c.slot);  // error path only
+    if (pc->span.ptr) gpu_->ring->Release(pc->span);
   }
   if (err_ != cudaSuccess) {
     if (readiness_) readiness_->Release(/*was_late=*/true);

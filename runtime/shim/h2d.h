@@ -65,11 +65,14 @@ class H2DPath {
   // `publish`; a failed piece publishes nothing), and unpins the slots. `dst0` and `src0` are the
   // copy's destination and source, [cur, end) the bytes of the piece. Returns the first CUDA
   // error.
-  // `gpu`: the chunks filled encoded (Chunk::enc_len) are staged and decoded on the GPU there.
+  // `gpu`: the chunks filled encoded (Chunk::enc_len), packed into `packed` bytes of `span`'s host
+  // side, go in one DMA to its device side and are decoded on the GPU there; the span is
+  // committed to the stream.
   static cudaError_t IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream,
-                                GpuDecode::Target* gpu = nullptr);
+                                GpuDecode::Target* gpu = nullptr,
+                                const StagingRing::Span& span = {}, size_t packed = 0);
   // Launches the GPU decode of the chunks piece[gpu_chunks[...]] of a piece (their encodings
   // staged and described) on `stream`, gpu::kDecodeMaxSelect of them a launch. A launch that
   // fails, or every chunk when `gpu` is null (nothing staged): the CPU reads the chunks into their

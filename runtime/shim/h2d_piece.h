@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/shim/h2d.h"
+#include "runtime/shim/staging_ring.h"
 
 namespace zrtier {
 
@@ -19,7 +20,8 @@ struct H2DPath::Chunk {
   bool zero;
   bool resident = false;  // installed in the region (T1) when planned: a miss of it is a memcpy
   bool gpu = false;       // a whole stored chunk the fill may leave encoded (GpuDecode)
-  uint32_t enc_len = 0;   // filled: the slot holds the chunk's GPU-format encoding, this long
+  uint32_t enc_len = 0;   // filled: the chunk's GPU-format encoding is staged, this long (its slot
+  uint32_t enc_off = 0;   // is unused), at this offset in the piece's staging span
 };
 
 // Whether one copy had every chunk in T0 before the GPU's DMAs needed it
@@ -57,10 +59,31 @@ struct H2DPath::Piece {
   enum Release { kNeither, kFlagged, kBytes };
   std::atomic<int> release{kNeither};
   StreamFlags::Reached reached = StreamFlags::Reached::kUnknown;
+  // The GPU chunks' room in the staging ring (null: none): their fills pack the encodings into
+  // its host side, `packed` bytes so far (each 16-byte aligned).
+  StagingRing::Span span;
+  std::atomic<size_t> packed{0};
   uint64_t region = 0;             // set when deferred
   int flag = -1;                   // the StreamFlags token its DMAs wait on, once deferred
   Readiness* readiness = nullptr;  // once deferred: a reference to its copy's
   bool ready() const { return !fill || fill->done(); }
+};
+
+// Bytes an encoding of `len` takes in a staging span (the kernel reads 16-byte aligned encodings).
+inline size_t StagedBytes(size_t len) {
+  return (len + gpu::kDecodeAlign - 1) / gpu::kDecodeAlign * gpu::kDecodeAlign;
+}
+
+// A fill's GpuEncodingSink: packs the encoding into the host side of its piece's staging span,
+// after the ones packed before it (the span has a chunk of room for each GPU chunk).
+class PackSink final : public GpuEncodingSink {
+ public:
+  PackSink(char* host, std::atomic<size_t>* packed) : host_(host), packed_(packed) {}
+  char* Place(size_t n) override { return host_ + packed_->fetch_add(StagedBytes(n)); }
+
+ private:
+  char* host_;
+  std::atomic<size_t>* packed_;
 };
 
 }  // namespace zrtier

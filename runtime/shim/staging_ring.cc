@@ -5,8 +5,9 @@
 
 namespace zrtier {
 
-StagingRing::StagingRing(const CudaApi* api, EventPool* events, char* base, size_t bytes)
-    : api_(api), events_(events), base_(base), bytes_(bytes) {}
+StagingRing::StagingRing(const CudaApi* api, EventPool* events, char* base, char* host,
+                         size_t bytes)
+    : api_(api), events_(events), base_(base), host_(host), bytes_(bytes) {}
 
 StagingRing::~StagingRing() {
   for (Use& u : uses_)
@@ -15,20 +16,13 @@ StagingRing::~StagingRing() {
 
 void StagingRing::RetireOldest(std::unique_lock<std::mutex>& lock) {
   const uint64_t id = uses_.front().id;
-  if (!uses_.front().committed) {
-    committed_.wait(
-        lock, [&] { return uses_.empty() || uses_.front().id != id || uses_.front().committed; });
-    return;  // retired by another thread, or committed now: the caller looks again
-  }
   cudaEvent_t ev = uses_.front().ev;
-  if (ev) {
-    // Not done yet: wait outside the lock (other threads may commit meanwhile).
-    if (api_->cudaEventQuery(ev) != cudaSuccess) {
-      lock.unlock();
-      if (api_->cudaEventSynchronize(ev) != cudaSuccess && api_->cudaGetLastError)
-        api_->cudaGetLastError();
-      lock.lock();
-    }
+  // Not done yet: wait outside the lock (other threads may reserve and commit meanwhile).
+  if (ev && api_->cudaEventQuery(ev) != cudaSuccess) {
+    lock.unlock();
+    if (api_->cudaEventSynchronize(ev) != cudaSuccess && api_->cudaGetLastError)
+      api_->cudaGetLastError();
+    lock.lock();
   }
   if (!uses_.empty() && uses_.front().id == id) {
     if (uses_.front().ev) events_->Put(uses_.front().ev);
@@ -39,13 +33,17 @@ void StagingRing::RetireOldest(std::unique_lock<std::mutex>& lock) {
 StagingRing::Span StagingRing::Reserve(size_t bytes) {
   if (bytes == 0 || bytes > max_reserve()) return {};
   std::unique_lock<std::mutex> lock(mu_);
-  // A reservation does not wrap: the ring's tail end is skipped (part of this use).
-  const uint64_t begin = head_;
-  uint64_t start = begin;
-  if (start % bytes_ + bytes > bytes_) start += bytes_ - start % bytes_;
-  const uint64_t end = start + bytes;
-  // An older use overlaps [start, end) in the ring iff end laps past its first byte.
-  while (!uses_.empty() && end > uses_.front().begin + bytes_) RetireOldest(lock);
+  uint64_t begin, start, end;
+  for (;;) {
+    // A reservation does not wrap: the ring's tail end is skipped (part of this use).
+    begin = start = head_;
+    if (start % bytes_ + bytes > bytes_) start += bytes_ - start % bytes_;
+    end = start + bytes;
+    // An older use overlaps [start, end) in the ring iff end laps past its first byte.
+    if (uses_.empty() || end <= uses_.front().begin + bytes_) break;
+    if (!uses_.front().committed) return {};
+    RetireOldest(lock);  // may let go of the lock: head_ is read again
+  }
   // Drop the oldest uses already done, so that the queue stays short.
   while (!uses_.empty() && uses_.front().committed &&
          (!uses_.front().ev || api_->cudaEventQuery(uses_.front().ev) == cudaSuccess)) {
@@ -54,7 +52,7 @@ StagingRing::Span StagingRing::Reserve(size_t bytes) {
   }
   head_ = end;
   uses_.push_back(Use{next_id_++, begin});
-  return Span{base_ + start % bytes_, uses_.back().id};
+  return Span{base_ + start % bytes_, host_ + start % bytes_, uses_.back().id};
 }
 
 void StagingRing::Commit(const Span& span, cudaStream_t stream) {
@@ -71,14 +69,22 @@ void StagingRing::Commit(const Span& span, cudaStream_t stream) {
                     "for its stream instead");
     DmaBatch::Synchronize(api_, stream);
   }
+  Finish(span, ev);
+}
+
+void StagingRing::Release(const Span& span) {
+  if (span.ptr) Finish(span, nullptr);
+}
+
+void StagingRing::Finish(const Span& span, cudaEvent_t ev) {
   std::lock_guard<std::mutex> l(mu_);
   for (Use& u : uses_)
     if (u.id == span.id) {
       u.ev = ev;
       u.committed = true;
-      break;
+      return;
     }
-  committed_.notify_all();
+  if (ev) events_->Put(ev);  // not found: a bug, but keep the event
 }
 
 }  // namespace zrtier

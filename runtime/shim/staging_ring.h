@@ -1,18 +1,17 @@
-// StagingRing: a ring of device memory that host-to-device copies stage chunk encodings in for the
-// GPU decode kernel (gpu_decode.h). A copy reserves the bytes for one piece's encodings, queues
-// the DMAs into them and the launch that reads them on its stream, then commits the reservation
-// with that stream: an event recorded there frees the bytes once the work is done. Reservations
-// are handed out in ring order, whatever the slot or stream; one that reaches bytes still in use
-// waits for their readers' events. The encodings lie packed (16-byte aligned), so the ring holds
-// compressed bytes, and no T0 slot needs device memory of its own.
+// StagingRing: a ring of device memory, mirrored by as much pinned host memory, that host-to-device
+// copies stage chunk encodings in for the GPU decode kernel (gpu_decode.h). A copy reserves room
+// for one piece when it plans it; its fill workers pack the piece's encodings into the host side
+// of the reservation; the copy queues one DMA of them to the device side and the launch that reads
+// them on its stream, then commits the reservation with that stream: an event recorded there frees
+// both sides once the work is done. Reservations are handed out in ring order, whatever the slot
+// or stream; one that reaches bytes whose reader's event is pending waits for it, and one that
+// reaches a reservation not yet committed is refused (its holder may be the caller itself).
 //
-// Thread safety: every method may be called from any thread. A thread commits each reservation
-// before it reserves again (a reservation waits for earlier ones to be committed).
+// Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -25,8 +24,9 @@ namespace zrtier {
 
 class StagingRing {
  public:
-  // The ring is the `bytes` of device memory at `base` (owned by the caller, outliving this).
-  StagingRing(const CudaApi* api, EventPool* events, char* base, size_t bytes);
+  // The ring is the `bytes` of device memory at `base` and of pinned host memory at `host` (owned
+  // by the caller, outliving this).
+  StagingRing(const CudaApi* api, EventPool* events, char* base, char* host, size_t bytes);
   // REQUIRES: every reservation committed (its events are given back; their work need not be
   // done).
   ~StagingRing();
@@ -34,16 +34,20 @@ class StagingRing {
   StagingRing& operator=(const StagingRing&) = delete;
 
   struct Span {
-    char* ptr = nullptr;  // null: nothing reserved
+    char* ptr = nullptr;   // device side; null: nothing reserved
+    char* host = nullptr;  // host side, at the same offset
     uint64_t id = 0;
   };
   // Reserves `bytes` (> 0, at most max_reserve()) contiguous bytes, waiting for the work that
-  // last read them. Null span when bytes is 0 or too large.
+  // last read them. Null span when bytes is 0 or too large, or when the bytes belong to a
+  // reservation not yet committed.
   Span Reserve(size_t bytes);
   // The work queued on `stream` so far (the DMAs into the span and the launch reading it) is the
   // span's last use: an event recorded on the stream frees it. Without an event (none could be
   // had or recorded) waits for the stream here instead.
   void Commit(const Span& span, cudaStream_t stream);
+  // Gives back a span that no queued work reads (nothing was issued from it).
+  void Release(const Span& span);
 
   size_t capacity() const { return bytes_; }
   // A reservation takes at most half the ring: two pieces can be staged while one is decoded.
@@ -56,15 +60,18 @@ class StagingRing {
     cudaEvent_t ev = nullptr;
     bool committed = false;
   };
-  // Waits until the oldest use is done and drops it. REQUIRES: lock held, uses_ not empty.
+  // Waits until the oldest use, committed, is done and drops it. REQUIRES: lock held, uses_ not
+  // empty.
   void RetireOldest(std::unique_lock<std::mutex>& lock);
+  // Records the span's last use: `ev` (null: already done).
+  void Finish(const Span& span, cudaEvent_t ev);
 
   const CudaApi* api_;
   EventPool* events_;
   char* const base_;
+  char* const host_;
   const size_t bytes_;
   std::mutex mu_;
-  std::condition_variable committed_;
   uint64_t head_ = 0;     // monotonic offset of the next byte handed out (guarded by mu_)
   uint64_t next_id_ = 1;  // guarded by mu_
   std::deque<Use> uses_;  // in ring order (guarded by mu_)
