@@ -3,9 +3,11 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "runtime/base/log.h"
+#include "runtime/base/sort_by_key.h"
 #include "runtime/base/stats.h"
 
 namespace zrtier {
@@ -24,6 +26,12 @@ struct PinnedRun {
   std::mutex mu;
   bool gone = false;  // the region was removed (guarded by mu)
 };
+
+// A run's last use, the key runs are ordered by for pinning and unpinning (copies keep moving it:
+// sorted by a snapshot).
+uint64_t LastUse(const std::shared_ptr<PinnedRun>& run) {
+  return run->last_use.load(std::memory_order_relaxed);
+}
 
 PinnedRuns::PinnedRuns(const CudaApi* api, RegionBackend* backend) : api_(api), backend_(backend) {}
 
@@ -220,10 +228,7 @@ size_t PinnedRuns::Unpin(size_t bytes) {
       for (auto& run : rr.runs)
         if (run->pinned.load() && !run->closing.load()) runs.push_back(run);
   }
-  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
-    return a->last_use.load(std::memory_order_relaxed) <
-           b->last_use.load(std::memory_order_relaxed);
-  });
+  SortBySnapshot(runs, LastUse, std::less<uint64_t>());
   std::vector<std::shared_ptr<PinnedRun>> victims;
   size_t freed = 0;
   for (auto& run : runs) {
@@ -260,10 +265,7 @@ size_t PinnedRuns::Repin(const std::function<bool(size_t)>& room) {
         if (!run->pinned.load()) runs.push_back(run);
   }
   // Most recently used first: what the copies read now is what should be fast.
-  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
-    return a->last_use.load(std::memory_order_relaxed) >
-           b->last_use.load(std::memory_order_relaxed);
-  });
+  SortBySnapshot(runs, LastUse, std::greater<uint64_t>());
   size_t pinned = 0;
   for (auto& run : runs) {
     std::lock_guard<std::mutex> l(run->mu);
