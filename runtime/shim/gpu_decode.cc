@@ -24,6 +24,7 @@ GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
 GpuDecode::~GpuDecode() {
   for (auto& t : targets_) {
     t->ring.reset();
+    t->host_ring.reset();
     if (t->staging) api_->cudaFree(t->staging);
     if (t->host) api_->cudaFreeHost(t->host);
   }
@@ -52,7 +53,7 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
   }
   t->staging = static_cast<char*>(staging);
   void* host = nullptr;
-  if (api_->cudaHostAlloc(&host, kMaxStagingBytes, cudaHostAllocPortable) != cudaSuccess) {
+  if (api_->cudaHostAlloc(&host, kHostStagingBytes, cudaHostAllocPortable) != cudaSuccess) {
     if (api_->cudaGetLastError) api_->cudaGetLastError();
     api_->cudaFree(t->staging);
     t->staging = nullptr;
@@ -88,10 +89,11 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
     return off("no mapped pinned memory for the launch descriptors");
   }
   Log(LogLevel::kInfo,
-      "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU (%zu MiB staging)",
-      kMaxStagingBytes >> 20);
-  t->ring =
-      std::make_unique<StagingRing>(api_, pool_->events(), t->staging, t->host, kMaxStagingBytes);
+      "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU (staging: %zu MiB "
+      "of device memory, %zu MiB pinned)",
+      kMaxStagingBytes >> 20, kHostStagingBytes >> 20);
+  t->ring = std::make_unique<StagingRing>(api_, pool_->events(), t->staging, kMaxStagingBytes);
+  t->host_ring = std::make_unique<StagingRing>(api_, pool_->events(), t->host, kHostStagingBytes);
   targets_.push_back(std::move(t));
   return targets_.back().get();
 }

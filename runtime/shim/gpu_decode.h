@@ -8,8 +8,10 @@
 // slots stay pinned until the event recorded after the launch, as after a DMA, so stream order,
 // events and cudaStreamWaitEvent behave as for a plain copy.
 //
-// Per CUDA context (a Target): the kernel, loaded once, and the staging ring (kMaxStagingBytes of
-// device memory and as much pinned host memory). Per T0 slot: one launch descriptor (DecodeChunk)
+// Per CUDA context (a Target): the kernel, loaded once, and two staging rings: kHostStagingBytes
+// of pinned host memory, where a piece's fills pack its encodings (room for a chunk each, taken
+// when the piece is planned), and kMaxStagingBytes of device memory, which one DMA a piece fills
+// with exactly the packed bytes when it is issued. Per T0 slot: one launch descriptor (DecodeChunk)
 // and one status word in mapped pinned memory, used while the slot is pinned by the copy that
 // describes it. A decode error (a corrupt encoding: the kernel's status bits) is logged when the
 // slot is described next.
@@ -45,14 +47,18 @@ class GpuDecode {
   // Device memory for staging per context: the encodings of two pieces of 16 MiB of chunks
   // (max_piece_chunks) in flight, with room to spare (device memory is the program's: kept small).
   static constexpr size_t kMaxStagingBytes = 64 << 20;
+  // Pinned host memory for packing per context: a copy's window of eight pieces of 16 MiB
+  // (max_piece_chunks), each taking a chunk of room per GPU chunk before its fills.
+  static constexpr size_t kHostStagingBytes = 128 << 20;
 
   // One CUDA context's kernel and staging buffers.
   struct Target {
     CUcontext ctx = nullptr;
     std::unique_ptr<gpu::DecodeModule> module;  // null: the kernel did not load here
     char* staging = nullptr;                    // device memory, kMaxStagingBytes
-    char* host = nullptr;                       // pinned host memory, kMaxStagingBytes
-    std::unique_ptr<StagingRing> ring;          // over `staging` and `host`
+    char* host = nullptr;                       // pinned host memory, kHostStagingBytes
+    std::unique_ptr<StagingRing> ring;          // over `staging`
+    std::unique_ptr<StagingRing> host_ring;     // over `host`
   };
 
   // `api` (the real runtime) and `pool` must outlive this object. `enabled` false

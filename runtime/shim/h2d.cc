@@ -120,25 +120,31 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     }
   }
   if (err == cudaSuccess) err = flush_zero();
-  // The encodings, packed by the fills into the host side of the piece's staging span: one DMA
-  // to its device side, and each described for the kernel.
+  // The encodings, packed by the fills into the piece's host staging span: one DMA to a
+  // reservation of as many bytes in the device ring, and each described for the kernel (no
+  // reservation: LaunchDecodes has the CPU read them).
+  StagingRing::Span dev;
   if (err == cudaSuccess && !gpu_chunks.empty()) {
-    dmas.Add(span.ptr, span.host, packed);
-    for (uint32_t i : gpu_chunks) {
-      const Chunk& c = piece[i];
-      const char* lo = std::max<const char*>(cur, c.start);
-      const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
-      ctx.gpu->Describe(c.slot, span.ptr + c.enc_off, dst0 + (lo - src0), c.enc_len,
-                        static_cast<uint32_t>(hi - lo));
+    dev = gpu->ring->Reserve(packed);
+    if (dev.ptr) {
+      dmas.Add(dev.ptr, span.ptr, packed);
+      for (uint32_t i : gpu_chunks) {
+        const Chunk& c = piece[i];
+        const char* lo = std::max<const char*>(cur, c.start);
+        const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
+        ctx.gpu->Describe(c.slot, dev.ptr + c.enc_off, dst0 + (lo - src0), c.enc_len,
+                          static_cast<uint32_t>(hi - lo));
+      }
     }
   }
   StatAdd(Stat::h2d_dma_ops, dmas.size());
   if (err == cudaSuccess) err = dmas.Issue(stream);
   // The launches, behind the staging DMAs in the stream.
   if (err == cudaSuccess && !gpu_chunks.empty())
-    err = LaunchDecodes(ctx, gpu, piece, gpu_chunks, dst0, src0, cur, end, stream, &gpu_bytes,
-                        &gpu_enc);
-  if (span.ptr) gpu->ring->Commit(span, stream);
+    err = LaunchDecodes(ctx, dev.ptr ? gpu : nullptr, piece, gpu_chunks, dst0, src0, cur, end,
+                        stream, &gpu_bytes, &gpu_enc);
+  if (dev.ptr) gpu->ring->Commit(dev, stream);
+  if (span.ptr) gpu->host_ring->Commit(span, stream);
   StatAdd(Stat::h2d_gpu_decoded_bytes, gpu_bytes);
   StatAdd(Stat::h2d_gpu_encoded_bytes, gpu_enc);
 
@@ -369,7 +375,7 @@ bool H2DPath::Copier::PlanPiece() {
   if (pc->chunks.empty()) return false;
   // Room for the GPU chunks' encodings (at most a chunk each); none: the CPU decodes them.
   if (gpu_chunks) {
-    pc->span = gpu_->ring->Reserve(gpu_chunks * chunk);
+    pc->span = gpu_->host_ring->Reserve(gpu_chunks * chunk);
     if (!pc->span.ptr)
       for (Chunk& c : pc->chunks) c.gpu = false;
   }
@@ -392,12 +398,12 @@ void H2DPath::Copier::StartFill(Piece* raw) {
         const CopyContext& ctx = path->ctx_;
         Chunk& c = raw->chunks[raw->misses[k]];
         uint64_t t0 = MonotonicNs();
-        PackSink sink(raw->span.host, &raw->packed);
+        PackSink sink(raw->span.ptr, &raw->packed);
         Status st = ctx.backend->ReadChunk(c.start, ctx.pool->SlotPtr(c.slot), &c.zero, &c.gen,
                                            c.gpu ? &sink : nullptr);
         if (c.gpu && sink.len) {
           c.enc_len = static_cast<uint32_t>(sink.len);
-          c.enc_off = static_cast<uint32_t>(sink.at - raw->span.host);
+          c.enc_off = static_cast<uint32_t>(sink.at - raw->span.ptr);
         }
         StatAdd(Stat::fill_ns, MonotonicNs() - t0);
         if (!st.ok()) {
@@ -446,7 +452,7 @@ cudaError_t H2DPath::Copier::Finish() {
   for (auto& pc : inflight_) {
     if (pc->fill) ctx_.workers->Wait(*pc->fill);
     for (const Chunk& c : pc->chunks) ctx_.pool->Unpin(c.slot);  // error path only
-    if (pc->span.ptr) gpu_->ring->Release(pc->span);
+    if (pc->span.ptr) gpu_->host_ring->Release(pc->span);
   }
   if (err_ != cudaSuccess) {
     if (readiness_) readiness_->Release(/*was_late=*/true);

@@ -65,9 +65,9 @@ class H2DPath {
   // `publish`; a failed piece publishes nothing), and unpins the slots. `dst0` and `src0` are the
   // copy's destination and source, [cur, end) the bytes of the piece. Returns the first CUDA
   // error.
-  // `gpu`: the chunks filled encoded (Chunk::enc_len), packed into `packed` bytes of `span`'s host
-  // side, go in one DMA to its device side and are decoded on the GPU there; the span is
-  // committed to the stream.
+  // `gpu`: the chunks filled encoded (Chunk::enc_len), packed into `packed` bytes of `span` (in
+  // gpu's host staging ring), go in one DMA to gpu's device ring and are decoded on the GPU there;
+  // both reservations are committed to the stream.
   static cudaError_t IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream,

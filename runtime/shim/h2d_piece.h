@@ -59,8 +59,8 @@ struct H2DPath::Piece {
   enum Release { kNeither, kFlagged, kBytes };
   std::atomic<int> release{kNeither};
   StreamFlags::Reached reached = StreamFlags::Reached::kUnknown;
-  // The GPU chunks' room in the staging ring (null: none): their fills pack the encodings into
-  // its host side, `packed` bytes so far (each 16-byte aligned).
+  // The GPU chunks' room in the host staging ring (null: none): their fills pack the encodings
+  // there, `packed` bytes so far (each 16-byte aligned).
   StagingRing::Span span;
   std::atomic<size_t> packed{0};
   uint64_t region = 0;             // set when deferred
@@ -74,7 +74,7 @@ inline size_t StagedBytes(size_t len) {
   return (len + gpu::kDecodeAlign - 1) / gpu::kDecodeAlign * gpu::kDecodeAlign;
 }
 
-// A fill's GpuEncodingSink: packs the encoding into the host side of its piece's staging span,
+// A fill's GpuEncodingSink: packs the encoding into its piece's host staging span,
 // after the ones packed before it (the span has a chunk of room for each GPU chunk).
 class PackSink final : public GpuEncodingSink {
  public:

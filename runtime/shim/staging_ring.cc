@@ -5,9 +5,8 @@
 
 namespace zrtier {
 
-StagingRing::StagingRing(const CudaApi* api, EventPool* events, char* base, char* host,
-                         size_t bytes)
-    : api_(api), events_(events), base_(base), host_(host), bytes_(bytes) {}
+StagingRing::StagingRing(const CudaApi* api, EventPool* events, char* base, size_t bytes)
+    : api_(api), events_(events), base_(base), bytes_(bytes) {}
 
 StagingRing::~StagingRing() {
   for (Use& u : uses_)
@@ -52,7 +51,7 @@ StagingRing::Span StagingRing::Reserve(size_t bytes) {
   }
   head_ = end;
   uses_.push_back(Use{next_id_++, begin});
-  return Span{base_ + start % bytes_, host_ + start % bytes_, uses_.back().id};
+  return Span{base_ + start % bytes_, uses_.back().id};
 }
 
 void StagingRing::Commit(const Span& span, cudaStream_t stream) {

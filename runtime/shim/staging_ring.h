@@ -1,11 +1,10 @@
-// StagingRing: a ring of device memory, mirrored by as much pinned host memory, that host-to-device
-// copies stage chunk encodings in for the GPU decode kernel (gpu_decode.h). A copy reserves room
-// for one piece when it plans it; its fill workers pack the piece's encodings into the host side
-// of the reservation; the copy queues one DMA of them to the device side and the launch that reads
-// them on its stream, then commits the reservation with that stream: an event recorded there frees
-// both sides once the work is done. Reservations are handed out in ring order, whatever the slot
-// or stream; one that reaches bytes whose reader's event is pending waits for it, and one that
-// reaches a reservation not yet committed is refused (its holder may be the caller itself).
+// StagingRing: a ring of memory (device memory, or pinned host memory) that host-to-device copies
+// stage chunk encodings in for the GPU decode kernel (gpu_decode.h). A copy reserves room, queues
+// the work that writes and reads it on its stream, then commits the reservation with that stream:
+// an event recorded there frees the bytes once the work is done. Reservations are handed out in
+// ring order, whatever the slot or stream; one that reaches bytes whose reader's event is pending
+// waits for it, and one that reaches a reservation not yet committed is refused (its holder may
+// be the caller itself).
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
@@ -24,9 +23,8 @@ namespace zrtier {
 
 class StagingRing {
  public:
-  // The ring is the `bytes` of device memory at `base` and of pinned host memory at `host` (owned
-  // by the caller, outliving this).
-  StagingRing(const CudaApi* api, EventPool* events, char* base, char* host, size_t bytes);
+  // The ring is the `bytes` at `base` (owned by the caller, outliving this).
+  StagingRing(const CudaApi* api, EventPool* events, char* base, size_t bytes);
   // REQUIRES: every reservation committed (its events are given back; their work need not be
   // done).
   ~StagingRing();
@@ -34,8 +32,7 @@ class StagingRing {
   StagingRing& operator=(const StagingRing&) = delete;
 
   struct Span {
-    char* ptr = nullptr;   // device side; null: nothing reserved
-    char* host = nullptr;  // host side, at the same offset
+    char* ptr = nullptr;  // null: nothing reserved
     uint64_t id = 0;
   };
   // Reserves `bytes` (> 0, at most max_reserve()) contiguous bytes, waiting for the work that
@@ -69,7 +66,6 @@ class StagingRing {
   const CudaApi* api_;
   EventPool* events_;
   char* const base_;
-  char* const host_;
   const size_t bytes_;
   std::mutex mu_;
   uint64_t head_ = 0;     // monotonic offset of the next byte handed out (guarded by mu_)
