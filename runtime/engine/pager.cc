@@ -15,9 +15,12 @@ namespace zrtier {
 namespace {
 
 constexpr int kBatch = 64;
-// The pager polls without sleeping this long after events. On an idle 2-core VM a sleeping handler
-// pays a vCPU wake-up per fault: 30 us gave p50 95-126 us, 200 us gives 64-85 us (zrtier bench
-// fault); the faulting thread's own wake-up is the rest and cannot be hidden from here.
+// The pager polls without sleeping this long after events, while events come at most this far
+// apart. On an idle 2-core VM a sleeping handler pays a vCPU wake-up per fault: 30 us gave p50
+// 95-126 us, 200 us gives 64-85 us (zrtier bench fault); the faulting thread's own wake-up is the
+// rest and cannot be hidden from here. Behind readahead a scan faults every few hundred µs, and a
+// handler spinning after each of those faults took a fifth of a core from the restore workers
+// (docs/decisions.md, "The pager spins only while faults come fast").
 constexpr uint64_t kSpinNs = 200'000;
 
 }  // namespace
@@ -536,13 +539,14 @@ bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
 
 void Pager::PagerLoop() {
   std::vector<Fault> parked, retry;
-  uint64_t last_event = 0;
+  uint64_t last_event = 0, event_gap = UINT64_MAX;  // the last batch, and the time before it
   while (!stop_.load()) {
     heartbeat_.store(MonotonicNs());
     pollfd fds[2] = {{e_.uffd->fd(), POLLIN, 0}, {e_.parked->fd(), POLLIN, 0}};
-    // Right after a batch, poll without sleeping for a few µs: a thread touching chunks in a
-    // row faults again within microseconds, and a sleeping handler costs a wake-up each time.
-    bool spin = MonotonicNs() - last_event < kSpinNs;
+    // Right after a batch that came soon after the one before, poll without sleeping: a thread
+    // touching chunks in a row faults again within microseconds, and a sleeping handler costs a
+    // wake-up each time.
+    const bool spin = MonotonicNs() - last_event < kSpinNs && event_gap < kSpinNs;
     long pr = e_.os->Poll(fds, 2, spin ? 0 : parked.empty() ? 100 : 2);
     if (pr < 0 && pr != -EINTR && pr != -EAGAIN) {
       Log(LogLevel::kError, "fault handler: poll failed (%s); the handler stops",
@@ -552,10 +556,12 @@ void Pager::PagerLoop() {
     }
     if (fds[1].revents & POLLIN) e_.parked->Drain();
     RetryParked(&parked, &retry);
+    const uint64_t before = last_event;
     if (!ReadEvents(&parked, &last_event)) {
       failed_.store(true);
       return;
     }
+    if (last_event != before) event_gap = before ? last_event - before : UINT64_MAX;
   }
 }
 
