@@ -1,6 +1,9 @@
 #include "runtime/engine/evictor.h"
 
 #include <sys/mman.h>
+#include <sys/uio.h>
+
+#include <algorithm>
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
@@ -55,72 +58,118 @@ Status Evictor::StoreChunk(Region* r, Chunk& c, char* p, ChunkState* to) {
 }
 
 Status Evictor::EvictChunk(Region* r, size_t i, uint32_t w) {
+  Claimed v;
+  ZRTIER_RETURN_IF_ERROR(Claim(r, i, w, &v));
+  return Drop(&v, 1);
+}
+
+Status Evictor::Claim(Region* r, size_t i, uint32_t w, Claimed* v) {
   Chunk& c = r->table.chunks[i];
   char* p = r->table.AddressOf(i);
   if (!c.TryBusy(w)) return Status::Error(EAGAIN, "chunk changed");
-  ChunkState s = StateOf(w);
+  const ChunkState s = StateOf(w);
+  *v = Claimed{r, &c, p, s, kStored, e_.chunk, false};
   if (s == kPartial) {  // its store copy is current: the installed units are only dropped
-    Status st = DropPartial(e_, r, c, p);
-    c.EndBusy(st.ok() ? kStored : kPartial);
-    e_.parked->Signal();
-    if (st.ok()) {
-      StatAdd(Stat::evictions, 1);
-      StatAdd(Stat::evictions_clean, 1);
-      e_.budget->SetStalled(false);
+    v->bytes = PresentBytes(c, e_.chunk);
+    return Status::Ok();
+  }
+  if (s == kClean && c.handle.load()) return Status::Ok();  // store copy current: no compression
+  if (s == kDirty) {
+    long rc = e_.uffd->WriteProtect(p, e_.chunk, true);  // from now on writers wait in their fault
+    if (rc < 0) {
+      c.EndBusy(kDirty);
+      e_.parked->Signal();
+      return Status::Error(static_cast<int>(-rc), "UFFDIO_WRITEPROTECT: " + ErrnoText(rc));
     }
-    return st;
   }
-  ChunkState to = kStored;
-  if (s == kClean && c.handle.load()) {
-    StatAdd(Stat::evictions_clean, 1);  // the store copy is current: no compression
-  } else {
-    if (s == kDirty) {
-      long rc =
-          e_.uffd->WriteProtect(p, e_.chunk, true);  // from now on writers wait in their fault
-      if (rc < 0) {
-        c.EndBusy(kDirty);
-        e_.parked->Signal();
-        return Status::Error(static_cast<int>(-rc), "UFFDIO_WRITEPROTECT: " + ErrnoText(rc));
-      }
+  v->encoded = true;
+  return StoreChunk(r, c, p, &v->to);
+}
+
+Status Evictor::Drop(Claimed* v, size_t n) {
+  iovec ranges[kDropBatch];
+  bool all = false;
+  if (n > 1 && n <= kDropBatch) {
+    for (size_t k = 0; k < n; ++k) ranges[k] = iovec{v[k].p, e_.chunk};
+    all = e_.os->MadviseRanges(ranges, n, MADV_DONTNEED) == 0;
+  }
+  Status first;
+  for (size_t k = 0; k < n; ++k) {
+    Claimed& x = v[k];
+    // One by one where the batch failed (dropping a range twice is harmless).
+    const long rc = all ? 0 : e_.os->Madvise(x.p, e_.chunk, MADV_DONTNEED);
+    if (rc < 0) {
+      // The pages are still there, write-protected, and any store copy made matches them (a
+      // partial chunk's units too: it stays partial).
+      x.c->EndBusy(x.from == kPartial ? kPartial : kClean);
+      e_.parked->Signal();
+      if (first.ok())
+        first = Status::Error(static_cast<int>(-rc), "madvise(MADV_DONTNEED): " + ErrnoText(rc));
+      continue;
     }
-    ZRTIER_RETURN_IF_ERROR(StoreChunk(r, c, p, &to));
-  }
-  long rc = e_.os->Madvise(p, e_.chunk, MADV_DONTNEED);
-  if (rc < 0) {
-    // The pages are still there, write-protected, and any store copy made matches them.
-    c.EndBusy(kClean);
+    if (x.from == kPartial) {
+      PartialDropped(e_, x.r, *x.c);
+    } else {
+      e_.regions->AddResident(x.r, -static_cast<int64_t>(e_.chunk));
+      if (x.to == kStored) e_.regions->AddStoredRaw(x.r, static_cast<int64_t>(e_.chunk));
+    }
+    x.c->EndBusy(x.to);
+    StatAdd(Stat::evictions, 1);
+    if (!x.encoded) StatAdd(Stat::evictions_clean, 1);
+    e_.budget->SetStalled(false);
     e_.parked->Signal();
-    return Status::Error(static_cast<int>(-rc), "madvise(MADV_DONTNEED): " + ErrnoText(rc));
   }
-  e_.regions->AddResident(r, -static_cast<int64_t>(e_.chunk));
-  if (to == kStored) e_.regions->AddStoredRaw(r, static_cast<int64_t>(e_.chunk));
-  c.EndBusy(to);
-  StatAdd(Stat::evictions, 1);
-  e_.budget->SetStalled(false);
-  e_.parked->Signal();
-  return Status::Ok();
+  return first;
 }
 
 Status Evictor::EvictSome(uint64_t target) {
   std::shared_ptr<Snapshot> snap = e_.regions->GetSnapshot();
   int misses = 0;
-  while (e_.regions->resident() > target && !stop_.load()) {
+  // Claimed victims not dropped yet, and the resident bytes their drop frees.
+  Claimed batch[kDropBatch];
+  size_t n = 0;
+  uint64_t freeing = 0;
+  auto drop = [&] {
+    Status st = Drop(batch, n);
+    n = 0;
+    freeing = 0;
+    e_.budget->RoomMade();
+    return st;
+  };
+  while (!stop_.load()) {
+    const uint64_t resident = e_.regions->resident();
+    if (resident <= target || resident - target <= freeing) {
+      if (n == 0) break;
+      ZRTIER_RETURN_IF_ERROR(drop());
+      continue;
+    }
     Victim v;
     if (!policy_.Next(snap->space, 2 * snap->space.total() + 1, &v)) {
+      if (n > 0) {
+        ZRTIER_RETURN_IF_ERROR(drop());
+        continue;
+      }
       snap = e_.regions->GetSnapshot();
       if (++misses > 2) return Status::Error(EAGAIN, "no evictable chunk");
       continue;
     }
-    Status st = EvictChunk(static_cast<Region*>(v.table->owner), v.index, v.word);
-    if (st.ok() || st.code() == EAGAIN) {
-      if (st.ok()) {
-        misses = 0;
-        e_.budget->RoomMade();
-      }
+    Status st = Claim(static_cast<Region*>(v.table->owner), v.index, v.word, &batch[n]);
+    if (st.code() == EAGAIN) {
+      // Lost a race (or a fork is being prepared: it waits for these claims to end).
+      if (n > 0) ZRTIER_RETURN_IF_ERROR(drop());
       continue;
     }
-    return st;
+    if (!st.ok()) {
+      if (n > 0) (void)drop();  // the claim error is the one to report
+      return st;
+    }
+    misses = 0;
+    freeing += batch[n].bytes;
+    // A victim that was encoded (a dirty chunk) is dropped at once with those before it: the
+    // encode took long enough, faults waiting for room should not also wait for more encodes.
+    if (batch[n++].encoded || n == kDropBatch) ZRTIER_RETURN_IF_ERROR(drop());
   }
+  if (n > 0) return drop();
   return Status::Ok();
 }
 
@@ -139,7 +188,12 @@ void Evictor::Loop(bool lead) {
     // Work after a sleep: wake the other evictors, who may be sleeping through it.
     if (waited) e_.budget->KickAll();
     waited = false;
-    Status st = EvictSome(e_.budget->limit());
+    // Below the limit by a margin, so that the next faults find room without waking an evictor
+    // each, and clean chunks are dropped kDropBatch at a time.
+    const uint64_t limit = e_.budget->limit();
+    Status st =
+        EvictSome(limit - std::min<uint64_t>(limit / kMarginDivisor, kDropBatch * e_.chunk));
+    if (st.code() == EAGAIN && !e_.budget->Exceeded()) continue;  // within the limit: done
     if (!st.ok()) {
       if (st.code() == EAGAIN) e_.budget->SetStalled(true);  // nothing evictable: release throttled
       e_.parked->Signal();

@@ -48,8 +48,35 @@ class Evictor {
   Status EvictRange(const void* p, size_t len);
 
  private:
+  // A chunk claimed for eviction whose pages are still to be dropped.
+  struct Claimed {
+    Region* r;
+    Chunk* c;
+    char* p;
+    ChunkState from;  // kClean, kDirty or kPartial
+    ChunkState to;    // kStored or kEmpty
+    uint64_t bytes;   // resident bytes its drop frees
+    bool encoded;     // its store copy was made now
+  };
+  // Clean chunks whose store copy is current (and partial ones) are dropped this many at a time,
+  // with one madvise of all of them (Os::MadviseRanges): a drop's TLB flush reaches every core
+  // that runs the process, and one flush for 16 chunks instead of one each took a 256 KiB drop
+  // from 28 to 11 µs with a second thread running (docs/decisions.md, "Evictions dropped in
+  // batches").
+  static constexpr size_t kDropBatch = 16;
+  // Evictor threads, once the resident bytes exceed the limit, evict down to the limit less
+  // 1/kMarginDivisor of it (at most kDropBatch chunks): a scan then wakes them once per batch
+  // rather than at each restore (bench scan seq 2 threads +14 %, docs/decisions.md).
+  static constexpr uint64_t kMarginDivisor = 32;
+
   // Evicts chunk `i` of `r` seen in state word `w` (resident, no pins). EAGAIN: lost a race.
   Status EvictChunk(Region* r, size_t i, uint32_t w);
+  // EvictChunk's first half: claims the chunk and makes its store copy where it has no current
+  // one; its pages are still there. EAGAIN: lost a race; other errors ended the claim.
+  Status Claim(Region* r, size_t i, uint32_t w, Claimed* v);
+  // EvictChunk's second half for `n` claimed victims: drops their pages and ends their claims
+  // (kClean or kPartial, content intact, where the drop failed). The first error, if any.
+  Status Drop(Claimed* v, size_t n);
   // Encodes the claimed chunk at `p` (write-protected) into the store; *to: the state it ends in.
   Status StoreChunk(Region* r, Chunk& c, char* p, ChunkState* to);
   // Evicts the policy's victims until resident <= target. OK when reached, EAGAIN when no victim

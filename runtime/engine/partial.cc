@@ -11,9 +11,13 @@ Status DropPartial(const EngineParts& e, Region* r, Chunk& c, char* p) {
   const long rc = e.os->Madvise(p, e.chunk, MADV_DONTNEED);
   if (rc < 0)
     return Status::Error(static_cast<int>(-rc), "madvise(MADV_DONTNEED): " + ErrnoText(rc));
+  PartialDropped(e, r, c);
+  return Status::Ok();
+}
+
+void PartialDropped(const EngineParts& e, Region* r, Chunk& c) {
   e.regions->AddResident(r, -static_cast<int64_t>(PresentBytes(c, e.chunk)));
   c.present.store(0);
-  return Status::Ok();
 }
 
 }  // namespace zrtier

@@ -27,5 +27,7 @@ inline uint64_t PresentBytes(const Chunk& c, size_t chunk) {
 // its store copy and its stored_raw count are unchanged). On failure nothing changed.
 // REQUIRES: the caller claimed the chunk from kPartial.
 Status DropPartial(const EngineParts& e, Region* r, Chunk& c, char* p);
+// DropPartial's accounting, for a caller that dropped the chunk's pages itself.
+void PartialDropped(const EngineParts& e, Region* r, Chunk& c);
 
 }  // namespace zrtier

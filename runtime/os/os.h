@@ -14,6 +14,7 @@
 #include <cstdint>
 
 struct io_uring;
+struct iovec;
 
 namespace zrtier {
 
@@ -27,6 +28,11 @@ class Os {
   virtual void* Mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, int* err);
   virtual long Munmap(void* addr, size_t len);
   virtual long Madvise(void* addr, size_t len, int advice);
+  // madvise(2) of `n` ranges in one call (process_madvise(2) on this process: one TLB flush for
+  // all of them where the kernel batches it). 0 when every range was advised, else -errno (some
+  // ranges may have been advised): the caller then advises them one by one. -ENOSYS for good once
+  // the kernel refuses process_madvise of this process or of `advice`.
+  virtual long MadviseRanges(const struct iovec* ranges, size_t n, int advice);
   virtual long Mprotect(void* addr, size_t len, int prot);
   virtual long Mbind(void* addr, size_t len, int mode, const unsigned long* nodemask,
                      unsigned long maxnode, unsigned flags);

@@ -1,7 +1,7 @@
 // Engine error paths with injected failures (FaultyOs, a failing store): creation fails with a
 // Status naming cause and fix; a full or failing store keeps chunks resident and nothing is lost
-// (also when an adopted chunk's write-back has no room in T1); a dead fault handler is reported on
-// stderr.
+// (also when an adopted chunk's write-back has no room in T1); a failed batched drop of clean
+// chunks falls back to one drop per chunk; a dead fault handler is reported on stderr.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -307,6 +307,58 @@ TEST(EngineFaultInjectionTest, MadviseFailureDuringEvictionKeepsTheChunk) {
   os.ClearAll();
   ASSERT_TRUE(e->EvictTo(0).ok());
   EXPECT_EQ(0, memcmp(r.base, data.data(), r.size));
+}
+
+// A region of 32 chunks of sample data over a FaultyOs whose every chunk is resident and clean
+// with a current store copy (evicted once, then read back).
+class CleanRegionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ZRTIER_SKIP_UNLESS_UFFD();
+    t_ = testing::MakeTestRegion(32, TestEngineOptions(), &os_);
+    ASSERT_TRUE(t_.p);
+    data_ = SampleBytes<char>(SampleKind::kBf16Gaussian, t_.r.size, 15);
+    memcpy(t_.p, data_.data(), t_.r.size);
+    ASSERT_TRUE(t_.e->EvictTo(0).ok());
+    ExpectIntact();  // faults restore every chunk, clean
+    EXPECT_EQ(t_.e->Usage().resident_bytes, t_.r.size);
+  }
+  // Every byte as written (CPU loads: stored chunks fault back in).
+  void ExpectIntact() { EXPECT_EQ(0, memcmp(t_.p, data_.data(), t_.r.size)); }
+  // Nothing resident, and every byte as written.
+  void ExpectEvictedIntact() {
+    EXPECT_EQ(t_.e->Usage().resident_bytes, 0u);
+    ExpectIntact();
+  }
+
+  FaultyOs os_;
+  testing::TestRegion t_;
+  std::vector<char> data_;
+};
+
+// Clean chunks with a current store copy are dropped several at a time (one madvise call for a
+// batch of them), not one call per chunk.
+TEST_F(CleanRegionTest, CleanChunksAreDroppedInBatches) {
+  const int calls = os_.Count(OsCall::kMadvise);
+  ASSERT_TRUE(t_.e->EvictTo(0).ok());
+  EXPECT_LE(os_.Count(OsCall::kMadvise) - calls, 4);
+  ExpectEvictedIntact();
+}
+
+// A batched drop that fails is retried chunk by chunk; a chunk whose own drop fails stays
+// resident and intact, and is evicted once the failure is gone.
+TEST_F(CleanRegionTest, AFailedBatchedDropFallsBackToOneDropPerChunk) {
+  os_.Fail(OsCall::kMadvise, EIO, /*after=*/0, /*times=*/1);  // the first batch's call
+  ASSERT_TRUE(t_.e->EvictTo(0).ok());
+  ExpectEvictedIntact();
+  EXPECT_EQ(t_.e->Usage().resident_bytes, t_.r.size);
+  os_.Fail(OsCall::kMadvise, EIO, /*after=*/0, /*times=*/2);  // a batch's call, then one chunk's
+  EXPECT_EQ(t_.e->EvictTo(0).code(), EIO);
+  EXPECT_GE(t_.e->Usage().resident_bytes, t_.cs);
+  ExpectIntact();
+  os_.ClearAll();
+  ASSERT_TRUE(t_.e->EvictTo(0).ok());
+  ExpectEvictedIntact();
 }
 
 TEST(EngineFaultInjectionTest, DeadFaultHandlerIsReported) {

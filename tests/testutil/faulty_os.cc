@@ -35,6 +35,9 @@ long FaultyOs::Munmap(void* a, size_t l) {
 long FaultyOs::Madvise(void* a, size_t l, int adv) {
   ZR_FAULTY(OsCall::kMadvise, Os::Madvise(a, l, adv));
 }
+long FaultyOs::MadviseRanges(const struct iovec* r, size_t n, int adv) {
+  ZR_FAULTY(OsCall::kMadvise, Os::MadviseRanges(r, n, adv));
+}
 long FaultyOs::Mbind(void* a, size_t l, int m, const unsigned long* nm, unsigned long mx,
                      unsigned f) {
   ZR_FAULTY(OsCall::kMbind, Os::Mbind(a, l, m, nm, mx, f));

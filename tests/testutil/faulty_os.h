@@ -61,6 +61,8 @@ class FaultyOs : public Os {
   void* Mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off, int* err) override;
   long Munmap(void* addr, size_t len) override;
   long Madvise(void* addr, size_t len, int advice) override;
+  // Counted and failed as kMadvise.
+  long MadviseRanges(const struct iovec* ranges, size_t n, int advice) override;
   long Mbind(void* addr, size_t len, int mode, const unsigned long* nodemask, unsigned long maxnode,
              unsigned flags) override;
   long Userfaultfd(int flags) override;
