@@ -1,5 +1,6 @@
 // Eviction racing writes to the same chunk: CPU stores (and Write publishes) land while another
-// thread evicts that chunk over and over; no write may ever be lost.
+// thread evicts that chunk over and over, and loads and stores race the evictor threads' batched
+// drops under a resident limit; no write may ever be lost.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -117,6 +118,54 @@ TEST(EvictionRaceTest, ManyWritersManyEvictors) {
   stop.store(true);
   for (auto& t : threads) t.join();
   EXPECT_EQ(bad.load(), 0u);
+}
+
+// Loads fault chunks back (scans restore them whole, random loads page by page) while the evictor
+// threads keep a resident limit by dropping clean and partial chunks in batches, and a writer
+// dirties chunks of its own: every load sees the bytes last written.
+TEST(EvictionRaceTest, BatchedDropsRacingFaults) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  const uint64_t seed = testing::PrintedTestSeed();
+  auto e = testing::MakeTestEngine(testing::TestEngineOptions("32M"));
+  ASSERT_TRUE(e);
+  const size_t cs = e->chunk_size(), chunks = (64u << 20) / cs;
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(chunks * cs, &r).ok());
+  volatile uint64_t* w = static_cast<uint64_t*>(r.base);
+  const size_t words = chunks * cs / 8, owned = words / 8;  // the writer's: words [0, owned)
+  auto initial = [](size_t i) { return i * 0x9E3779B97F4A7C15ull; };
+  for (size_t i = 0; i < words; ++i) w[i] = initial(i);
+  const uint64_t partial0 = StatGet(Stat::partial_restores);
+  const uint64_t deadline = MonotonicNs() + testing::StressSeconds(5) * 1'000'000'000ull;
+  std::atomic<uint64_t> bad{0};
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {  // scans
+    while (MonotonicNs() < deadline)
+      for (size_t i = owned; i < words; ++i)
+        if (w[i] != initial(i)) bad.fetch_add(1);
+  });
+  threads.emplace_back([&] {  // random loads
+    std::mt19937_64 rng(seed);
+    while (MonotonicNs() < deadline) {
+      const size_t i = owned + rng() % (words - owned);
+      if (w[i] != initial(i)) bad.fetch_add(1);
+    }
+  });
+  threads.emplace_back([&] {  // stores, checked against a model
+    std::mt19937_64 rng(seed + 1);
+    std::vector<uint64_t> model(owned);
+    for (size_t i = 0; i < owned; ++i) model[i] = initial(i);
+    for (uint64_t round = 1; MonotonicNs() < deadline; ++round) {
+      for (int k = 0; k < 256; ++k) {
+        const size_t i = rng() % owned;
+        w[i] = model[i] = (round << 16) | k;
+      }
+      if (memcmp(const_cast<uint64_t*>(w), model.data(), owned * 8) != 0) bad.fetch_add(1);
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_GT(StatGet(Stat::partial_restores), partial0);
 }
 
 }  // namespace
