@@ -47,7 +47,9 @@ TEST(SortBySnapshot, KeysChangingMeanwhile) {
     std::vector<int> count(kItems);
     for (size_t i = 0; i < v.size(); ++i) {
       ++count[v[i]->id];
-      if (i) ASSERT_GE(v[i - 1]->seen, v[i]->seen) << "round " << round << " at " << i;
+      if (i) {
+        ASSERT_GE(v[i - 1]->seen, v[i]->seen) << "round " << round << " at " << i;
+      }
     }
     for (int c : count) ASSERT_EQ(c, 1);
   }
