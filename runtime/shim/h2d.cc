@@ -93,8 +93,9 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     zero_len = 0;
     return e;
   };
-  // Chunks left encoded in their slots (indexes into `piece`): each encoding DMA'd into the slot's
-  // staging buffer, then decoded on the GPU (LaunchDecodes).
+  // Chunks filled encoded (indexes into `piece`): their encodings lie packed in the piece's host
+  // staging span, and the GPU decodes them (LaunchDecodes); their slots stay held for the
+  // descriptors until the event.
   std::vector<uint32_t> gpu_chunks;
   uint64_t gpu_bytes = 0, gpu_enc = 0;
   for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
