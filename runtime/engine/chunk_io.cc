@@ -1,5 +1,7 @@
 #include "runtime/engine/chunk_io.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <string>
 
@@ -72,6 +74,11 @@ void ChunkIo::SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len) {
   c.handle.store(h);
   c.enc_len.store(static_cast<uint32_t>(enc_len));
   r->stored_bytes.fetch_add(enc_len);
+  // The region's saving: a running mean (weight 1/8) of its encodes' (a race loses one sample).
+  const uint32_t x =
+      1 + static_cast<uint32_t>((chunk_ - std::min(enc_len, chunk_)) * (kShareUnit - 1) / chunk_);
+  const uint32_t old = r->table.saving.load(std::memory_order_relaxed);
+  r->table.saving.store(old ? (old * 7 + x) / 8 : x, std::memory_order_relaxed);
 }
 
 void ChunkIo::FreeHandle(Region* r, Chunk& c) {

@@ -180,6 +180,9 @@ struct Chunk {
   void Unpin() { word.fetch_sub(kPin, std::memory_order_acq_rel); }
 };
 
+// The unit of ChunkTable's `saving` and `keep_share`.
+inline constexpr uint32_t kShareUnit = 1024;
+
 // The chunks of one region, [base, base + n * chunk_size).
 struct ChunkTable {
   ChunkTable(char* base_in, size_t chunk_size_in, size_t n_in)
@@ -189,6 +192,12 @@ struct ChunkTable {
   size_t n;
   std::unique_ptr<Chunk[]> chunks;
   void* owner = nullptr;  // the engine's region record
+  // What an encode of its chunks saves, in 1/kShareUnit of the chunk (a running mean over its
+  // encodes; 0: none encoded yet). Set by ChunkIo::SetHandle.
+  std::atomic<uint32_t> saving{0};
+  // The share of its chunk groups that T1 keeps (t1_victim.h), in 1/kShareUnit; set by the
+  // evictor. kShareUnit: all of it (and every chunk competes when the data fits).
+  std::atomic<uint32_t> keep_share{kShareUnit};
 
   size_t IndexOf(const void* p) const { return (static_cast<const char*>(p) - base) / chunk_size; }
   char* AddressOf(size_t i) const { return base + i * chunk_size; }

@@ -227,6 +227,7 @@ BackendMemory Engine::Memory() const {
   m.resident = regions_->resident();
   m.held = regions_->held();
   m.store = io_->store()->Usage().memory_bytes;
+  m.keeping = budget_->keeping();
   return m;
 }
 

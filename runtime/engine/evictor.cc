@@ -122,8 +122,59 @@ Status Evictor::Drop(Claimed* v, size_t n) {
   return first;
 }
 
+void Evictor::UpdateKeepShare(const Snapshot& snap) {
+  const uint64_t now = MonotonicNs();
+  {
+    std::lock_guard<std::mutex> lock(keep_mu_);
+    if (now - keep_ns_ < kKeepEveryNs) return;
+    keep_ns_ = now;
+  }
+  const uint64_t limit = e_.budget->limit();
+  const size_t n = snap.hold.size();
+  if (!e_.budget->keeping()) {
+    for (size_t k = 0; k < n; ++k)
+      snap.hold[k]->table.keep_share.store(kShareUnit, std::memory_order_relaxed);
+    policy_.SetKeeping(false);
+    return;
+  }
+  // Kept first: the regions whose encodes save least (a byte kept raw costs least there), in steps
+  // of 1/32 so that regions of about the same ratio keep their order; never encoded ones last (an
+  // eviction measures them). The region at the boundary keeps a hash share of its groups.
+  std::vector<std::pair<uint64_t, Region*>> order(n);
+  for (size_t k = 0; k < n; ++k) {
+    Region* r = snap.hold[k].get();
+    const uint32_t saving = r->table.saving.load(std::memory_order_relaxed);
+    const uint64_t band = saving ? saving / (kShareUnit / 32) : 32;
+    order[k] = {band << 48 | (r->id & ((1ull << 48) - 1)), r};
+  }
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  const uint64_t held = e_.regions->held();
+  const uint64_t room = std::min(limit / 4, std::max(limit / kCycleRoomDivisor, kCycleRoom));
+  uint64_t left = limit > room + held ? limit - room - held : 0;
+  for (const auto& [key, r] : order) {
+    if (r->table.n > 0 &&
+        StateOf(r->table.chunks[0].word.load(std::memory_order_relaxed)) == kHeld) {
+      r->table.keep_share.store(kShareUnit, std::memory_order_relaxed);  // counted in `held`
+      continue;
+    }
+    const uint64_t bytes = r->resident.load() + r->stored_raw.load();
+    uint32_t share = 0;
+    if (bytes <= left) {
+      share = kShareUnit;
+      left -= bytes;
+    } else if (left > 0) {
+      share = static_cast<uint32_t>(left * kShareUnit / bytes);
+      left = 0;
+    }
+    r->table.keep_share.store(share, std::memory_order_relaxed);
+  }
+  policy_.SetKeeping(true);
+}
+
 Status Evictor::EvictSome(uint64_t target) {
   std::shared_ptr<Snapshot> snap = e_.regions->GetSnapshot();
+  UpdateKeepShare(*snap);
   int misses = 0;
   // Claimed victims not dropped yet, and the resident bytes their drop frees.
   Claimed batch[kDropBatch];

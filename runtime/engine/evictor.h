@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,18 @@ class Evictor {
   // 1/kMarginDivisor of it (at most kDropBatch chunks): a scan then wakes them once per batch
   // rather than at each restore (bench scan seq 2 threads +14 %, docs/decisions.md).
   static constexpr uint64_t kMarginDivisor = 32;
+  // When the data does not fit the limit, T1 keeps part of it (t1_victim.h): all of the limit but
+  // the pinned runs and the room the other chunks cycle through, max(limit/kCycleRoomDivisor,
+  // kCycleRoom) and at most limit/4 (a readahead's window and the evictors' margin). The room is
+  // small and not a share of the limit: the data not kept is stored and its bytes shrink the limit,
+  // so with fp32 data (1.2x) each MiB of room cost ~6 MiB kept (docs/decisions.md, "T1 keeps part
+  // of a sweep").
+  static constexpr uint64_t kCycleRoom = 8ull << 20;
+  static constexpr uint64_t kCycleRoomDivisor = 64;
+  static constexpr uint64_t kKeepEveryNs = 10'000'000;
+
+  // Sets each region's kept share (ChunkTable::keep_share) from the limit and the data now.
+  void UpdateKeepShare(const Snapshot& snap);
 
   // Evicts chunk `i` of `r` seen in state word `w` (resident, no pins). EAGAIN: lost a race.
   Status EvictChunk(Region* r, size_t i, uint32_t w);
@@ -90,6 +103,8 @@ class Evictor {
   ReusePolicy policy_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
+  std::mutex keep_mu_;
+  uint64_t keep_ns_ = 0;  // guarded by keep_mu_: when the shares were last computed
 };
 
 }  // namespace zrtier

@@ -9,6 +9,7 @@
 #include "runtime/base/stats.h"
 #include "runtime/base/thread_name.h"
 #include "runtime/engine/partial.h"
+#include "runtime/engine/t1_victim.h"
 #include "runtime/os/uffd_compat.h"
 
 namespace zrtier {
@@ -102,6 +103,13 @@ Pager::Outcome Pager::Load(Region* r, Chunk& c, char* p, ChunkState from, bool w
       return Outcome::kDone;
     }
   } else if (from == kStored) {
+    // A chunk that T1 keeps is restored without its store copy, as for a write: it is to stay,
+    // and its copy would hold the budget's bytes twice (an encode each step is cheaper than what
+    // that copy pushes out).
+    if (!write && e_.budget->keeping() &&
+        VictimPolicy::Kept(r->id, r->table.IndexOf(p),
+                           r->table.keep_share.load(std::memory_order_relaxed)))
+      write = true;
     char* buf = tl_raw.Get(e_.chunk);
     Status dec = e_.io->Decode(c, buf, "restoring a chunk on a page fault");
     if (!dec.ok() && readahead) {

@@ -40,6 +40,11 @@ bool ResidentBudget::Exceeded() const {
   return limit && regions_->resident() > limit;
 }
 
+bool ResidentBudget::keeping() const {
+  const uint64_t limit = limit_.load(std::memory_order_relaxed);
+  return limit && regions_->resident() + regions_->stored_raw() > limit;
+}
+
 uint64_t ResidentBudget::Room() const {
   const uint64_t limit = limit_.load(std::memory_order_relaxed);
   const uint64_t resident = regions_->resident();

@@ -47,6 +47,10 @@ class ResidentBudget {
   void SetStalled(bool stalled) { stalled_.store(stalled); }
   bool stalled() const { return stalled_.load(std::memory_order_relaxed); }
 
+  // Whether the data (resident and stored chunks) does not fit the limit, so that T1 keeps part
+  // of it apart (t1_victim.h); the pager then restores a kept chunk without its store copy.
+  bool keeping() const;
+
   // The evictors' side: sleep until kicked (or `timeout`), and tell throttled writers that room
   // was made.
   void WaitForWork(std::chrono::milliseconds timeout);

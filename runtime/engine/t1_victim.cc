@@ -8,9 +8,16 @@
 namespace zrtier {
 
 bool ClockPolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) {
+  return NextKeeping(space, max_scan, keeping(), out);
+}
+
+bool ClockPolicy::NextKeeping(const ChunkSpace& space, uint64_t max_scan, bool keeping,
+                              Victim* out) {
   uint64_t total = space.total();
   if (total == 0) return false;
+  // A kept chunk is passed over until a whole lap (or half the scan's allowance) found no other.
   for (uint64_t scanned = 0; scanned < max_scan; ++scanned) {
+    if (keeping && scanned >= std::min(max_scan / 2, total + 1)) keeping = false;
     uint64_t pos = hand_.fetch_add(1, std::memory_order_relaxed) % total;
     size_t t =
         std::upper_bound(space.prefix.begin(), space.prefix.end(), pos) - space.prefix.begin();
@@ -19,6 +26,8 @@ bool ClockPolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
     Chunk& c = table->chunks[i];
     uint32_t w = c.word.load(std::memory_order_acquire);
     if (!IsEvictable(w)) continue;
+    if (keeping && Kept(space.ids[t], i, table->keep_share.load(std::memory_order_relaxed)))
+      continue;
     if (c.referenced.exchange(0, std::memory_order_relaxed)) continue;  // second chance
     *out = Victim{table, i, w};
     return true;
@@ -40,10 +49,12 @@ bool ReusePolicy::NextInRun(const ChunkSpace& space, Victim* out) {
     return false;
   }
   ChunkTable* table = space.tables[it - space.ids.begin()];
+  const uint32_t share = keeping() ? table->keep_share.load(std::memory_order_relaxed) : kShareUnit;
   while (run_next_ < std::min(run_end_, table->n)) {
     const size_t i = run_next_++;
     const uint32_t w = table->chunks[i].word.load(std::memory_order_acquire);
     if (!IsEvictable(w)) continue;
+    if (share < kShareUnit && Kept(run_region_, i, share)) continue;
     if (oracle_->NextUseDistance(policy::ChunkKey{run_region_, i}) < run_min_) continue;
     *out = Victim{table, i, w};
     return true;
@@ -54,7 +65,9 @@ bool ReusePolicy::NextInRun(const ChunkSpace& space, Victim* out) {
 bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) {
   const uint64_t total = space.total();
   if (total == 0) return false;
-  if (!has_oracle_.load(std::memory_order_acquire)) return clock_.Next(space, max_scan, out);
+  const bool keep = keeping();
+  if (!has_oracle_.load(std::memory_order_acquire))
+    return clock_.NextKeeping(space, max_scan, keep, out);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (oracle_ && NextInRun(space, out)) return true;
@@ -80,28 +93,34 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
     keys[n] = policy::ChunkKey{space.ids[t], i};
     ++n;
   }
-  if (n == 0) return clock_.Next(space, max_scan, out);  // few resident chunks: sweep for them
+  if (n == 0) return clock_.NextKeeping(space, max_scan, keep, out);  // few resident: sweep
   uint64_t dist[kSample];
   std::unique_lock<std::mutex> lock(mu_);
   if (!oracle_) {
     lock.unlock();
-    return clock_.Next(space, max_scan, out);
+    return clock_.NextKeeping(space, max_scan, keep, out);
   }
   oracle_->NextUseDistances(std::span<const policy::ChunkKey>(keys, n),
                             std::span<uint64_t>(dist, n));
-  // The reuse ranking: unpredicted chunks first, an unreferenced one before a referenced one
-  // (their bits are cleared, CLOCK's second chance, so that a referenced chunk goes the next
-  // time); then the farthest predicted next use. Ties: the first candidate.
+  // A chunk outside the kept sample before a kept one; then the reuse ranking: unpredicted
+  // chunks first, an unreferenced one before a referenced one (their bits are cleared, CLOCK's
+  // second chance, so that a referenced chunk goes the next time); then the farthest predicted
+  // next use. Ties: the first candidate.
   int best = 0;
   uint64_t best_key = 0;
+  bool best_kept = true;
   for (int j = 0; j < n; ++j) {
+    const bool kept = keep && Kept(keys[j].region, keys[j].chunk,
+                                   cand[j].table->keep_share.load(std::memory_order_relaxed));
+    if (kept && !best_kept) continue;
     bool ref = false;
     if (dist[j] == policy::kNeverUsed)
       ref = cand[j].table->chunks[cand[j].index].referenced.exchange(0, std::memory_order_relaxed);
     const uint64_t key = policy::ReuseKey(dist[j], ref ? 0 : 1);
-    if (j == 0 || key > best_key) {
+    if (j == 0 || (best_kept && !kept) || key > best_key) {
       best = j;
       best_key = key;
+      best_kept = kept;
     }
   }
   *out = cand[best];

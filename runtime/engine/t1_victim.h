@@ -9,6 +9,12 @@
 //     group of kRun that are predicted at least 7/8 as far ahead follow it, so that T1 keeps and
 //     drops runs, not a scatter of single chunks (a copy's misses then take runs of T0 slots: with
 //     single chunks infer.py issued 5.6x the DMAs). Without an oracle: CLOCK.
+// Both keep part of the data when it does not fit (the evictor sets each region's keep_share,
+// chunk_table.h): a chunk group (kKeepGroup consecutive chunks of a region) whose hash is below its
+// region's share is kept -- it leaves only when no other resident chunk can. A cyclic sweep over
+// more data than T1 holds (a CPU optimizer's pass over masters and gradients, a scan) then hits on
+// the kept groups every pass and cycles the rest through the room left, as Belady's choice would;
+// by recency every chunk of such a sweep misses.
 //
 // Thread safety: Next may be called from several evictor threads at once (hands and counters are
 // atomic; the oracle is asked under a mutex so that SetOracle can wait out its queries); a
@@ -20,6 +26,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/base/mix.h"
 #include "runtime/engine/chunk_table.h"
 #include "runtime/policy/access.h"
 
@@ -33,14 +40,32 @@ struct Victim {
 
 class VictimPolicy {
  public:
+  static constexpr size_t kKeepGroup = 16;  // chunks per kept group: 4 MiB, a readahead's reach
+
   virtual ~VictimPolicy() = default;
   // Finds a resident, unpinned chunk to evict, scanning at most `max_scan` chunks. False if none.
   virtual bool Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) = 0;
+
+  // Whether chunk `index` of region `region` is kept at share `share` (of kShareUnit).
+  static bool Kept(uint64_t region, size_t index, uint32_t share) {
+    return share >= kShareUnit ||
+           (share > 0 &&
+            Mix64(region * 0x9e3779b97f4a7c15ull + index / kKeepGroup) % kShareUnit < share);
+  }
+  // Whether some region keeps less than all (the data does not fit): set by the evictor.
+  void SetKeeping(bool on) { keeping_.store(on, std::memory_order_relaxed); }
+  bool keeping() const { return keeping_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> keeping_{false};
 };
 
 class ClockPolicy : public VictimPolicy {
  public:
   bool Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) override;
+  // Next with or without passing over kept chunks (`keeping`): a kept chunk is skipped like a
+  // referenced one while the scan may still find another.
+  bool NextKeeping(const ChunkSpace& space, uint64_t max_scan, bool keeping, Victim* out);
 
  private:
   std::atomic<uint64_t> hand_{0};

@@ -90,7 +90,7 @@ bool MemoryBudget::RoomToPin(uint64_t bytes) const {
   const uint64_t limit = limit_.load(std::memory_order_relaxed);
   const uint64_t headroom = Headroom(limit);
   const BackendMemory m = backend_->Memory();
-  return m.held + bytes + headroom <= limit;
+  return !m.keeping && m.held + bytes + headroom <= limit;
 }
 
 void MemoryBudget::Tick() {
@@ -110,7 +110,10 @@ void MemoryBudget::Tick() {
     backend_->SetResidentLimit(limit == UINT64_MAX ? 0 : limit);
   }
   const uint64_t headroom = Headroom(limit);
-  const uint64_t target = limit > headroom ? limit - headroom : 0;
+  // While the data does not fit, nothing stays pinned in place: a pinned run can be neither
+  // compressed nor kept by T1's choice (with its regions' untouched tails populated), and the
+  // budget it takes leaves T1 keeping less (docs/decisions.md, "T1 keeps part of a sweep").
+  const uint64_t target = m.keeping ? 0 : limit > headroom ? limit - headroom : 0;
   const uint64_t now = MonotonicNs();
   // Copies fence their runs once an unpin may come: within an eighth of the budget of the target.
   runs_->SetFencing(m.held + budget / 8 > target || budget < m.resident + m.store);

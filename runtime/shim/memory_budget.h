@@ -13,6 +13,8 @@
 //   - keeps the pinned-in-place bytes within L - headroom (room for the chunks the CPU faults in):
 //     past it the least recently used runs are unpinned (PinnedRuns::Unpin); when they fit again
 //     with a margin, and nothing was unpinned for kRepinQuietMs, unpinned runs are pinned again.
+//     While the data does not fit L (the backend's `keeping`: T1 keeps part of it apart), the
+//     target is 0: every run is unpinned and none is pinned.
 // A new region is pinned only while RoomToPin says the pinned bytes stay within L - headroom.
 // The RAM store's own limit is fixed at start-up (RamStoreLimit): with a tier below RAM it is half
 // the budget, so that compressed data past it spills instead of exceeding the budget.
