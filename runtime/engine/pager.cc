@@ -145,7 +145,10 @@ void Pager::Loaded(Region* r, Chunk& c, char* p, ChunkState from, bool write, ui
                    bool readahead) {
   c.referenced.store(1, std::memory_order_relaxed);
   e_.regions->AddResident(r, e_.chunk);
-  if (from == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
+  if (from == kStored) {
+    e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
+    e_.budget->NoteCpuRestore();
+  }
   if (from == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
   if (readahead) {
     StatAdd(Stat::readahead_chunks, 1);
@@ -351,6 +354,7 @@ Pager::Outcome Pager::Complete(Region* r, Chunk& c, char* p, bool write, bool wp
   // Installed whole, write-protected: a clean chunk.
   e_.regions->AddResident(r, static_cast<int64_t>(e_.chunk - PresentBytes(c, e_.chunk)));
   e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
+  e_.budget->NoteCpuRestore();
   c.present.store(0);
   c.referenced.store(1, std::memory_order_relaxed);
   if (readahead) {

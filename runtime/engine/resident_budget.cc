@@ -42,7 +42,9 @@ bool ResidentBudget::Exceeded() const {
 
 bool ResidentBudget::keeping() const {
   const uint64_t limit = limit_.load(std::memory_order_relaxed);
-  return limit && regions_->resident() + regions_->stored_raw() > limit;
+  if (!limit || regions_->resident() + regions_->stored_raw() <= limit) return false;
+  const uint64_t last = last_cpu_restore_ns_.load(std::memory_order_relaxed);
+  return last && MonotonicNs() - last < kCpuRestoreWindowNs;
 }
 
 uint64_t ResidentBudget::Room() const {

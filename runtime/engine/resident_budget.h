@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "runtime/base/stats.h"
 #include "runtime/engine/region_map.h"
 
 namespace zrtier {
@@ -47,9 +48,14 @@ class ResidentBudget {
   void SetStalled(bool stalled) { stalled_.store(stalled); }
   bool stalled() const { return stalled_.load(std::memory_order_relaxed); }
 
-  // Whether the data (resident and stored chunks) does not fit the limit, so that T1 keeps part
-  // of it apart (t1_victim.h); the pager then restores a kept chunk without its store copy.
+  // Whether T1 keeps part of the data apart (t1_victim.h): the data (resident and stored chunks)
+  // does not fit the limit and the CPU restored stored chunks within kCpuRestoreWindowNs (a CPU
+  // sweep cycles through T1; copies alone are placed by their learned order, and with the CPU idle
+  // nothing changes). The pager then restores a kept chunk without its store copy.
   bool keeping() const;
+  // The pager's note of a stored chunk restored for the CPU (a fault or its readahead).
+  void NoteCpuRestore() { last_cpu_restore_ns_.store(MonotonicNs(), std::memory_order_relaxed); }
+  static constexpr uint64_t kCpuRestoreWindowNs = 2'000'000'000;
 
   // The evictors' side: sleep until kicked (or `timeout`), and tell throttled writers that room
   // was made.
@@ -65,6 +71,7 @@ class ResidentBudget {
   size_t chunk_;
   std::atomic<uint64_t> limit_;
   std::atomic<bool> stalled_{false};
+  std::atomic<uint64_t> last_cpu_restore_ns_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable evict_cv_;  // wakes evictors

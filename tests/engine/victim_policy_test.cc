@@ -228,6 +228,28 @@ TEST(VictimPolicyTest, OnlyFaultsThatBringDataBackAreObserved) {
   EXPECT_TRUE(e->Free(r.base).ok());
 }
 
+// T1 keeps part of the data only while it does not fit the limit and the CPU restores stored
+// chunks: copies alone (which read stored chunks without restoring them) are placed by their
+// learned order.
+TEST(VictimPolicyTest, KeepingNeedsDataOverTheLimitAndCpuRestores) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeTestEngine(TestEngineOptions());
+  const size_t cs = e->chunk_size();
+  std::vector<char> data;
+  const RegionInfo r = FilledRegion(e.get(), 13, &data);
+  EXPECT_FALSE(e->Memory().keeping) << "no limit";
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  e->SetResidentLimit(kChunks / 2 * cs);
+  EXPECT_FALSE(e->Memory().keeping) << "over the limit, but no CPU restore yet";
+  std::vector<char> buf(cs);
+  memcpy(buf.data(), static_cast<char*>(r.base) + (kChunks - 1) * cs, cs);  // a stored chunk
+  EXPECT_EQ(memcmp(buf.data(), data.data() + (kChunks - 1) * cs, cs), 0);
+  EXPECT_TRUE(e->Memory().keeping);
+  e->SetResidentLimit(2 * kChunks * cs);
+  EXPECT_FALSE(e->Memory().keeping) << "the data fits";
+  EXPECT_TRUE(e->Free(r.base).ok());
+}
+
 TEST(VictimPolicyTest, CpuCyclesKeepPartOfTheData) {
   ZRTIER_SKIP_UNLESS_UFFD();
   const int cycles = 8, measured = 4;

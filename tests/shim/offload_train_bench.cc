@@ -10,7 +10,12 @@
 // (reads master and gradient, writes the master; its moments in plain memory), and each layer's
 // bf16 copy refreshed from its master. Prints each step's milliseconds and, at the end, a digest
 // of the masters (compare runs with and without zrtier: equal digests, equal bytes).
+// Mode `activations` is save_on_cpu's pattern instead (scripts/examples/save_on_cpu_train.py): per
+// layer 4 saved bf16 activations of `params per layer` elements each, D2H in the forward into
+// pinned buffers allocated in the first step and reused (PyTorch's caching host allocator), H2D
+// back in the backward in reverse order; the digest covers what came back.
 // Usage: FAKE_CUDA_COPY_US=0 offload_train_bench [layers=6] [params per layer, M=6.5] [steps=4]
+//        [weights|activations]
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -19,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -69,17 +75,65 @@ void Check(cudaError_t e, const char* what) {
   }
 }
 
+// save_on_cpu's pattern (see the file comment).
+int Activations(int layers, size_t n, int steps) {
+  constexpr int kPerLayer = 4;
+  const int count = layers * kPerLayer;
+  std::vector<uint16_t*> host(count);
+  std::vector<float> f(n + 65536);
+  Normal(f.data(), f.size(), 1.0f, 77);
+  std::vector<uint16_t> src(f.size());
+  for (size_t i = 0; i < f.size(); ++i) src[i] = ToBf16(f[i]);
+  void *act, *back;
+  Check(cudaMalloc(&act, n * 2), "cudaMalloc");
+  Check(cudaMalloc(&back, n * 2), "cudaMalloc");
+  cudaStream_t st;
+  Check(cudaStreamCreate(&st), "cudaStreamCreate");
+  uint64_t digest = 1469598103934665603ull;
+  std::vector<uint16_t> got(n);
+  for (int s = 1; s <= steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int a = 0; a < count; ++a) {
+      if (s == 1) host[a] = static_cast<uint16_t*>(Pinned(n * 2));
+      const size_t off = (static_cast<size_t>(s) * 7919 + static_cast<size_t>(a) * 131) % 65536;
+      Check(cudaMemcpy(act, src.data() + off, n * 2, cudaMemcpyHostToDevice), "act");
+      Check(cudaMemcpyAsync(host[a], act, n * 2, cudaMemcpyDeviceToHost, st), "d2h");
+      Check(cudaStreamSynchronize(st), "sync");
+    }
+    for (int a = count - 1; a >= 0; --a) {
+      Check(cudaMemcpyAsync(back, host[a], n * 2, cudaMemcpyHostToDevice, st), "h2d");
+      Check(cudaStreamSynchronize(st), "sync");
+      if (a % 7 == 0) {  // a sample of what came back enters the digest
+        Check(cudaMemcpy(got.data(), back, n * 2, cudaMemcpyDeviceToHost), "check");
+        const unsigned char* p = reinterpret_cast<const unsigned char*>(got.data());
+        for (size_t i = 0; i < n * 2; i += 61) digest = (digest ^ p[i]) * 1099511628211ull;
+      }
+    }
+    printf(
+        "step %d: %.0f ms\n", s,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    fflush(stdout);
+  }
+  printf("digest %016llx, pinned %.2f GiB\n", static_cast<unsigned long long>(digest),
+         count * static_cast<double>(Pow2(n * 2)) / (1 << 30));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int layers = argc > 1 ? atoi(argv[1]) : 6;
   const double mparams = argc > 2 ? atof(argv[2]) : 6.5;
   const int steps = argc > 3 ? atoi(argv[3]) : 4;
-  if (layers < 1 || mparams <= 0 || steps < 1) {
-    fprintf(stderr, "usage: offload_train_bench [layers] [M params per layer] [steps]\n");
+  const std::string mode = argc > 4 ? argv[4] : "weights";
+  if (layers < 1 || mparams <= 0 || steps < 1 || (mode != "weights" && mode != "activations")) {
+    fprintf(stderr,
+            "usage: offload_train_bench [layers] [M params per layer] [steps] "
+            "[weights|activations]\n");
     return 2;
   }
   const size_t n = static_cast<size_t>(mparams * 1e6) & ~size_t{63};
+  if (mode == "activations") return Activations(layers, n, steps);
   std::vector<float*> master(layers), grad(layers);
   std::vector<uint16_t*> compute(layers);
   std::vector<std::vector<float>> m(layers, std::vector<float>(n)),
