@@ -78,7 +78,8 @@ void ChunkIo::SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len) {
   const uint32_t x =
       1 + static_cast<uint32_t>((chunk_ - std::min(enc_len, chunk_)) * (kShareUnit - 1) / chunk_);
   const uint32_t old = r->table.saving.load(std::memory_order_relaxed);
-  r->table.saving.store(old ? (old * 7 + x) / 8 : x, std::memory_order_relaxed);
+  const uint32_t now = old ? (old * 7 + x) / 8 : x;
+  if (now != old) r->table.saving.store(now, std::memory_order_relaxed);
 }
 
 void ChunkIo::FreeHandle(Region* r, Chunk& c) {

@@ -124,16 +124,14 @@ Status Evictor::Drop(Claimed* v, size_t n) {
 
 void Evictor::UpdateKeepShare(const Snapshot& snap) {
   const uint64_t now = MonotonicNs();
-  {
-    std::lock_guard<std::mutex> lock(keep_mu_);
-    if (now - keep_ns_ < kKeepEveryNs) return;
-    keep_ns_ = now;
-  }
+  uint64_t last = keep_ns_.load(std::memory_order_relaxed);
+  if (now - last < kKeepEveryNs || !keep_ns_.compare_exchange_strong(last, now)) return;
   const uint64_t limit = e_.budget->limit();
   const size_t n = snap.hold.size();
   if (!e_.budget->keeping()) {
     for (size_t k = 0; k < n; ++k)
-      snap.hold[k]->table.keep_share.store(kShareUnit, std::memory_order_relaxed);
+      if (snap.hold[k]->table.keep_share.load(std::memory_order_relaxed) != kShareUnit)
+        snap.hold[k]->table.keep_share.store(kShareUnit, std::memory_order_relaxed);
     policy_.SetKeeping(false);
     return;
   }

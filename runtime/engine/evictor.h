@@ -14,7 +14,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -103,8 +102,7 @@ class Evictor {
   ReusePolicy policy_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
-  std::mutex keep_mu_;
-  uint64_t keep_ns_ = 0;  // guarded by keep_mu_: when the shares were last computed
+  std::atomic<uint64_t> keep_ns_{0};  // when the shares were last computed (one evictor does)
 };
 
 }  // namespace zrtier

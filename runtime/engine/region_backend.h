@@ -61,7 +61,7 @@ struct BackendMemory {
   uint64_t resident = 0;  // region pages installed (T1), held ones included
   uint64_t held = 0;      // of those, held for DMA from the pages (Hold: pinned in place)
   uint64_t store = 0;     // the store's bytes in host memory (RAM, zram; not spill files)
-  bool keeping = false;   // the data does not fit the resident limit: T1 keeps part of it apart
+  bool keeping = false;   // T1 keeps part of the data apart (over the limit, swept by the CPU)
 };
 
 // Where RegionBackend::ReadChunk may put a chunk's stored encoding in the GPU chunk format instead

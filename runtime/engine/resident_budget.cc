@@ -43,8 +43,20 @@ bool ResidentBudget::Exceeded() const {
 bool ResidentBudget::keeping() const {
   const uint64_t limit = limit_.load(std::memory_order_relaxed);
   if (!limit || regions_->resident() + regions_->stored_raw() <= limit) return false;
-  const uint64_t last = last_cpu_restore_ns_.load(std::memory_order_relaxed);
-  return last && MonotonicNs() - last < kCpuRestoreWindowNs;
+  const uint64_t age = MonotonicNs() - window_ns_.load(std::memory_order_relaxed);
+  if (age >= 2 * kCpuRestoreWindowNs) return false;
+  const uint64_t prev = age < kCpuRestoreWindowNs ? prev_count_.load(std::memory_order_relaxed) : 0;
+  return window_count_.load(std::memory_order_relaxed) + prev >= kSweepRestores;
+}
+
+void ResidentBudget::NoteCpuRestore() {
+  const uint64_t now = MonotonicNs();
+  uint64_t start = window_ns_.load(std::memory_order_relaxed);
+  if (now - start >= kCpuRestoreWindowNs && window_ns_.compare_exchange_strong(start, now)) {
+    const uint64_t n = window_count_.exchange(0, std::memory_order_relaxed);
+    prev_count_.store(now - start < 2 * kCpuRestoreWindowNs ? n : 0, std::memory_order_relaxed);
+  }
+  window_count_.fetch_add(1, std::memory_order_relaxed);
 }
 
 uint64_t ResidentBudget::Room() const {

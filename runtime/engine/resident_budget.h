@@ -49,12 +49,14 @@ class ResidentBudget {
   bool stalled() const { return stalled_.load(std::memory_order_relaxed); }
 
   // Whether T1 keeps part of the data apart (t1_victim.h): the data (resident and stored chunks)
-  // does not fit the limit and the CPU restored stored chunks within kCpuRestoreWindowNs (a CPU
-  // sweep cycles through T1; copies alone are placed by their learned order, and with the CPU idle
-  // nothing changes). The pager then restores a kept chunk without its store copy.
+  // does not fit the limit and the CPU sweeps through it -- at least kSweepRestores stored chunks
+  // restored for the CPU within about kCpuRestoreWindowNs (copies alone, which read stored chunks
+  // without restoring them, are placed by their learned order; a few stray touches are no sweep).
+  // The pager then restores a kept chunk without its store copy.
   bool keeping() const;
   // The pager's note of a stored chunk restored for the CPU (a fault or its readahead).
-  void NoteCpuRestore() { last_cpu_restore_ns_.store(MonotonicNs(), std::memory_order_relaxed); }
+  void NoteCpuRestore();
+  static constexpr uint64_t kSweepRestores = 128;
   static constexpr uint64_t kCpuRestoreWindowNs = 2'000'000'000;
 
   // The evictors' side: sleep until kicked (or `timeout`), and tell throttled writers that room
@@ -71,7 +73,10 @@ class ResidentBudget {
   size_t chunk_;
   std::atomic<uint64_t> limit_;
   std::atomic<bool> stalled_{false};
-  std::atomic<uint64_t> last_cpu_restore_ns_{0};
+  // CPU restores counted in windows of kCpuRestoreWindowNs (approximate under races: a hint).
+  std::atomic<uint64_t> window_ns_{0};     // when the current window began
+  std::atomic<uint64_t> window_count_{0};  // restores in it
+  std::atomic<uint64_t> prev_count_{0};    // restores in the window before it
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable evict_cv_;  // wakes evictors

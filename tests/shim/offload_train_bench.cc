@@ -13,9 +13,11 @@
 // Mode `activations` is save_on_cpu's pattern instead (scripts/examples/save_on_cpu_train.py): per
 // layer 4 saved bf16 activations of `params per layer` elements each, D2H in the forward into
 // pinned buffers allocated in the first step and reused (PyTorch's caching host allocator), H2D
-// back in the backward in reverse order; the digest covers what came back.
+// back in the backward in reverse order; the digest covers what came back. Mode `inference`
+// (scripts/examples/infer.py's pattern): the same buffers written once by D2H, then every step
+// copied H2D in order.
 // Usage: FAKE_CUDA_COPY_US=0 offload_train_bench [layers=6] [params per layer, M=6.5] [steps=4]
-//        [weights|activations]
+//        [weights|activations|inference]
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -75,8 +77,8 @@ void Check(cudaError_t e, const char* what) {
   }
 }
 
-// save_on_cpu's pattern (see the file comment).
-int Activations(int layers, size_t n, int steps) {
+// save_on_cpu's pattern, or with `once` infer.py's (see the file comment).
+int Activations(int layers, size_t n, int steps, bool once) {
   constexpr int kPerLayer = 4;
   const int count = layers * kPerLayer;
   std::vector<uint16_t*> host(count);
@@ -93,14 +95,15 @@ int Activations(int layers, size_t n, int steps) {
   std::vector<uint16_t> got(n);
   for (int s = 1; s <= steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int a = 0; a < count; ++a) {
+    for (int a = 0; a < count && (s == 1 || !once); ++a) {
       if (s == 1) host[a] = static_cast<uint16_t*>(Pinned(n * 2));
       const size_t off = (static_cast<size_t>(s) * 7919 + static_cast<size_t>(a) * 131) % 65536;
       Check(cudaMemcpy(act, src.data() + off, n * 2, cudaMemcpyHostToDevice), "act");
       Check(cudaMemcpyAsync(host[a], act, n * 2, cudaMemcpyDeviceToHost, st), "d2h");
       Check(cudaStreamSynchronize(st), "sync");
     }
-    for (int a = count - 1; a >= 0; --a) {
+    for (int k = 0; k < count; ++k) {
+      const int a = once ? k : count - 1 - k;
       Check(cudaMemcpyAsync(back, host[a], n * 2, cudaMemcpyHostToDevice, st), "h2d");
       Check(cudaStreamSynchronize(st), "sync");
       if (a % 7 == 0) {  // a sample of what came back enters the digest
@@ -126,14 +129,15 @@ int main(int argc, char** argv) {
   const double mparams = argc > 2 ? atof(argv[2]) : 6.5;
   const int steps = argc > 3 ? atoi(argv[3]) : 4;
   const std::string mode = argc > 4 ? argv[4] : "weights";
-  if (layers < 1 || mparams <= 0 || steps < 1 || (mode != "weights" && mode != "activations")) {
+  if (layers < 1 || mparams <= 0 || steps < 1 ||
+      (mode != "weights" && mode != "activations" && mode != "inference")) {
     fprintf(stderr,
             "usage: offload_train_bench [layers] [M params per layer] [steps] "
-            "[weights|activations]\n");
+            "[weights|activations|inference]\n");
     return 2;
   }
   const size_t n = static_cast<size_t>(mparams * 1e6) & ~size_t{63};
-  if (mode == "activations") return Activations(layers, n, steps);
+  if (mode != "weights") return Activations(layers, n, steps, mode == "inference");
   std::vector<float*> master(layers), grad(layers);
   std::vector<uint16_t*> compute(layers);
   std::vector<std::vector<float>> m(layers, std::vector<float>(n)),
