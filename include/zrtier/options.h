@@ -96,7 +96,9 @@ enum class OptionType { kBool, kInt, kSize, kString };
   X(kPolicy, "POLICY", kString, "reuse", "", "reuse|lru", "policy",                              \
     "what leaves T0 and T1 first: reuse (the chunk predicted to be needed farthest ahead, "       \
     "learned from copies and CPU faults; until something is learned: least recently used in T0, " \
-    "CLOCK in T1), or lru (no learning: least recently used in T0, CLOCK in T1)")                \
+    "CLOCK in T1), or lru (no learning: least recently used in T0, CLOCK in T1). With either, "   \
+    "while the CPU sweeps through more data than T1 may hold, T1 keeps a part of it in place (the " \
+    "regions whose compression saves least) and cycles the rest")                                \
   X(kSpread, "SPREAD", kBool, "1", "", "", "spread",                                             \
     "1 = when a cycle of copies does not fit in T0, keep a hash sample of its chunks, spread "     \
     "over every layer, so that decode and DMA overlap in every copy (ZRTIER_POLICY=reuse only)") \
