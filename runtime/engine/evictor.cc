@@ -148,7 +148,9 @@ void Evictor::UpdateKeepShare(const Snapshot& snap) {
   std::sort(order.begin(), order.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   const uint64_t held = e_.regions->held();
-  const uint64_t room = std::min(limit / 4, std::max(limit / kCycleRoomDivisor, kCycleRoom));
+  const uint64_t room =
+      std::min(limit / 4,
+               std::max({limit / kCycleRoomDivisor, kCycleRoom, 2 * e_.budget->readahead_reach()}));
   uint64_t left = limit > room + held ? limit - room - held : 0;
   for (const auto& [key, r] : order) {
     if (r->table.n > 0 &&

@@ -70,10 +70,13 @@ class Evictor {
   static constexpr uint64_t kMarginDivisor = 32;
   // When the data does not fit the limit, T1 keeps part of it (t1_victim.h): all of the limit but
   // the pinned runs and the room the other chunks cycle through, max(limit/kCycleRoomDivisor,
-  // kCycleRoom) and at most limit/4 (a readahead's window and the evictors' margin). The room is
-  // small and not a share of the limit: the data not kept is stored and its bytes shrink the limit,
-  // so with fp32 data (1.2x) each MiB of room cost ~6 MiB kept (docs/decisions.md, "T1 keeps part
-  // of a sweep").
+  // kCycleRoom, twice the readahead's reach) and at most limit/4. The room is small and not a
+  // share of the limit: the data not kept is stored and its bytes shrink the limit, so with fp32
+  // data (1.2x) each MiB of room cost ~6 MiB kept (docs/decisions.md, "T1 keeps part of a sweep").
+  // It holds what readahead restores ahead of the scans (ResidentBudget::readahead_reach) twice
+  // over, so that those chunks are read before they leave: with 8 MiB of room and two scans of
+  // 6.4 MiB windows, bench scan's second pass faulted 2917 of 4096 chunks, not 256 (docs/
+  // decisions.md, "The keep set's room holds the readahead").
   static constexpr uint64_t kCycleRoom = 8ull << 20;
   static constexpr uint64_t kCycleRoomDivisor = 64;
   static constexpr uint64_t kKeepEveryNs = 10'000'000;

@@ -251,7 +251,7 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
       }
       const bool next_to =
           (u > 0 && (present >> (u - 1) & 1)) || (u + 1 < kMaxUnits && (present >> (u + 1) & 1));
-      NoteStoredFault(f.region, i);
+      NoteStoredFault(f.region, i, f.t0);
       if (f.write || next_to || static_cast<size_t>(std::popcount(present)) + 1 >= kCompleteUnits ||
           !LooksRandom(*r, i, u))
         return Complete(r, c, p, f.write, /*wp_fault=*/false, f.t0);
@@ -259,7 +259,7 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
     }
     size_t unit = kWhole;
     if (s == kStored) {
-      NoteStoredFault(f.region, i);
+      NoteStoredFault(f.region, i, f.t0);
       if (partial_ && !f.write && LooksRandom(*r, i, u)) unit = u;
     }
     return Restore(f, c, p, s, unit, may_defer);
@@ -374,7 +374,7 @@ Pager::Outcome Pager::Complete(Region* r, Chunk& c, char* p, bool write, bool wp
   return o;
 }
 
-void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i) {
+void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now) {
   if (restorer_count_ == 0 || readahead_bytes_ == 0) return;
   ++stored_faults_;
   // The stream this fault continues: same region, past its last fault by its stride, or inside
@@ -388,7 +388,7 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i) {
     if (st.used < oldest->used) oldest = &st;
   }
   if (!s) {
-    *oldest = Stream{r->id, i, 0, 1, i, stored_faults_};
+    *oldest = Stream{r->id, i, 0, 1, i, stored_faults_, now};
     return;
   }
   // Continuing: one stride on, or (readahead running) inside or just past the scheduled window.
@@ -402,13 +402,18 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i) {
   }
   s->last = i;
   s->used = stored_faults_;
+  s->when = now;
   // Three faults a stride apart start readahead (two happen by chance in a random order).
   if (s->run < 3) return;
-  // The window: ZRTIER_READAHEAD, within an eighth of the resident limit (the evictor makes room
-  // for it behind the scan).
+  // The window: ZRTIER_READAHEAD, the windows of all scans together within an eighth of the
+  // resident limit (the evictor makes room for them behind the scans; more would push chunks
+  // restored ahead out before they are read).
+  size_t active = 0;
+  for (const Stream& st : streams_) active += st.run >= 3 && now < st.when + kActiveStreamNs;
   size_t window = readahead_bytes_ / e_.chunk;
   if (const uint64_t limit = e_.budget->limit())
-    window = std::min<size_t>(window, limit / 8 / e_.chunk);
+    window = std::min<size_t>(window, limit / 8 / active / e_.chunk);
+  e_.budget->SetReadaheadReach(uint64_t{window} * e_.chunk * active);
   if (window < 2) return;
   const size_t stride = s->stride, end = i + window * stride;
   size_t from = std::max(s->ahead, i) + stride;

@@ -112,8 +112,13 @@ class Pager {
     uint32_t run = 0;
     size_t ahead = 0;
     uint64_t used = 0;  // when the stream last matched (the pager's fault count)
+    uint64_t when = 0;  // and its time (MonotonicNs)
   };
   static constexpr int kStreams = 16;
+  // A stream that matched a fault this recently scans still: readahead's windows of all such
+  // streams together stay within an eighth of the resident limit. A scan behind readahead faults
+  // once per half window: every few ms for an optimizer thread's 8 MiB windows.
+  static constexpr uint64_t kActiveStreamNs = 100'000'000;
 
   void PagerLoop();
   // Retries the parked faults once; those still waiting go back into `parked`.
@@ -150,8 +155,9 @@ class Pager {
   // Restores a claimed chunk for fault `f`: whole (unit == kWhole, Load) or one unit; handed to a
   // restore worker when `may_defer` and one is free.
   Outcome Restore(const Fault& f, Chunk& c, char* p, ChunkState s, size_t unit, bool may_defer);
-  // Follows the streams of missing faults on stored chunks; schedules readahead (pager thread).
-  void NoteStoredFault(const std::shared_ptr<Region>& r, size_t i);
+  // Follows the streams of missing faults on stored chunks; schedules readahead and tells the
+  // budget its reach (pager thread). `now`: the fault's time.
+  void NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now);
   // Claims the stored (and partial) chunks among `count` chunks from `first` with `stride` and
   // queues them.
   void Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count);

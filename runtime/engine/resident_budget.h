@@ -59,6 +59,14 @@ class ResidentBudget {
   static constexpr uint64_t kSweepRestores = 128;
   static constexpr uint64_t kCpuRestoreWindowNs = 2'000'000'000;
 
+  // The bytes that readahead keeps restored ahead of the CPU's scans now, all streams together
+  // (the pager's estimate, at most an eighth of the limit). The room that a keep set leaves for
+  // the chunks that cycle must hold them, or readahead's chunks leave again before the scan reads
+  // them. The last estimate stays until the next scan's fault: it is read only while keeping(),
+  // which needs scans.
+  void SetReadaheadReach(uint64_t bytes) { reach_.store(bytes, std::memory_order_relaxed); }
+  uint64_t readahead_reach() const { return reach_.load(std::memory_order_relaxed); }
+
   // The evictors' side: sleep until kicked (or `timeout`), and tell throttled writers that room
   // was made.
   void WaitForWork(std::chrono::milliseconds timeout);
@@ -77,6 +85,7 @@ class ResidentBudget {
   std::atomic<uint64_t> window_ns_{0};     // when the current window began
   std::atomic<uint64_t> window_count_{0};  // restores in it
   std::atomic<uint64_t> prev_count_{0};    // restores in the window before it
+  std::atomic<uint64_t> reach_{0};         // SetReadaheadReach
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable evict_cv_;  // wakes evictors
