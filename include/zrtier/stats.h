@@ -93,7 +93,9 @@ enum class StatKind { kCounter, kGauge };
   X(h2d_gpu_decoded_bytes, kCounter, "bytes", "H2D bytes decoded by the GPU on the copy's stream (chunks in the GPU format)") \
   X(h2d_gpu_encoded_bytes, kCounter, "bytes", "encoded bytes those copies sent over the link instead") \
   X(partial_restores, kCounter, "", "missing-page faults resolved by installing one page of a stored chunk (a random touch; also counted in faults_missing)") \
-  X(h2d_gpu_launches, kCounter, "", "launches of the GPU decode kernel (h2d_gpu_decoded_bytes over this: bytes a launch)")
+  X(h2d_gpu_launches, kCounter, "", "launches of the GPU decode kernel (h2d_gpu_decoded_bytes over this: bytes a launch)") \
+  X(t1_kept_bytes, kGauge, "bytes", "of the T1 budget, what T1 keeps apart while the CPU sweeps data over it (0: not keeping; the rest cycles)") \
+  X(readahead_reach_bytes, kGauge, "bytes", "bytes restored ahead of the CPU's active scans, all together (readahead's windows)")
 // clang-format on
 
 enum class Stat : int {
@@ -148,8 +150,9 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // runs_unpinned, readahead_chunks; 13: pid_ns (the header word that was `reserved`): the writer's
 // pid namespace, so that a reader judges a block's pid only in the namespace it belongs to; 14:
 // Histogram::sum_ns (the exact sum of each histogram's samples); 15: checksum_errors; 16:
-// h2d_gpu_decoded_bytes, h2d_gpu_encoded_bytes; 17: partial_restores; 18: h2d_gpu_launches
-inline constexpr uint32_t kStatsVersion = 18;
+// h2d_gpu_decoded_bytes, h2d_gpu_encoded_bytes; 17: partial_restores; 18: h2d_gpu_launches; 19:
+// t1_kept_bytes, readahead_reach_bytes
+inline constexpr uint32_t kStatsVersion = 19;
 // The oldest version a reader still reads (zrtier/stats_reader.h says how older blocks map).
 inline constexpr uint32_t kStatsOldestReadable = 13;
 inline constexpr int kStatsMaxRegions = 64;

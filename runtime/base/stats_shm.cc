@@ -166,7 +166,8 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
-// What an older block lacks: version 17 ends its values before h2d_gpu_launches, version 16
+// What an older block lacks: version 18 ends its values before t1_kept_bytes, version 17 before
+// h2d_gpu_launches, version 16
 // before partial_restores, version 15
 // before h2d_gpu_decoded_bytes, versions 13 and 14 before checksum_errors, and version 13's
 // histograms have no sum_ns word (each is kHistBuckets words), so what follows sits earlier.
@@ -176,6 +177,7 @@ struct Layout {
 };
 Layout LayoutOf(uint32_t version) {
   Layout l;
+  if (version < 19) l.values = static_cast<int>(Stat::t1_kept_bytes);
   if (version < 18) l.values = static_cast<int>(Stat::h2d_gpu_launches);
   if (version < 17) l.values = static_cast<int>(Stat::partial_restores);
   if (version < 16) l.values = static_cast<int>(Stat::h2d_gpu_decoded_bytes);

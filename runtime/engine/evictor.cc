@@ -133,6 +133,7 @@ void Evictor::UpdateKeepShare(const Snapshot& snap) {
       if (snap.hold[k]->table.keep_share.load(std::memory_order_relaxed) != kShareUnit)
         snap.hold[k]->table.keep_share.store(kShareUnit, std::memory_order_relaxed);
     policy_.SetKeeping(false);
+    StatSet(Stat::t1_kept_bytes, 0);
     return;
   }
   // Kept first: the regions whose encodes save least (a byte kept raw costs least there), in steps
@@ -151,7 +152,8 @@ void Evictor::UpdateKeepShare(const Snapshot& snap) {
   const uint64_t room =
       std::min(limit / 4,
                std::max({limit / kCycleRoomDivisor, kCycleRoom, 2 * e_.budget->readahead_reach()}));
-  uint64_t left = limit > room + held ? limit - room - held : 0;
+  const uint64_t keepable = limit > room + held ? limit - room - held : 0;
+  uint64_t left = keepable;
   for (const auto& [key, r] : order) {
     if (r->table.n > 0 &&
         StateOf(r->table.chunks[0].word.load(std::memory_order_relaxed)) == kHeld) {
@@ -169,6 +171,7 @@ void Evictor::UpdateKeepShare(const Snapshot& snap) {
     }
     r->table.keep_share.store(share, std::memory_order_relaxed);
   }
+  StatSet(Stat::t1_kept_bytes, keepable - left);
   policy_.SetKeeping(true);
 }
 

@@ -64,7 +64,10 @@ class ResidentBudget {
   // the chunks that cycle must hold them, or readahead's chunks leave again before the scan reads
   // them. The last estimate stays until the next scan's fault: it is read only while keeping(),
   // which needs scans.
-  void SetReadaheadReach(uint64_t bytes) { reach_.store(bytes, std::memory_order_relaxed); }
+  void SetReadaheadReach(uint64_t bytes) {
+    if (reach_.exchange(bytes, std::memory_order_relaxed) != bytes)
+      StatSet(Stat::readahead_reach_bytes, bytes);
+  }
   uint64_t readahead_reach() const { return reach_.load(std::memory_order_relaxed); }
 
   // The evictors' side: sleep until kicked (or `timeout`), and tell throttled writers that room

@@ -139,6 +139,10 @@ TEST(PagerTest, ScansWhileT1KeepsPartOfTheDataAreStillRestoredAhead) {
     kept = kept || s.e->Memory().keeping;
     faults = StatGet(Stat::faults_missing) - f0;
     ahead = StatGet(Stat::readahead_chunks) - ra0;
+    // Both scans' windows together: within an eighth of the limit.
+    const uint64_t reach = StatGet(Stat::readahead_reach_bytes);
+    EXPECT_GT(reach, 0u);
+    EXPECT_LE(reach, uint64_t{52428} * 1024 / 8);
   }
   printf("last pass: %llu faults, %llu restored ahead, of %zu chunks\n", (unsigned long long)faults,
          (unsigned long long)ahead, s.n);

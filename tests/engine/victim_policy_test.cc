@@ -181,6 +181,9 @@ uint64_t CycleFaults(bool learned, int cycles, int measured) {
     }
     if (c >= cycles - measured) faults += StatGet(Stat::faults_missing) - f0;
   }
+  // What T1 keeps apart is shown, within the limit.
+  EXPECT_GT(StatGet(Stat::t1_kept_bytes), 0u);
+  EXPECT_LE(StatGet(Stat::t1_kept_bytes), kCycleChunks / 2 * cs);
   e->SetFaultObserver(nullptr);
   e->SetPlacementOracle(nullptr);
   for (size_t k = 0; k < kCycleRegions; ++k) EXPECT_TRUE(e->Free(r[k].base).ok());

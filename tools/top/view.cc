@@ -284,9 +284,13 @@ void Detail(std::vector<std::string>* out, const ProcessView& p, const ViewState
   TierLine(out, st, "T0 in place", kCyan, held, region, "pinned where they are: copied straight");
   TierLine(out, st, "T0 slots", kCyan, s.Value(Stat::t0_bytes), pool ? pool : region,
            pool ? "of " + Bytes(pool) + " pool" : "no pool");
+  // While the CPU sweeps data over the limit, T1 keeps part of it apart and cycles the rest.
+  const uint64_t kept = s.Value(Stat::t1_kept_bytes);
   TierLine(out, st, "T1 resident", kGreen, resident > held ? resident - held : 0,
            res_limit ? res_limit : region,
-           res_limit ? "of " + Bytes(res_limit) + " limit" : "no limit");
+           res_limit ? "of " + Bytes(res_limit) + " limit" +
+                           (kept ? ", " + Bytes(kept) + " kept through CPU sweeps" : std::string())
+                     : "no limit");
   TierLine(out, st, "T2 store", kYellow,
            s.Value(Stat::store_used_bytes) ? s.Value(Stat::store_used_bytes)
                                            : s.Value(Stat::store_bytes),
