@@ -49,8 +49,7 @@ class VictimPolicy {
   // Whether chunk `index` of region `region` is kept at share `share` (of kShareUnit).
   static bool Kept(uint64_t region, size_t index, uint32_t share) {
     return share >= kShareUnit ||
-           (share > 0 &&
-            Mix64(region * 0x9e3779b97f4a7c15ull + index / kKeepGroup) % kShareUnit < share);
+           (share > 0 && GroupHash(region, index, kKeepGroup) % kShareUnit < share);
   }
   // Whether some region keeps less than all (the data does not fit): set by the evictor.
   void SetKeeping(bool on) { keeping_.store(on, std::memory_order_relaxed); }

@@ -8,7 +8,7 @@
 namespace zrtier {
 
 bool SlotSpread::Member(uint64_t region, uint64_t chunk) const {
-  const uint64_t h = Mix64(region * 0x9e3779b97f4a7c15ull + chunk / kGroupChunks) >> 32;
+  const uint64_t h = GroupHash(region, chunk, kGroupChunks) >> 32;
   return h < theta_;
 }
 
