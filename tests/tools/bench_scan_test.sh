@@ -11,7 +11,7 @@ out=$("$ZRTIER" bench scan --bytes 64M --resident 8M --threads 1,2 --modes seq,r
 rows=$(grep -c '^{' <<<"$out")
 expect_status 10 "$rows" "bench scan --json rows"
 for key in '"mode": "seq"' '"mode": "rmw"' '"mode": "strided"' '"mode": "rand"' '"mode": "rand4k"' \
-    '"threads": 1' '"threads": 2' '"gbps":' '"memcpy_gbps":' '"faults":' '"prefetched":' '"kernel_gbps":'; do
+    '"threads": 1' '"threads": 2' '"gbps":' '"memcpy_gbps":' '"faults":' '"wp_faults":' '"prefetched":' '"kernel_gbps":'; do
   expect_contains "$out" "$key" "bench scan --json"
 done
 seq_prefetched=$(grep '"mode": "seq", "threads": 1' <<<"$out" | sed 's/.*"prefetched": \([0-9]*\).*/\1/')

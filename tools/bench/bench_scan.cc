@@ -8,8 +8,9 @@
 //   rand    every chunk once, in a random order (threads take turns)
 //   rand4k  one 8-byte load per randomly chosen 4 KiB page (a sparse touch under pressure)
 // gbps counts the bytes the scan reads (rand4k: 4 KiB per touch); memcpy_gbps is the same scan over
-// plain memory of the same pattern (a buffer of at most 1 GiB) in the same run; faults and
-// prefetched are the engine's missing faults and readahead restores during the scan. kernel_gbps
+// plain memory of the same pattern (a buffer of at most 1 GiB) in the same run; faults, wp_faults
+// and prefetched are the engine's missing faults, write-protect faults (a clean chunk's first
+// store) and readahead restores during the scan. kernel_gbps
 // is the kernel's answer, measured first (before the engine starts threads): the same data in
 // --bytes of pageable memory of a child process whose memory cgroup holds it to --resident bytes,
 // the rest swapped by the kernel to a zram device (lz4 where offered) -- the same scans in the same
@@ -224,14 +225,15 @@ int Run(const ScanArgs& a) {
   std::vector<char> plain(plain_len);
   FillScanData(kind, plain.data(), plain_len, cs);
 
-  Report rep({"mode", "threads", "gbps", "memcpy_gbps", "ratio", "faults", "prefetched",
-              "kernel_gbps", "bytes", "resident"});
+  Report rep({"mode", "threads", "gbps", "memcpy_gbps", "ratio", "faults", "wp_faults",
+              "prefetched", "kernel_gbps", "bytes", "resident"});
   uint64_t seed = 1;
   for (const std::string& mode : Split(a.modes)) {
     for (int threads : thread_counts) {
       // Down to the limit: the scan meets compressed chunks everywhere but in the resident part.
       if (Status s = e->EvictTo(resident); !s.ok()) return Fail(s);
-      const uint64_t f0 = StatGet(Stat::faults_missing), p0 = StatGet(Stat::readahead_chunks);
+      const uint64_t f0 = StatGet(Stat::faults_missing), p0 = StatGet(Stat::readahead_chunks),
+                     w0 = StatGet(Stat::faults_wp);
       uint64_t read = 0, plain_read = 0;
       const double sec = Scan(mode, threads, base, r.size, cs, a.touches, ++seed, &read);
       const double psec =
@@ -240,6 +242,7 @@ int Run(const ScanArgs& a) {
       rep.AddRow({mode, std::to_string(threads), Fixed(gbps, 3), Fixed(mgbps, 2),
                   Fixed(mgbps > 0 ? gbps / mgbps : 0, 3),
                   std::to_string(StatGet(Stat::faults_missing) - f0),
+                  std::to_string(StatGet(Stat::faults_wp) - w0),
                   std::to_string(StatGet(Stat::readahead_chunks) - p0),
                   kernel.count({mode, threads}) ? Fixed(kernel[{mode, threads}], 3) : "-",
                   FormatSize(r.size), FormatSize(resident)});
