@@ -230,6 +230,7 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
         return Outcome::kDone;
       }
       if (!c.TryBusy(w)) continue;
+      NoteWriteFault(*r, i);
       return ResolveWriteProtect(r, c, p, w);
     }
     if (IsResident(w) || (s == kPartial && (c.present.load() >> u & 1))) {  // installed meanwhile
@@ -403,6 +404,13 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t
   s->last = i;
   s->used = stored_faults_;
   s->when = now;
+  // A scan that writes what it reads (an optimizer updating parameters in place) took a
+  // write-protect fault since its last fault -- at least on the chunk that fault restored, which
+  // is installed clean: its next window is installed writable and dirty, so that each chunk's
+  // first store does not wait for a write-protect fault. The faulted chunk of every window stays
+  // clean and tells again whether the scan still writes; a read-only scan takes no such fault.
+  const bool write = s->writes > 0;
+  s->writes = 0;
   // Three faults a stride apart start readahead (two happen by chance in a random order).
   if (s->run < 3) return;
   // The window: ZRTIER_READAHEAD, the windows of all scans together within an eighth of the
@@ -419,11 +427,21 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t
   size_t from = std::max(s->ahead, i) + stride;
   from = i + (from - i + stride - 1) / stride * stride;  // on the stride
   if (from >= end) return;
-  Readahead(r, from, stride, (end - from) / stride);
+  Readahead(r, from, stride, (end - from) / stride, write);
   s->ahead = end - stride;
 }
 
-void Pager::Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count) {
+void Pager::NoteWriteFault(const Region& r, size_t i) {
+  // A chunk that readahead put ahead of a stream, or the one it faulted last.
+  for (Stream& st : streams_)
+    if (st.run >= 3 && st.region == r.id && i >= st.last && i <= st.ahead) {
+      ++st.writes;
+      return;
+    }
+}
+
+void Pager::Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count,
+                      bool write) {
   // The middle chunk is left to the scan: its fault is the signal to schedule the next window
   // while the second half is still being read (a window that ran dry would stall the scan).
   const size_t trigger = count / 2;
@@ -440,6 +458,7 @@ void Pager::Readahead(const std::shared_ptr<Region>& r, size_t first, size_t str
     Fault f;
     f.region = r;
     f.addr = reinterpret_cast<uint64_t>(r->table.AddressOf(j));
+    f.write = write;
     f.t0 = MonotonicNs();
     readahead_queued_.fetch_add(1);
     restore_q_.push_back(RestoreJob{std::move(f), &c, r->table.AddressOf(j), from, true});
@@ -465,7 +484,7 @@ void Pager::RestoreLoop() {
       if (j.from == kPartial) {
         Complete(j.f.region.get(), *j.c, j.p, false, false, j.f.t0, /*readahead=*/true);
       } else {
-        Load(j.f.region.get(), *j.c, j.p, j.from, false, j.f.t0, /*readahead=*/true);
+        Load(j.f.region.get(), *j.c, j.p, j.from, j.f.write, j.f.t0, /*readahead=*/true);
       }
       readahead_queued_.fetch_sub(1);
       lock.lock();

@@ -111,8 +111,9 @@ class Pager {
     size_t stride = 0;
     uint32_t run = 0;
     size_t ahead = 0;
-    uint64_t used = 0;  // when the stream last matched (the pager's fault count)
-    uint64_t when = 0;  // and its time (MonotonicNs)
+    uint64_t used = 0;    // when the stream last matched (the pager's fault count)
+    uint64_t when = 0;    // and its time (MonotonicNs)
+    uint32_t writes = 0;  // write-protect faults on its chunks since its last fault
   };
   static constexpr int kStreams = 16;
   // A stream that matched a fault this recently scans still: readahead's windows of all such
@@ -158,9 +159,12 @@ class Pager {
   // Follows the streams of missing faults on stored chunks; schedules readahead and tells the
   // budget its reach (pager thread). `now`: the fault's time.
   void NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now);
+  // A write-protect fault on chunk `i` of region `r`: counted for the stream scanning there.
+  void NoteWriteFault(const Region& r, size_t i);
   // Claims the stored (and partial) chunks among `count` chunks from `first` with `stride` and
-  // queues them.
-  void Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count);
+  // queues them; `write`: the scan writes them (stored ones are installed writable and dirty).
+  void Readahead(const std::shared_ptr<Region>& r, size_t first, size_t stride, size_t count,
+                 bool write);
   // A fault outside any live region (see pager.cc).
   void Stray(uint64_t addr, bool wp);
   void Finish(const Fault& f);
