@@ -63,6 +63,12 @@ bool Touch(const Scanned& s, const std::vector<size_t>& order) {
   return true;
 }
 
+// A scan restored ahead: readahead restored most of the `n` chunks, and the scan faulted few.
+void ExpectRestoredAhead(uint64_t ahead, uint64_t faults, size_t n) {
+  EXPECT_GT(ahead, n / 2) << "readahead restored " << ahead << " of " << n;
+  EXPECT_LT(faults, n / 4) << faults << " faults for " << n << " chunks";
+}
+
 // Chunks 0, 1, ..., n - 1: the order of a sequential scan.
 std::vector<size_t> Sequential(size_t n) {
   std::vector<size_t> order(n);
@@ -77,10 +83,8 @@ TEST(PagerTest, ASequentialScanIsRestoredAhead) {
   std::vector<size_t> order = Sequential(s.n);
   const uint64_t f0 = StatGet(Stat::faults_missing), ra0 = StatGet(Stat::readahead_chunks);
   EXPECT_TRUE(Touch(s, order));
-  const uint64_t faults = StatGet(Stat::faults_missing) - f0;
-  const uint64_t ahead = StatGet(Stat::readahead_chunks) - ra0;
-  EXPECT_GT(ahead, s.n / 2) << "readahead restored " << ahead << " of " << s.n;
-  EXPECT_LT(faults, s.n / 4) << faults << " faults for " << s.n << " chunks";
+  ExpectRestoredAhead(StatGet(Stat::readahead_chunks) - ra0, StatGet(Stat::faults_missing) - f0,
+                      s.n);
 }
 
 TEST(PagerTest, AStridedScanIsRestoredAhead) {
@@ -148,14 +152,13 @@ TEST(PagerTest, ScansWhileT1KeepsPartOfTheDataAreStillRestoredAhead) {
          (unsigned long long)ahead, s.n);
   EXPECT_TRUE(same) << "a scan read other bytes than were written";
   EXPECT_TRUE(kept) << "the scans did not make T1 keep part of the data";
-  EXPECT_GT(ahead, s.n / 2) << "readahead restored " << ahead << " of " << s.n;
-  EXPECT_LT(faults, s.n / 4) << faults << " faults for " << s.n << " chunks in the last pass";
+  ExpectRestoredAhead(ahead, faults, s.n);  // in the last pass
 }
 
 // A scan that writes what it reads (an optimizer's update in place): after its first windows,
 // readahead installs its chunks writable and dirty, so that their first stores take no
 // write-protect fault each; every store survives eviction; a read-only scan after it again gets
-// clean chunks (their eviction encodes nothing).
+// clean chunks (their eviction encodes only what T1 keeps).
 TEST(PagerTest, AScanThatWritesGetsItsChunksWritable) {
   ZRTIER_SKIP_UNLESS_UFFD();
   Scanned s = Make(512, "8M", "2M");
