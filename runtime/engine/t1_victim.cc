@@ -123,6 +123,13 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
       best_kept = kept;
     }
   }
+  if (keep && best_kept) {
+    // Every candidate is kept: the chunks that cycle are a small share of T1 (the keep set's
+    // room), which a sample misses more often than not. The clock finds one of them, and takes a
+    // kept chunk only after a lap found none.
+    lock.unlock();
+    return clock_.NextKeeping(space, max_scan, keep, out);
+  }
   *out = cand[best];
   // The rest of its group follows where it is predicted at least 7/8 as far ahead (where nothing
   // is predicted for the victim: the group's unpredicted chunks).
