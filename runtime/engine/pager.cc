@@ -413,12 +413,15 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t
   s->writes = 0;
   // Three faults a stride apart start readahead (two happen by chance in a random order).
   if (s->run < 3) return;
-  // The window: ZRTIER_READAHEAD, the windows of all scans together within an eighth of the
-  // resident limit (the evictor makes room for them behind the scans; more would push chunks
-  // restored ahead out before they are read).
+  // The window: ZRTIER_READAHEAD shared by the active scans, each at least kStreamChunks (one scan
+  // gets it all: enough chunks in flight to keep every worker decoding; many scans keep the
+  // workers busy together), and all of them together within an eighth of the resident limit (the
+  // evictor makes room for them behind the scans; more would push chunks restored ahead out
+  // before they are read, and that room is budget that T1 cannot keep data in).
   size_t active = 0;
   for (const Stream& st : streams_) active += st.run >= 3 && now < st.when + kActiveStreamNs;
-  size_t window = readahead_bytes_ / e_.chunk;
+  size_t window = std::min(readahead_bytes_ / e_.chunk,
+                           std::max(kStreamChunks, readahead_bytes_ / active / e_.chunk));
   if (const uint64_t limit = e_.budget->limit())
     window = std::min<size_t>(window, limit / 8 / active / e_.chunk);
   e_.budget->SetReadaheadReach(uint64_t{window} * e_.chunk * active);

@@ -120,6 +120,9 @@ class Pager {
   // streams together stay within an eighth of the resident limit. A scan behind readahead faults
   // once per half window: every few ms for an optimizer thread's 8 MiB windows.
   static constexpr uint64_t kActiveStreamNs = 100'000'000;
+  // The least window of one of several active scans, in chunks: a thread reads a chunk several
+  // times faster than a worker decodes one, so a few in flight keep it from waiting on each.
+  static constexpr size_t kStreamChunks = 4;
 
   void PagerLoop();
   // Retries the parked faults once; those still waiting go back into `parked`.
