@@ -435,6 +435,7 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t
 }
 
 void Pager::NoteWriteFault(const Region& r, size_t i) {
+  if (restorer_count_ == 0 || readahead_bytes_ == 0) return;  // no streams are followed
   // A chunk that readahead put ahead of a stream, or the one it faulted last.
   for (Stream& st : streams_)
     if (st.run >= 3 && st.region == r.id && i >= st.last && i <= st.ahead) {

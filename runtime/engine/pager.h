@@ -162,7 +162,8 @@ class Pager {
   // Follows the streams of missing faults on stored chunks; schedules readahead and tells the
   // budget its reach (pager thread). `now`: the fault's time.
   void NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now);
-  // A write-protect fault on chunk `i` of region `r`: counted for the stream scanning there.
+  // A write-protect fault on chunk `i` of region `r`: counted for the stream scanning there (none
+  // without readahead).
   void NoteWriteFault(const Region& r, size_t i);
   // Claims the stored (and partial) chunks among `count` chunks from `first` with `stride` and
   // queues them; `write`: the scan writes them (stored ones are installed writable and dirty).
