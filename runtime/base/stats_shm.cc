@@ -553,7 +553,15 @@ Verdict Judge(const std::string& dir, pid_t pid, StatsSnapshot* snap, struct sta
     *why = path + ": the block of pid " + std::to_string(snap->pid) + ", skipped";
     return Verdict::kSkip;
   }
-  if (StatsProcessGone(pid, snap->start_unix_ns)) return ours ? Verdict::kDead : Verdict::kSkip;
+  if (StatsProcessGone(pid, snap->start_unix_ns)) {
+    // The start times also disagree when the wall clock was stepped after the block was made (a
+    // virtual machine's clock set after boot, NTP): a running pid whose block's heartbeat is fresh
+    // is that block's writer, not a reuse of its pid (a reuse shows at most until the heartbeat is
+    // stale).
+    const bool fresh = snap->heartbeat_unix_ns + kForeignHeartbeatNs > snap->taken_unix_ns;
+    if (!fresh || (kill(pid, 0) != 0 && errno == ESRCH))
+      return ours ? Verdict::kDead : Verdict::kSkip;
+  }
   if (!ours && !ProcessHasUid(pid, st->st_uid)) {
     *why = path + ": owned by uid " + std::to_string(st->st_uid) +
            ", neither this user nor the owner of process " + std::to_string(pid) + ", skipped";

@@ -174,10 +174,12 @@ TEST_F(StatsShmTest, BlockOfDeadProcessIsCleanedUp) {
 }
 
 TEST_F(StatsShmTest, ReusedPidIsStale) {
-  // A block that claims our pid but was created an hour before this process started.
+  // A block that claims our pid but was created an hour before this process started, by a writer
+  // that is gone (its heartbeat stopped then).
   auto* block = new StatsBlock();
   InitStatsBlock(block);
   block->start_unix_ns -= 3600ull * 1000000000ull;
+  block->heartbeat_unix_ns = block->start_unix_ns;
   WriteBlock(getpid(), block, sizeof(StatsBlock));
   EXPECT_TRUE(StatsProcessGone(getpid(), block->start_unix_ns));
   EXPECT_TRUE(ReadAllStats(true, nullptr, dir_).empty());
@@ -188,6 +190,21 @@ TEST_F(StatsShmTest, ReusedPidIsStale) {
   WriteBlock(getpid(), block, sizeof(StatsBlock));
   EXPECT_FALSE(StatsProcessGone(getpid(), block->start_unix_ns));
   EXPECT_EQ(ReadAllStats(true, nullptr, dir_).size(), 1u);
+  EXPECT_EQ(CleanStaleStats(dir_), 0);
+  delete block;
+}
+
+TEST_F(StatsShmTest, AClockStepLeavesALiveBlockLive) {
+  // The wall clock was set an hour ahead after the block was made: its start time reads an hour
+  // before this process started, but its writer's heartbeat is fresh (on the new clock).
+  auto* block = new StatsBlock();
+  InitStatsBlock(block);
+  block->start_unix_ns -= 3600ull * 1000000000ull;
+  block->heartbeat_unix_ns = RealtimeNs();
+  WriteBlock(getpid(), block, sizeof(StatsBlock));
+  EXPECT_TRUE(StatsProcessGone(getpid(), block->start_unix_ns)) << "by the start times alone";
+  EXPECT_EQ(ReadAllStats(true, nullptr, dir_).size(), 1u) << "a fresh heartbeat: live";
+  EXPECT_TRUE(Exists(getpid())) << "a live block is never unlinked";
   EXPECT_EQ(CleanStaleStats(dir_), 0);
   delete block;
 }
