@@ -118,7 +118,7 @@ class Pager {
   static constexpr int kStreams = 16;
   // A stream that matched a fault this recently scans still: readahead's windows of all such
   // streams together stay within an eighth of the resident limit. A scan behind readahead faults
-  // once per half window: every few ms for an optimizer thread's 8 MiB windows.
+  // once per half window: every few ms for an optimizer thread.
   static constexpr uint64_t kActiveStreamNs = 100'000'000;
   // The least window of one of several active scans, in chunks: a thread reads a chunk several
   // times faster than a worker decodes one, so a few in flight keep it from waiting on each.
