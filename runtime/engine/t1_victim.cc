@@ -76,7 +76,8 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
   // contiguous, so a sweep would compare chunks of one layer only).
   Victim cand[kSample];
   policy::ChunkKey keys[kSample];
-  int n = 0;
+  bool kept[kSample];
+  int n = 0, cycling = 0;  // candidates, and those outside the kept sample
   const uint64_t probes = std::min<uint64_t>(max_scan, uint64_t{kSample} * kProbesPerSample);
   for (uint64_t k = 0; k < probes && n < kSample; ++k) {
     const uint64_t pos = Mix64(draws_.fetch_add(1, std::memory_order_relaxed)) % total;
@@ -91,9 +92,14 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
     if (dup) continue;
     cand[n] = Victim{table, i, w};
     keys[n] = policy::ChunkKey{space.ids[t], i};
+    kept[n] = keep && Kept(space.ids[t], i, table->keep_share.load(std::memory_order_relaxed));
+    cycling += !kept[n];
     ++n;
   }
-  if (n == 0) return clock_.NextKeeping(space, max_scan, keep, out);  // few resident: sweep
+  // Few resident: sweep. Every candidate kept: the chunks that cycle are a small share of T1 (the
+  // keep set's room), which a sample misses more often than not; the clock finds one of them, and
+  // takes a kept chunk only after a lap found none.
+  if (n == 0 || cycling == 0) return clock_.NextKeeping(space, max_scan, keep, out);
   uint64_t dist[kSample];
   std::unique_lock<std::mutex> lock(mu_);
   if (!oracle_) {
@@ -110,25 +116,16 @@ bool ReusePolicy::Next(const ChunkSpace& space, uint64_t max_scan, Victim* out) 
   uint64_t best_key = 0;
   bool best_kept = true;
   for (int j = 0; j < n; ++j) {
-    const bool kept = keep && Kept(keys[j].region, keys[j].chunk,
-                                   cand[j].table->keep_share.load(std::memory_order_relaxed));
-    if (kept && !best_kept) continue;
+    if (kept[j] && !best_kept) continue;
     bool ref = false;
     if (dist[j] == policy::kNeverUsed)
       ref = cand[j].table->chunks[cand[j].index].referenced.exchange(0, std::memory_order_relaxed);
     const uint64_t key = policy::ReuseKey(dist[j], ref ? 0 : 1);
-    if (j == 0 || (best_kept && !kept) || key > best_key) {
+    if (j == 0 || (best_kept && !kept[j]) || key > best_key) {
       best = j;
       best_key = key;
-      best_kept = kept;
+      best_kept = kept[j];
     }
-  }
-  if (keep && best_kept) {
-    // Every candidate is kept: the chunks that cycle are a small share of T1 (the keep set's
-    // room), which a sample misses more often than not. The clock finds one of them, and takes a
-    // kept chunk only after a lap found none.
-    lock.unlock();
-    return clock_.NextKeeping(space, max_scan, keep, out);
   }
   *out = cand[best];
   // The rest of its group follows where it is predicted at least 7/8 as far ahead (where nothing
