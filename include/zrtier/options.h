@@ -78,8 +78,8 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "\"Prefetcher off by default\")")                                                            \
   X(kReadahead, "READAHEAD", kSize, "8M", "bytes", "", "readahead",                              \
     "bytes of stored chunks restored ahead of the CPU's sequential or strided scans, in parallel " \
-    "on the workers: one scan gets them all, several share them (at least 1M each), all together " \
-    "at most 1/8 of the resident limit. 0 = off")                                                 \
+    "on the workers: one scan gets them all, several share them (at least 4 chunks each), all "    \
+    "together at most 1/8 of the resident limit. 0 = off")                                        \
   X(kPartialRestore, "PARTIAL_RESTORE", kBool, "1", "", "", "",                                  \
     "1 = a CPU touch of a stored chunk that looks random (not a scan) restores only the touched "  \
     "page (1/64 of a chunk over 256K), not the whole chunk; 0 = whole chunks")                    \
