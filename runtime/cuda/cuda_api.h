@@ -60,6 +60,9 @@ namespace zrtier {
   X(cudaEventSynchronize, true)       \
   X(cudaLaunchHostFunc, true)         \
   X(cudaStreamSynchronize, true)      \
+  X(cudaStreamCreateWithFlags, false) \
+  X(cudaStreamDestroy, false)         \
+  X(cudaStreamWaitEvent, false)       \
   X(cudaStreamQuery, false)           \
   X(cudaStreamIsCapturing, true)      \
   X(cudaDeviceSynchronize, true)      \

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
@@ -23,6 +24,8 @@ GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
 // The process's Shim is never destroyed (process.h), so this runs in tests, with the runtime up.
 GpuDecode::~GpuDecode() {
   for (auto& t : targets_) {
+    for (cudaStream_t& s : t->decode)
+      if (s) api_->cudaStreamDestroy(s);
     t->ring.reset();
     t->host_ring.reset();
     if (t->staging) api_->cudaFree(t->staging);
@@ -92,6 +95,18 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
       "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU (staging: %zu MiB "
       "of device memory, %zu MiB pinned)",
       kMaxStagingBytes >> 20, kHostStagingBytes >> 20);
+  if (api_->cudaStreamCreateWithFlags && api_->cudaStreamDestroy && api_->cudaStreamWaitEvent) {
+    int made = 0;
+    while (made < kDecodeStreams &&
+           api_->cudaStreamCreateWithFlags(&t->decode[made], cudaStreamNonBlocking) == cudaSuccess)
+      ++made;
+    if (made < kDecodeStreams) {
+      if (api_->cudaGetLastError) api_->cudaGetLastError();
+      for (int k = 0; k < made; ++k) api_->cudaStreamDestroy(t->decode[k]);
+      std::fill(std::begin(t->decode), std::end(t->decode), nullptr);
+      Log(LogLevel::kInfo, "GPU decode: no decode streams; launches run on the copy's stream");
+    }
+  }
   t->ring = std::make_unique<StagingRing>(api_, pool_->events(), t->staging, kMaxStagingBytes);
   t->host_ring = std::make_unique<StagingRing>(api_, pool_->events(), t->host, kHostStagingBytes);
   targets_.push_back(std::move(t));
@@ -147,6 +162,17 @@ void GpuDecode::Describe(int slot, const void* src, void* dst, uint32_t enc_len,
   d.enc_len = enc_len;
   d.len = len;
   d.reserved = 0;
+}
+
+cudaError_t GpuDecode::Order(cudaStream_t waiter, cudaStream_t done) {
+  cudaError_t err = cudaSuccess;
+  cudaEvent_t ev = pool_->events()->Get(&err);
+  if (!ev) return err != cudaSuccess ? err : cudaErrorUnknown;
+  err = api_->cudaEventRecord(ev, done);
+  if (err == cudaSuccess) err = api_->cudaStreamWaitEvent(waiter, ev, 0);
+  // The wait holds the record it was queued behind: the event may be recorded again.
+  pool_->events()->Put(ev);
+  return err;
 }
 
 cudaError_t GpuDecode::Launch(Target* t, const int* slots, uint32_t count, cudaStream_t stream) {

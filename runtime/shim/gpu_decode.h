@@ -6,7 +6,11 @@
 // staging ring in device memory (staging_ring.h, packed) and one launch of the decode kernel
 // (runtime/gpu/) for the piece that reads them and writes the chunks into the destination. The
 // slots stay pinned until the event recorded after the launch, as after a DMA, so stream order,
-// events and cudaStreamWaitEvent behave as for a plain copy.
+// events and cudaStreamWaitEvent behave as for a plain copy. The launches run on decode streams
+// of the context (kDecodeStreams, taken in turn): each waits for the caller's stream at its piece's
+// DMAs, and the caller's stream waits for them at the end of the copy, so that the next piece's
+// DMAs cross the link while the GPU decodes the piece before (on the caller's stream alone they
+// would take turns).
 //
 // Per CUDA context (a Target): the kernel, loaded once, and two staging rings: kHostStagingBytes
 // of pinned host memory, where a piece's fills pack its encodings (room for a chunk each, taken
@@ -27,6 +31,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -51,6 +56,9 @@ class GpuDecode {
   // (max_piece_chunks), each taking a chunk of room per GPU chunk before its fills.
   static constexpr size_t kHostStagingBytes = 128 << 20;
 
+  // Streams per context that decode launches take in turn (two pieces decode at once).
+  static constexpr int kDecodeStreams = 2;
+
   // One CUDA context's kernel and staging buffers.
   struct Target {
     CUcontext ctx = nullptr;
@@ -59,6 +67,10 @@ class GpuDecode {
     char* host = nullptr;                       // pinned host memory, kHostStagingBytes
     std::unique_ptr<StagingRing> ring;          // over `staging`
     std::unique_ptr<StagingRing> host_ring;     // over `host`
+    // Non-blocking streams for the launches; null where none could be made (the launches then
+    // run on the caller's stream).
+    cudaStream_t decode[kDecodeStreams] = {};
+    std::atomic<unsigned> next_decode{0};
   };
 
   // `api` (the real runtime) and `pool` must outlive this object. `enabled` false
@@ -86,6 +98,13 @@ class GpuDecode {
   // after its earlier work (the DMAs into the staging buffers among it): one launch, whatever the
   // slots' order. cudaErrorLaunchFailure on error.
   cudaError_t Launch(Target* t, const int* slots, uint32_t count, cudaStream_t stream);
+  // The decode stream for the next piece of `t`, in turn; null when `t` has none.
+  cudaStream_t DecodeStream(Target* t) {
+    return t->decode[t->next_decode.fetch_add(1, std::memory_order_relaxed) % kDecodeStreams];
+  }
+  // Makes `waiter` wait for the work queued on `done` so far (an event recorded there). An error
+  // when no event could be had or the calls failed: nothing was queued on `waiter` then.
+  cudaError_t Order(cudaStream_t waiter, cudaStream_t done);
 
   // One line for the log and `zrtier doctor`: "on (...)" or why the CPU decodes.
   std::string Describe() const;

@@ -77,7 +77,7 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream,
                                 GpuDecode::Target* gpu, const StagingRing::Span& span,
-                                size_t packed) {
+                                size_t packed, cudaStream_t* decode_stream) {
   const CudaApi* api = ctx.api;
   PinnedPool* pool = ctx.pool;
   cudaError_t err = failed ? cudaErrorUnknown : cudaSuccess;
@@ -140,21 +140,29 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   }
   StatAdd(Stat::h2d_dma_ops, dmas.size());
   if (err == cudaSuccess) err = dmas.Issue(stream);
-  // The launches, behind the staging DMAs in the stream.
+  // The launches, behind the staging DMAs: on a decode stream that waits for them (the caller's
+  // stream waits for it at the end of the copy), so that the next piece's DMAs need not wait for
+  // this piece's decode; on the caller's stream where that cannot be had.
+  cudaStream_t launch_stream = stream;
+  if (err == cudaSuccess && dev.ptr && decode_stream) {
+    cudaStream_t s = ctx.gpu->DecodeStream(gpu);
+    if (s && ctx.gpu->Order(s, stream) == cudaSuccess) launch_stream = *decode_stream = s;
+  }
   if (err == cudaSuccess && !gpu_chunks.empty())
     err = LaunchDecodes(ctx, dev.ptr ? gpu : nullptr, piece, gpu_chunks, dst0, src0, cur, end,
-                        stream, &gpu_bytes, &gpu_enc);
-  if (dev.ptr) gpu->ring->Commit(dev, stream);
+                        launch_stream, &gpu_bytes, &gpu_enc);
+  if (dev.ptr) gpu->ring->Commit(dev, launch_stream);
   if (span.ptr) gpu->host_ring->Commit(span, stream);
   StatAdd(Stat::h2d_gpu_decoded_bytes, gpu_bytes);
   StatAdd(Stat::h2d_gpu_encoded_bytes, gpu_enc);
 
-  // Release: the slots read by the DMAs stay held until the event completes.
+  // Release: the slots read by the DMAs (and the launches' descriptors) stay held until the event
+  // completes -- recorded where the launches ran, behind the DMAs.
   cudaEvent_t ev = nullptr;
   if (err == cudaSuccess && !busy.empty()) {
     cudaError_t e2 = cudaSuccess;
     ev = pool->events()->Get(&e2);
-    if (ev && api->cudaEventRecord(ev, stream) != cudaSuccess) {
+    if (ev && api->cudaEventRecord(ev, launch_stream) != cudaSuccess) {
       pool->events()->Put(ev);
       ev = nullptr;
     }
@@ -162,8 +170,9 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   if (ev) {
     pool->AddInflight(ev, busy);
   } else if (!busy.empty() || err != cudaSuccess) {
-    // No event (or an error after some work was queued): wait for the stream instead.
-    DmaBatch::Synchronize(api, stream);
+    // No event (or an error after some work was queued): wait for the stream instead (the decode
+    // stream waits for the caller's).
+    DmaBatch::Synchronize(api, launch_stream);
   }
   std::vector<PinnedPool::PublishItem> items;
   std::vector<int> slots;
@@ -219,6 +228,8 @@ class H2DPath::Copier {
   // Non-null: the GPU decodes this copy's stored chunks (GpuDecode::Usable); their fills copy
   // encodings, which are not handed to the stream still filling (defer_ is off).
   GpuDecode::Target* gpu_;
+  // The decode streams this copy's launches ran on (Finish makes stream_ wait for them).
+  std::vector<cudaStream_t> joins_;
   bool defer_;
   size_t piece_misses_ = 0, window_ = 0, transit_budget_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
   bool all_ready_ = true;
@@ -302,8 +313,11 @@ void H2DPath::Copier::IssueReady() {
   while (err_ == cudaSuccess && !inflight_.empty() && inflight_.front()->ready()) {
     Piece& pc = *inflight_.front();
     uint64_t t0 = MonotonicNs();
+    cudaStream_t decode = nullptr;
     err_ = IssuePiece(ctx_, dst_, src_, pc.chunks, pc.begin, pc.end, pc.failed.load(),
-                      /*publish=*/true, r_.id, stream_, gpu_, pc.span, pc.packed.load());
+                      /*publish=*/true, r_.id, stream_, gpu_, pc.span, pc.packed.load(), &decode);
+    if (decode && std::find(joins_.begin(), joins_.end(), decode) == joins_.end())
+      joins_.push_back(decode);
     StatAdd(Stat::copy_issue_ns, MonotonicNs() - t0);
     inflight_.pop_front();
     Report();
@@ -446,6 +460,10 @@ void H2DPath::Copier::WaitOldestFill() {
 
 cudaError_t H2DPath::Copier::Finish() {
   Report();
+  // The copy's stream waits for the decode streams its launches ran on (or, where that cannot be
+  // queued, the host waits for them): what the caller queues next sees the decoded bytes.
+  for (cudaStream_t s : joins_)
+    if (ctx_.gpu->Order(stream_, s) != cudaSuccess) DmaBatch::Synchronize(ctx_.api, s);
   // Owned slots these hits asked to leave (PinnedPool::TakeWanted): queued behind this copy's
   // fills.
   path_->write_back_->MaybeStart();

@@ -67,12 +67,16 @@ class H2DPath {
   // error.
   // `gpu`: the chunks filled encoded (Chunk::enc_len), packed into `packed` bytes of `span` (in
   // gpu's host staging ring), go in one DMA to gpu's device ring and are decoded on the GPU there;
-  // both reservations are committed to the stream.
+  // with `decode_stream` non-null, the launches run on one of gpu's decode streams, made to wait
+  // for `stream` behind the piece's DMAs, and it is stored there: the caller makes `stream` wait
+  // for it before its copy is done. Otherwise (or without a decode stream) they run on `stream`.
+  // The device reservation is committed where the launches ran, the host one to `stream`.
   static cudaError_t IssuePiece(const CopyContext& ctx, char* dst0, const char* src0,
                                 const std::vector<Chunk>& piece, const char* cur, const char* end,
                                 bool failed, bool publish, uint64_t region, cudaStream_t stream,
                                 GpuDecode::Target* gpu = nullptr,
-                                const StagingRing::Span& span = {}, size_t packed = 0);
+                                const StagingRing::Span& span = {}, size_t packed = 0,
+                                cudaStream_t* decode_stream = nullptr);
   // Launches the GPU decode of the chunks piece[gpu_chunks[...]] of a piece (their encodings
   // staged and described) on `stream`, gpu::kDecodeMaxSelect of them a launch. A launch that
   // fails, or every chunk when `gpu` is null (nothing staged): the CPU reads the chunks into their
