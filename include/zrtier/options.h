@@ -112,9 +112,10 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "0 = the copy call waits for every chunk")                                                   \
   X(kGpuDecode, "GPU_DECODE", kBool, "0", "", "", "gpu-decode",                                  \
     "1 = a copy to the GPU of chunks stored in the GPU format (ZRTIER_CODEC=gpu) sends their "    \
-    "encoded bytes and decodes them on the GPU, on the copy's stream (per CUDA context: 64 MiB "  \
-    "of device memory, 128 MiB pinned); 0 = the CPU decodes (the default: faster with 16 cores, " \
-    "level with 32 so far, docs/decisions.md \"GPU decode on the copy's stream\")")               \
+    "encoded bytes and decodes them on the GPU, in the copy's stream order (per CUDA context: "   \
+    "64 MiB of device memory, 128 MiB pinned); 0 = the CPU decodes (the default: the GPU path is " \
+    "faster for long copies and streaming, slower for copies of tens of MiB and, with the GPU "   \
+    "format, for CPU access; docs/PERFORMANCE.md)")                                               \
   X(kCrashReport, "CRASH_REPORT", kBool, "0", "", "", "crash-report",                            \
     "1 = a process that dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT first prints the "     \
     "signal, the thread's name and its native stack to stderr (it still ends as it would)")      \
