@@ -15,13 +15,16 @@ refreshed from its master on the CPU. The token embedding and the LM head stay o
     LD_PRELOAD=libzrtier.so python3 weight_streaming.py --out /tmp/b.json
     python3 weight_streaming.py --compare /tmp/a.json /tmp/b.json   # exit 0 iff bit-identical
 
-The digest covers every step's loss and the final fp32 master weights. Speed: tokens/s.
+The digest covers every step's loss and the final fp32 master weights. Speed: tokens/s; `phase_ms`: the
+steady steps' mean wall time in the GPU phase (forward, backward, gradients copied back), the CPU
+optimizer step and the bf16 refresh.
 Default: 12 layers of a Llama-shaped 0.6B model (dim 2048, MLP 5632); pins 7.5 GiB (masters 3 GiB,
 bf16 copies 1.5 GiB, gradients 3 GiB, each flat buffer rounded up to a power of two by PyTorch).
 """
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import suite_util  # noqa: E402  (sets CUBLAS_WORKSPACE_CONFIG before torch is imported)
@@ -204,22 +207,32 @@ def main():
             inputs[i] = None
             k += 1
         d2h.synchronize()  # every gradient is in its pinned buffer
+        t_gpu = time.perf_counter()
 
         # CPU optimizer on the pinned masters, then the bf16 compute copies from them.
         opt.step()
+        t_opt = time.perf_counter()
         with torch.no_grad():
             for m, c in zip(masters, compute):
                 c.copy_(m)
+        # The three phases' wall times (each ends at a point the step waits for anyway).
+        phases.append((t_gpu, t_opt, time.perf_counter()))
         return loss
 
     losses = []
+    phases = []  # per step: (GPU work and gradients in, optimizer done, bf16 copies refreshed)
+    starts = []
     steps = args.warmup + args.steps
     timer = suite_util.StepTimer(args.warmup)
     timer.start()
     for _ in range(steps):
+        starts.append(time.perf_counter())
         loss = train_step()
         losses.append(suite_util.loss_hex(loss))
         timer.step()
+    steady = list(zip(starts, phases))[args.warmup:]
+    phase_ms = {name: round(sum((p[k] - (p[k - 1] if k else s)) for s, p in steady) * 1e3 / len(steady), 3)
+                for k, name in enumerate(("gpu", "optimizer", "refresh"))} if steady else {}
 
     digest = suite_util.Digest()
     for s in losses:
@@ -233,6 +246,7 @@ def main():
         "digest": digest.hexdigest(),
         "losses": losses,
         **timer.fields(B * S, "tokens/s"),
+        "phase_ms": phase_ms,
         "peak_rss_bytes": suite_util.peak_rss_bytes(),
         "pinned_bytes": pinned,
         "pinned_bytes_source": source,
