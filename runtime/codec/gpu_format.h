@@ -61,9 +61,11 @@ inline constexpr uint8_t kModeHuffman = 1;
 inline constexpr int kMaxCodeLen = 11;
 inline constexpr uint32_t kTableSize = 1u << kMaxCodeLen;
 
-// The encoder's segment: 1024 symbols per GPU thread (docs/decisions.md: the offsets cost 0.3 % of
-// a bf16 chunk; 256 KiB of bf16 is 128 segments). Decoders accept kMinSegmentLog2..kMaxSegmentLog2.
-inline constexpr int kSegmentLog2 = 10;
+// The encoder's segment: 256 symbols per GPU thread, so that a chunk's decode is short (256 KiB of
+// bf16 is 512 segments, one CTA of 512 threads); the offsets and padding cost ~1.3 % of a bf16
+// chunk against 1024-symbol segments (docs/decisions.md, "GPU format: 256-symbol segments").
+// Decoders accept kMinSegmentLog2..kMaxSegmentLog2.
+inline constexpr int kSegmentLog2 = 8;
 inline constexpr int kMinSegmentLog2 = 5;
 inline constexpr int kMaxSegmentLog2 = 16;
 

@@ -46,7 +46,9 @@ static_assert(sizeof(DecodeSelect) + 3 * sizeof(uint64_t) <= 4096, "kernel param
 
 inline constexpr char kDecodeKernelName[] = "zrtier_gpu_decode";
 inline constexpr unsigned kDecodeAlign = 16;  // src and dst alignment the kernel needs
-inline constexpr unsigned kDecodeThreads = 128;
+// Threads of a CTA, one per segment of a plane (a 256 KiB chunk of bf16 has 512 segments of the
+// encoder's kSegmentLog2); a chunk with more segments gives each thread several in turn.
+inline constexpr unsigned kDecodeThreads = 512;
 
 // status[c] bits.
 enum DecodeError : uint32_t {
