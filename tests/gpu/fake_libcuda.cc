@@ -6,7 +6,9 @@
 // on the stream's worker in stream order, as a kernel would, and the runtime's context counts as
 // current on every thread (as the real runtime's primary context is once it is in use).
 // Test knobs, read at each call: FAKE_LIBCUDA_NO_MODULE=1 makes cuModuleLoadData fail (a GPU the
-// kernel does not run on), FAKE_LIBCUDA_LAUNCH_FAIL=1 makes cuLaunchKernel fail.
+// kernel does not run on), FAKE_LIBCUDA_LAUNCH_FAIL=1 makes cuLaunchKernel fail,
+// FAKE_LIBCUDA_LAUNCH_SLEEP_MS=N makes each launch sleep N ms before it decodes (a slow GPU: work
+// that does not wait for the launch shows).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "runtime/gpu/decode_device.h"
@@ -48,6 +51,8 @@ struct Launch {
   std::vector<uint32_t> select;  // empty: chunks[0..count); copied at the launch, as a driver does
   static void Run(void* p) {
     std::unique_ptr<Launch> l(static_cast<Launch*>(p));
+    if (const char* ms = getenv("FAKE_LIBCUDA_LAUNCH_SLEEP_MS"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(atoi(ms)));
     auto sh = std::make_unique<zrtier::gpu::dev::BlockShared>();
     for (uint32_t b = 0; b < l->count; ++b) {
       const uint32_t c = l->select.empty() ? b : l->select[b];

@@ -1,7 +1,8 @@
 // GPU decode of host-to-device copies (runtime/shim/gpu_decode.h) over the fake CUDA runtime and
 // the stand-in libcuda.so.1 (tests/gpu/fake_libcuda.cc, which runs the kernel's body on the
 // stream's worker): chunks stored in the GPU format reach the destination decoded, in stream
-// order behind earlier work, exact to the byte, with resident, zero and partial chunks mixed in;
+// order behind earlier work and before later work (with slow launches), exact to the byte, with
+// resident, zero and partial chunks mixed in;
 // a kernel that does not load or launch leaves the copy to the CPU with the same bytes; and
 // ZRTIER_GPU_DECODE=0 keeps the CPU path.
 #include <gtest/gtest.h>
@@ -103,6 +104,9 @@ void CUDART_CB SleepOnStream(void*) {
 }
 
 TEST_F(GpuDecodeCopyTest, StoredChunksDecodeOnTheGpuInStreamOrder) {
+  // Slow launches: work queued on the stream after the copy that did not wait for its decodes
+  // would read the destination before them.
+  testing::ScopedEnv slow("FAKE_LIBCUDA_LAUNCH_SLEEP_MS", "20");
   Build(true);
   const size_t chunks = 24, n = chunks * chunk_;
   std::vector<char> want;
