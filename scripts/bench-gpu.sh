@@ -70,7 +70,9 @@ for stage in "${stages[@]}"; do
       # processes, GPU_REPS times: T2 copies of 64 MiB and 1 GiB (ratio to raw pinned copies timed in
       # the same iterations), cyclic streaming of 8 GiB at pool 10 % (paired raw passes), infer.py
       # with pool 10 % of its weights and resident 1G (ratio to a plain run; logits compared).
-      # Each row also has the process's CPU seconds.
+      # Each row also has the process's CPU seconds (start-up and the untimed encodes included) and,
+      # for copies and streaming, cpu_ms_per_gib: CPU time of every thread during the timed copies
+      # alone, per GiB copied (bench_copy.py).
       $PY scripts/examples/infer.py --out /tmp/zr_gd_plain.json >/tmp/zr_gd_plain.log 2>&1
       wb=$($PY -c 'import json; print(json.load(open("/tmp/zr_gd_plain.json"))["weight_bytes"])')
       spool=$(( (8 << 30) / 10 + (64 << 20) ))
@@ -108,9 +110,11 @@ try:
                 continue
             r = json.loads(l)
             if what.startswith("copy") and r.get("case") == "zrtier_t2" and r.get("dir") == "h2d":
-                row.update(value=round(r["gbps"], 2), base=round(r["raw_gbps"], 2))
+                row.update(value=round(r["gbps"], 2), base=round(r["raw_gbps"], 2),
+                           cpu_ms_per_gib=r.get("cpu_ms_per_gib"))
             if what == "stream" and r.get("case") == "zrtier":
-                row.update(value=round(r["gbps"], 2), base=round(r["gbps"] / r["paired_ratio"], 2))
+                row.update(value=round(r["gbps"], 2), base=round(r["gbps"] / r["paired_ratio"], 2),
+                           cpu_ms_per_gib=r.get("cpu_ms_per_gib"))
 except Exception as e:  # a failed run is a row without a value
     row["error"] = repr(e)
 print(json.dumps(row))

@@ -62,6 +62,45 @@ def profile_now():
     return {k: stat(k) for k in PROFILE}
 
 
+def thread_cpu():
+    """CPU seconds (user + system) of each thread of this process now: {tid: (name, seconds)}.
+    Names lose their trailing digits, so that a pool of workers ("zr-fill0", "zr-fill1") is one."""
+    out, tck = {}, os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = open(f"/proc/self/task/{tid}/comm").read().strip().rstrip("0123456789")
+            f = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        out[tid] = (name, (int(f[11]) + int(f[12])) / tck)
+    return out
+
+
+class CpuMeter:
+    """The process's CPU time spent inside timed calls (CLOCK_PROCESS_CPUTIME_ID: every thread,
+    zrtier's workers included) and its split by thread name, summed over the calls measured."""
+
+    def __init__(self):
+        self.total, self.by_name = 0.0, {}
+
+    def __enter__(self):
+        self.t0, self.th0 = time.process_time(), thread_cpu()
+        return self
+
+    def __exit__(self, *exc):
+        self.total += time.process_time() - self.t0
+        for tid, (name, s) in thread_cpu().items():
+            d = s - self.th0.get(tid, (name, 0.0))[1]
+            if d > 0:
+                self.by_name[name] = self.by_name.get(name, 0.0) + d
+
+    def report(self, nbytes):
+        """CPU ms per GiB of `nbytes` copied, and the largest shares by thread name (seconds)."""
+        top = sorted(self.by_name.items(), key=lambda kv: -kv[1])[:8]
+        return {"cpu_ms_per_gib": round(self.total * 1e3 / (nbytes / (1 << 30)), 1),
+                "thread_cpu_s": {k: round(v, 2) for k, v in top}}
+
+
 def bf16_fill(t, seed):
     g = torch.Generator(device=dev)
     g.manual_seed(seed)
@@ -97,7 +136,7 @@ def median(ts):
     return ts[len(ts) // 2]
 
 
-def timed(fn, iters, before=None, paired=None):
+def timed(fn, iters, before=None, paired=None, meter=None):
     """Median seconds of fn over iters calls (before() runs untimed ahead of each). With paired,
     also the median of paired() timed in the same iterations, just ahead of fn: the baseline sees
     the same state of the machine (clocks, link, other tenants) as the copy it is compared with,
@@ -109,7 +148,12 @@ def timed(fn, iters, before=None, paired=None):
             ps.append(once(paired))
         if before:
             before()
-        zs.append(once(fn))
+        if meter:
+            torch.cuda.synchronize()
+            with meter:
+                zs.append(once(fn))
+        else:
+            zs.append(once(fn))
     return median(zs), (median(ps) if paired else None)
 
 
@@ -183,13 +227,14 @@ def copy_mode(size, iters):
         rc = ZR.zrtier_evict_range(ptr, nbytes)
         assert rc == 0, f"zrtier_evict_range failed: {rc}"
 
-    d0, p0 = stat("h2d_dma_ops"), profile_now()
+    d0, p0, meter = stat("h2d_dma_ops"), profile_now(), CpuMeter()
     t, t_raw = timed(lambda: gpu2.copy_(z, non_blocking=True), iters, to_t2,
-                     lambda: gpu2.copy_(r, non_blocking=True))
+                     lambda: gpu2.copy_(r, non_blocking=True), meter)
     dmas = (stat("h2d_dma_ops") - d0) / iters
     assert torch.equal(gpu2, ref), "zrtier_t2: H2D bytes differ"
+    # CPU time of the timed copies alone (not the evictions between them that store the data).
     emit(mode="copy", case="zrtier_t2", dir="h2d", bytes=size, gbps=size / t / 1e9, dmas_per_copy=dmas,
-         **paired_kw(t_raw), **profile_since(p0, iters))
+         **paired_kw(t_raw), **profile_since(p0, iters), **meter.report(size * iters))
 
     # The save_on_cpu cycle: each iteration a D2H into the buffer, then an H2D back from it, so
     # every D2H lands on chunks an H2D has just read and every H2D reads chunks a D2H has just
@@ -235,7 +280,7 @@ def stream_mode(total, layer, passes):
         torch.cuda.synchronize()
         h2d0, ready0 = stat("h2d_copies"), stat("copies_ready")
         in_time0, waited0 = stat("copies_ready_in_time"), stat("h2d_pieces_waited_on")
-        times, writebacks, raw_times = [], [], []
+        times, writebacks, raw_times, meter = [], [], [], CpuMeter()
         # The first passes teach the predictor and settle placement: the first read pass is the
         # predictor's profile, placement by predicted reuse keeps its subset from the second on,
         # and the spread (ZRTIER_SPREAD) moves that subset to a share of every layer over the
@@ -253,7 +298,11 @@ def stream_mode(total, layer, passes):
             if paired:  # a raw pinned pass just ahead of each pass: the baseline sees the same drift
                 raw_times.append(one_pass(paired))
             wb0 = stat("t0_writebacks")
-            times.append(one_pass(layers, hits if last else None))
+            if p >= learn:
+                with meter:
+                    times.append(one_pass(layers, hits if last else None))
+            else:
+                times.append(one_pass(layers, hits if last else None))
             writebacks.append(stat("t0_writebacks") - wb0)
             # bytes check on the last layer streamed
         bufs[0].copy_(layers[0])
@@ -297,7 +346,9 @@ def stream_mode(total, layer, passes):
              # DMAs per layer copy in the steady passes (runs of consecutive T0 slots).
              dmas_per_copy=round((stat("h2d_dma_ops") - steady0["h2d_dma_ops"]) / (nl * (passes - learn)), 1),
              pool_bytes=int(os.environ.get("BENCH_POOL_BYTES", "0")), **frac, **pair,
-             **profile_since(prof0, nl * (passes - learn)))
+             **profile_since(prof0, nl * (passes - learn)),
+             # CPU time of the steady passes (per GiB they moved) and who spent it.
+             **meter.report(total * (passes - learn)))
         checks.clear()
 
     raw = [raw_pinned(n) for _ in range(nl)]
