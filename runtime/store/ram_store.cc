@@ -55,8 +55,14 @@ RamStore::RamStore(uint64_t limit_bytes, int numa_node, Os* os) : os_(os), limit
 
 RamStore::~RamStore() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& x : extents_)
-    if (x->base) os_->Munmap(x->base, x->size);
+  for (auto& x : extents_) {
+    if (!x->base) continue;
+    if (x->registered)
+      pinner_->Release(x->base, x->size);
+    else
+      os_->Munmap(x->base, x->size);
+  }
+  StatSub(Stat::store_pinned_bytes, registered_bytes_);
   AccountLocked(-static_cast<int64_t>(usage_.entries), -static_cast<int64_t>(usage_.raw_bytes),
                 -static_cast<int64_t>(usage_.payload_bytes),
                 -static_cast<int64_t>(usage_.used_bytes));
@@ -136,6 +142,7 @@ bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Statu
   x.live = 0;
   x.pins = 0;
   x.busy = false;
+  x.registered = x.registering = x.pin_failed = false;
   x.occ.clear();
   extent_count_++;
   AccountLocked(0, 0, 0, static_cast<int64_t>(size));
@@ -169,7 +176,14 @@ void RamStore::ReleaseSpareLocked() {
 
 void RamStore::UnmapExtentLocked(uint32_t id) {
   Extent& x = *extents_[id];
-  os_->Munmap(x.base, x.size);
+  if (x.registered) {
+    pinner_->Release(x.base, x.size);  // unregistered (and unmapped) by the pinner
+    registered_bytes_ -= x.size;
+    StatSub(Stat::store_pinned_bytes, x.size);
+  } else {
+    os_->Munmap(x.base, x.size);
+  }
+  x.registered = x.pin_failed = false;
   AccountLocked(0, 0, 0, -static_cast<int64_t>(x.size));
   x.base = nullptr;
   x.size = x.top = 0;
@@ -182,7 +196,10 @@ void RamStore::UnmapExtentLocked(uint32_t id) {
 void RamStore::TrimTailLocked(uint32_t id, uint64_t start) {
   Extent& x = *extents_[id];
   size_t keep = RoundUp(start, kPage);
-  if (keep < x.size && os_->Munmap(x.base + keep, x.size - keep) == 0) {
+  // A registered extent keeps its tail: the registration covers the whole mapping (the tail stays
+  // a hole for smaller entries).
+  if (keep < x.size && !x.registered && !x.registering &&
+      os_->Munmap(x.base + keep, x.size - keep) == 0) {
     AccountLocked(0, 0, 0, -static_cast<int64_t>(x.size - keep));
     x.size = keep;
   }
@@ -399,7 +416,7 @@ bool RamStore::Lookup(StoreHandle h, uint32_t* idx) const {
   uint64_t i = (h & 0xffffffffu);
   if (i == 0 || i > entries_.size()) return false;
   const Entry& e = entries_[i - 1];
-  if (!e.ptr || e.gen != (h >> 32)) return false;
+  if (!e.ptr || e.freed || e.gen != (h >> 32)) return false;
   *idx = static_cast<uint32_t>(i - 1);
   return true;
 }
@@ -410,6 +427,10 @@ void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<std::mut
   e.pins--;
   Extent& x = *extents_[e.ext];
   x.pins--;
+  if (e.freed && e.pins == 0) {
+    FreeLocked(idx, lock);  // Free came during a lease
+    return;
+  }
   if (blocked_ && x.pins == 0) MaybeCompactLocked(lock);
 }
 
@@ -477,10 +498,21 @@ void RamStore::Free(StoreHandle h) {
   uint32_t idx;
   if (!Lookup(h, &idx)) return;
   Entry& e = entries_[idx];
+  if (e.leases) {
+    e.freed = true;  // a DMA may still read it: freed when the last lease ends
+    return;
+  }
+  FreeLocked(idx, lock);
+}
+
+void RamStore::FreeLocked(uint32_t idx, std::unique_lock<std::mutex>& lock) {
+  Entry& e = entries_[idx];
   Entry copy = e;
   e.ptr = nullptr;
   e.gen++;
   e.pins = 0;
+  e.leases = 0;
+  e.freed = false;
   free_entries_.push_back(idx);
   Extent& x = *extents_[copy.ext];
   x.pins -= std::min(x.pins, copy.pins);  // pinned while freed: a caller bug, keep counts sane
@@ -489,6 +521,83 @@ void RamStore::Free(StoreHandle h) {
   ReleaseLocked(copy.ext, copy.off);
   if (usage_.entries == 0) ReleaseSpareLocked();  // an empty store holds no memory
   MaybeCompactLocked(lock);
+}
+
+void RamStore::SetPinner(StorePinner* pinner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pinner_ = pinner;
+}
+
+Status RamStore::Lease(StoreHandle h, StoreLease* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!pinner_) return Status::Error(ENOTSUP, "RAM store: no pinner");
+  uint32_t idx;
+  if (!Lookup(h, &idx)) return Status::Error(ENOENT, "RAM store: no such entry");
+  Entry& e = entries_[idx];
+  const uint32_t ext = e.ext;
+  Extent& x = *extents_[ext];
+  if (!x.registered) {
+    // Only sealed extents are registered: the open one is still being cut (its tail would be
+    // trimmed at the seal), an evacuated one is about to go.
+    if (x.registering || x.pin_failed || x.busy || ext == open_)
+      return Status::Error(EAGAIN, "RAM store: extent not registered");
+    x.registering = true;
+  }
+  e.pins++;
+  e.leases++;
+  x.pins++;
+  const uint32_t gen = e.gen;
+  out->data = e.ptr;
+  out->len = e.len;
+  out->token = (static_cast<uint64_t>(gen) << 32) | (idx + 1);
+  if (!x.registering) return Status::Ok();
+  // Register outside the lock; the lease keeps the extent mapped (never retired with an entry
+  // pinned, never trimmed while registering).
+  unsigned char* base = x.base;
+  const size_t size = x.size;
+  lock.unlock();
+  const bool ok = pinner_->Pin(base, size);
+  lock.lock();
+  Extent& y = *extents_[ext];
+  y.registering = false;
+  y.registered = ok;
+  y.pin_failed = !ok;
+  if (ok) {
+    registered_bytes_ += size;
+    StatAdd(Stat::store_pinned_bytes, size);
+    return Status::Ok();
+  }
+  entries_[idx].leases--;
+  UnpinLocked(idx, gen, lock);
+  return Status::Error(EAGAIN, "RAM store: the extent could not be registered");
+}
+
+void RamStore::Unlease(const StoreLease& lease) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t i = lease.token & 0xffffffffu;
+  if (i == 0 || i > entries_.size()) return;
+  Entry& e = entries_[i - 1];
+  if (!e.ptr || e.gen != (lease.token >> 32) || e.leases == 0) return;  // a caller bug
+  e.leases--;
+  UnpinLocked(static_cast<uint32_t>(i - 1), e.gen, lock);
+}
+
+void RamStore::ForkPrepare() {
+  mu_.lock();
+  if (!pinner_) return;
+  for (auto& xp : extents_) {
+    Extent& x = *xp;
+    if (!x.base || !x.registered || x.pins) continue;
+    pinner_->Unpin(x.base, x.size);
+    x.registered = false;
+    registered_bytes_ -= x.size;
+    StatSub(Stat::store_pinned_bytes, x.size);
+  }
+}
+
+uint64_t RamStore::RegisteredBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registered_bytes_;
 }
 
 StoreUsage RamStore::Usage() const {

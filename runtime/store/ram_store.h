@@ -44,6 +44,16 @@
 // are reused first); one call runs at most 256 evacuations of at most one extent each, and the
 // copying happens outside the lock.
 //
+// Leases (GPU decode reading encodings in place, store.h): with a pinner set, Lease registers a
+// sealed extent for DMA the first time one of its entries is leased (Pin, outside the lock; the
+// open extent and extents being evacuated are not leased: EAGAIN) and pins the entry. A
+// registered extent is never trimmed (its tail stays mapped, a hole for smaller entries), and
+// when it is retired it goes to the pinner (Release) instead of munmap; it may become the spare
+// and the open extent again, registered. An entry freed while leased keeps its place and its
+// bytes (still counted) until its last lease ends. Before a fork every registered extent without
+// pinned entries is unpinned (the kernel would copy DMA-pinned pages into the child at once); it
+// is registered again at its next lease.
+//
 // Locking: one mutex (mu_) guards the entry table, the extents, the hole index and the usage.
 // Entry bytes are copied in (Put) and read (Get) outside the lock; during that time the entry is
 // pinned (pins > 0). Compaction runs in one thread at a time (the one whose Put or Free triggered
@@ -79,9 +89,13 @@ class RamStore : public ChunkStore {
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
+  Status Lease(StoreHandle h, StoreLease* out) override;
+  void Unlease(const StoreLease& lease) override;
+  void SetPinner(StorePinner* pinner) override;
   // fork: the forking thread holds mu_ across fork(); the extents are private anonymous memory, so
-  // the child's copy is copy-on-write and the parent's later changes never reach it.
-  void ForkPrepare() override { mu_.lock(); }
+  // the child's copy is copy-on-write and the parent's later changes never reach it. Registered
+  // extents without pinned entries are unpinned first.
+  void ForkPrepare() override;
   void ForkParent() override { mu_.unlock(); }
   void ForkChild() override { mu_.unlock(); }
 
@@ -94,6 +108,8 @@ class RamStore : public ChunkStore {
   uint64_t FootprintBytes() const;
   // For tests: "" if the extents, the hole index and the entry table agree, else what is wrong.
   std::string CheckInvariants() const;
+  // Bytes of extents registered for DMA (leases).
+  uint64_t RegisteredBytes() const;
   // The extent size chosen for this limit (a power of two, 64 KiB .. 2 MiB).
   size_t extent_bytes() const { return extent_bytes_; }
 
@@ -109,9 +125,11 @@ class RamStore : public ChunkStore {
     uint32_t len = 0;
     uint32_t ext = kNone;
     uint64_t off = 0;
-    uint32_t pins = 0;  // readers/writers working on ptr outside the lock
+    uint32_t pins = 0;  // readers/writers working on ptr outside the lock, leases included
     uint32_t gen = 0;   // bumped on free, part of the handle
     uint64_t raw_len = 0;
+    uint32_t leases = 0;  // of pins, leases (Lease .. Unlease)
+    bool freed = false;   // Free came while leased: freed at the last unpin
   };
   struct Occupant {
     uint32_t entry;  // index in entries_, or kReserved
@@ -124,6 +142,9 @@ class RamStore : public ChunkStore {
     uint64_t live = 0;                 // footprint of occupants
     uint32_t pins = 0;                 // sum of its entries' pins
     bool busy = false;                 // being evacuated: no holes indexed, never unmapped
+    bool registered = false;           // registered for DMA by the pinner: never trimmed
+    bool registering = false;          // the pinner is registering it (outside the lock)
+    bool pin_failed = false;           // the pinner refused it: not tried again
     std::map<uint64_t, Occupant> occ;  // offset -> occupant
   };
   struct Move {  // one entry of an evacuation
@@ -161,6 +182,8 @@ class RamStore : public ChunkStore {
   // room for the moves).
   bool EvacuateOneLocked(std::unique_lock<std::mutex>& lock);
   void UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<std::mutex>& lock);
+  // Releases entry `idx` (no pins left): its place, its accounting, its table slot.
+  void FreeLocked(uint32_t idx, std::unique_lock<std::mutex>& lock);
   bool Lookup(StoreHandle h, uint32_t* idx) const;
   void AccountLocked(int64_t entries, int64_t raw, int64_t payload, int64_t used);
 
@@ -181,11 +204,13 @@ class RamStore : public ChunkStore {
   size_t extent_count_ = 0;                       // guarded by mu_
   uint64_t footprint_ = 0;                        // guarded by mu_: live entries only
   bool compacting_ = false;                       // guarded by mu_
-  bool blocked_ = false;      // guarded by mu_: over the bound but every candidate was pinned
-  uint64_t moves_ = 0;        // guarded by mu_
-  uint64_t moved_bytes_ = 0;  // guarded by mu_
-  uint64_t evacuations_ = 0;  // guarded by mu_
-  StoreUsage usage_;          // guarded by mu_
+  bool blocked_ = false;           // guarded by mu_: over the bound but every candidate was pinned
+  uint64_t moves_ = 0;             // guarded by mu_
+  uint64_t moved_bytes_ = 0;       // guarded by mu_
+  uint64_t evacuations_ = 0;       // guarded by mu_
+  StoreUsage usage_;               // guarded by mu_
+  StorePinner* pinner_ = nullptr;  // set once, before leases
+  uint64_t registered_bytes_ = 0;  // guarded by mu_
 };
 
 }  // namespace zrtier

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "runtime/os/os.h"
 #include "zrtier/options.h"
@@ -28,6 +29,32 @@ struct StoreUsage {
   uint64_t used_bytes = 0;     // memory or disk the store occupies (payload + waste)
   uint64_t limit_bytes = 0;    // 0 = no limit
   uint64_t memory_bytes = 0;  // of used_bytes, those in host memory (RAM, a zram device; not files)
+};
+
+// An entry's bytes held in place for a DMA (an H2D copy whose GPU decode reads the encoding
+// straight from the RAM store): they stay where `data` says, unmoved and unchanged, until
+// Unlease, even if the entry is freed meanwhile (its memory is released at Unlease then).
+struct StoreLease {
+  const void* data = nullptr;
+  size_t len = 0;
+  StoreHandle token = 0;  // for Unlease
+};
+
+// Registers RAM store memory for DMA (the shim: cudaHostRegister), so that a device can read
+// entries in place (ChunkStore::Lease). The store calls Pin from the thread that leases (a copy
+// call: the driver may be called there); Release and Unpin from any thread that frees entries or
+// forks, so an implementation may defer the driver's part of Release.
+class StorePinner {
+ public:
+  virtual ~StorePinner() = default;
+  // Registers the mapping [p, p+n); false if it cannot be (the store then leases nothing there).
+  virtual bool Pin(void* p, size_t n) = 0;
+  // The store is done with the registered mapping [p, p+n): unregister it and unmap it (now or
+  // later). The store never touches it again.
+  virtual void Release(void* p, size_t n) = 0;
+  // Unregisters [p, p+n) now; the store keeps the mapping (before a fork: the kernel copies
+  // DMA-pinned pages into a child at once, so they are unpinned first).
+  virtual void Unpin(void* p, size_t n) = 0;
 };
 
 class ChunkStore {
@@ -60,6 +87,19 @@ class ChunkStore {
   virtual void SetReuseHint(StoreHandle h, uint64_t distance) {}
 
   virtual StoreUsage Usage() const = 0;
+
+  // Leases entry `h` in place (StoreLease) where it lies in memory registered for DMA, registering
+  // that memory first through the pinner where needed. ENOTSUP: no pinner (SetPinner) or a tier
+  // without leases; EAGAIN: not now (the entry is in a lower tier, on its way down, or in memory
+  // that is not registered and cannot be now); ENOENT: no such entry. The caller then uses Get.
+  virtual Status Lease(StoreHandle h, StoreLease* out) {
+    return Status::Error(ENOTSUP, std::string(name()) + ": no leases");
+  }
+  // Ends a lease (after the DMA that read it is complete).
+  virtual void Unlease(const StoreLease& lease) {}
+  // Enables leases: `pinner` registers the RAM tier's memory (null: none). Set once, before the
+  // first Lease; the pinner must outlive the store.
+  virtual void SetPinner(StorePinner* pinner) {}
 
   // fork (runtime/engine/fork.h). ForkPrepare takes the store's locks: the forking thread holds
   // them across fork(), so the child inherits a consistent copy of the store. ForkParent and

@@ -207,6 +207,30 @@ void TieredStore::Free(StoreHandle h) {
   ReleaseInner(tier, inner);
 }
 
+Status TieredStore::Lease(StoreHandle h, StoreLease* out) {
+  StoreHandle inner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(h);
+    if (it == entries_.end()) return Status::Error(ENOENT, name_ + ": no such entry");
+    const Entry& e = it->second;
+    if (e.tier != 0 || e.moving || e.freed)
+      return Status::Error(EAGAIN, name_ + ": entry not in the RAM tier");
+    inner = e.inner;
+  }
+  // Moved down and freed in the RAM tier meanwhile: ENOENT there (the caller uses Get).
+  Status s = ram_->Lease(inner, out);
+  return s.code() == ENOENT ? Status::Error(EAGAIN, name_ + ": entry left the RAM tier") : s;
+}
+
+void TieredStore::Unlease(const StoreLease& lease) {
+  ram_->Unlease(lease);
+}
+
+void TieredStore::SetPinner(StorePinner* pinner) {
+  ram_->SetPinner(pinner);
+}
+
 void TieredStore::Prefetch(StoreHandle h) {
   bool wake;
   {

@@ -53,6 +53,11 @@ class TieredStore : public ChunkStore {
   Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override;
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
   void Free(StoreHandle h) override;
+  // Leases of entries in the RAM tier (not on their way down), through the RAM store: the lease
+  // holds the RAM entry, so a move down or a Free meanwhile leaves its bytes until Unlease.
+  Status Lease(StoreHandle h, StoreLease* out) override;
+  void Unlease(const StoreLease& lease) override;
+  void SetPinner(StorePinner* pinner) override;
   void Prefetch(StoreHandle h) override;
   void SetReuseHint(StoreHandle h, uint64_t distance) override;
   // Sums of the tiers (limit: 0 if any tier has none).

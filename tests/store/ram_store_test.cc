@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -601,6 +603,158 @@ TEST(RamStore, CreateStoreBuildsTheRamStore) {
   StoreHandle h;
   ASSERT_TRUE(store->Put(a.data(), a.size(), 3000, &h).ok());
   EXPECT_TRUE(ReadsBack(store.get(), h, a));
+}
+
+// A pinner that records what the store asks of it; Release unmaps (as the shim's does, later).
+class RecordingPinner final : public StorePinner {
+ public:
+  bool Pin(void* p, size_t n) override {
+    std::lock_guard<std::mutex> l(mu);
+    if (refuse) return false;
+    pinned.emplace_back(p, n);
+    return true;
+  }
+  void Release(void* p, size_t n) override {
+    std::lock_guard<std::mutex> l(mu);
+    released.emplace_back(p, n);
+    munmap(p, n);
+  }
+  void Unpin(void* p, size_t n) override {
+    std::lock_guard<std::mutex> l(mu);
+    unpinned.emplace_back(p, n);
+  }
+  std::mutex mu;
+  bool refuse = false;
+  std::vector<std::pair<void*, size_t>> pinned, released, unpinned;
+};
+
+// Leases: nothing without a pinner; the open extent is not leased; a sealed extent is registered
+// once, at its first lease; the lease's bytes are the entry's; a registered extent is released to
+// the pinner (not unmapped) when its entries are gone; a refusal leases nothing more there.
+TEST(RamStore, LeasesRegisterSealedExtentsOnceAndReleaseThemToThePinner) {
+  RamStore store(16 << 20, -1, Os::Default());  // 1 MiB extents
+  const size_t ext = store.extent_bytes();
+  StoreLease l;
+  std::vector<std::vector<unsigned char>> data;
+  std::vector<StoreHandle> hs;
+  for (int i = 0; i < 40; ++i) {  // ~3 extents of entries of 70-100 KB
+    data.push_back(EntryBytes(70000 + 777 * i, 100 + i));
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(data.back().data(), data.back().size(), 1 << 17, &h).ok());
+    hs.push_back(h);
+  }
+  EXPECT_EQ(store.Lease(hs[0], &l).code(), ENOTSUP) << "no pinner";
+  RecordingPinner pinner;
+  store.SetPinner(&pinner);
+  EXPECT_EQ(store.Lease(hs.back(), &l).code(), EAGAIN) << "the open extent";
+  std::vector<StoreLease> leases;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(store.Lease(hs[i], &l).ok()) << i;
+    ASSERT_EQ(l.len, data[i].size());
+    EXPECT_EQ(memcmp(l.data, data[i].data(), l.len), 0) << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(l.data) % 16, 0u);
+    leases.push_back(l);
+  }
+  // 20 entries of ~85 KB in 1 MiB extents: two sealed extents (their tails trimmed at the seal),
+  // each registered once, whole.
+  ASSERT_EQ(pinner.pinned.size(), 2u);
+  uint64_t registered = 0;
+  for (auto [p, n] : pinner.pinned) {
+    EXPECT_LE(n, ext);
+    EXPECT_GT(n, ext / 2);
+    registered += n;
+  }
+  EXPECT_EQ(store.RegisteredBytes(), registered);
+  for (const StoreLease& x : leases) store.Unlease(x);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  // Every entry freed: the registered extents go to the pinner, the others are unmapped.
+  for (StoreHandle h : hs) store.Free(h);
+  EXPECT_EQ(store.Usage().entries, 0u);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(pinner.released.size(), 2u);
+  EXPECT_EQ(store.RegisteredBytes(), 0u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  // A refused registration leases nothing in that extent, and is not asked again.
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(store.Put(data[i].data(), data[i].size(), 1 << 17, &hs[i]).ok());
+  }
+  pinner.refuse = true;
+  EXPECT_EQ(store.Lease(hs[0], &l).code(), EAGAIN);
+  pinner.refuse = false;
+  EXPECT_EQ(store.Lease(hs[1], &l).code(), EAGAIN) << "the same extent";
+  EXPECT_TRUE(ReadsBack(&store, hs[0], data[0]));
+  for (StoreHandle h : hs) store.Free(h);
+  EXPECT_EQ(store.CheckInvariants(), "");
+}
+
+// An entry freed while leased keeps its bytes where the lease says (and its accounting) until the
+// lease ends, through churn around it; its handle is invalid at once.
+TEST(RamStore, AnEntryFreedWhileLeasedStaysUntilTheLeaseEnds) {
+  RamStore store(16 << 20, -1, Os::Default());
+  RecordingPinner pinner;
+  store.SetPinner(&pinner);
+  std::vector<std::vector<unsigned char>> data;
+  std::vector<StoreHandle> hs;
+  for (int i = 0; i < 30; ++i) {
+    data.push_back(EntryBytes(80000 + 131 * i, 200 + i));
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(data.back().data(), data.back().size(), 1 << 17, &h).ok());
+    hs.push_back(h);
+  }
+  StoreLease l;
+  ASSERT_TRUE(store.Lease(hs[3], &l).ok());
+  const StoreUsage before = store.Usage();
+  store.Free(hs[3]);
+  EXPECT_EQ(store.Get(hs[3], [](const void*, size_t) { return Status::Ok(); }).code(), ENOENT);
+  EXPECT_EQ(store.Usage().entries, before.entries) << "still held by the lease";
+  EXPECT_EQ(memcmp(l.data, data[3].data(), l.len), 0);
+  // Churn meanwhile must not reuse its place.
+  std::vector<StoreHandle> more;
+  for (int i = 0; i < 30; ++i) {
+    auto d = EntryBytes(80000 + 131 * i, 900 + i);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), d.size(), 1 << 17, &h).ok());
+    more.push_back(h);
+  }
+  for (int i = 0; i < 30; ++i)
+    if (i != 3) store.Free(hs[i]);
+  EXPECT_EQ(memcmp(l.data, data[3].data(), l.len), 0) << "moved or overwritten under its lease";
+  EXPECT_EQ(store.CheckInvariants(), "");
+  store.Unlease(l);
+  EXPECT_EQ(store.Usage().entries, more.size());
+  EXPECT_EQ(store.CheckInvariants(), "");
+  for (StoreHandle h : more) store.Free(h);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+}
+
+// Before a fork, registered extents without pinned entries are unpinned (the kernel would copy
+// DMA-pinned pages into the child at once); a later lease registers them again.
+TEST(RamStore, ForkPrepareUnpinsRegisteredExtents) {
+  RamStore store(16 << 20, -1, Os::Default());
+  RecordingPinner pinner;
+  store.SetPinner(&pinner);
+  std::vector<unsigned char> d;
+  std::vector<StoreHandle> hs;
+  for (int i = 0; i < 30; ++i) {
+    d = EntryBytes(80000, 300 + i);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), d.size(), 1 << 17, &h).ok());
+    hs.push_back(h);
+  }
+  StoreLease l;
+  ASSERT_TRUE(store.Lease(hs[0], &l).ok());
+  store.Unlease(l);
+  ASSERT_EQ(pinner.pinned.size(), 1u);
+  store.ForkPrepare();
+  store.ForkParent();
+  EXPECT_EQ(pinner.unpinned.size(), 1u);
+  EXPECT_EQ(store.RegisteredBytes(), 0u);
+  ASSERT_TRUE(store.Lease(hs[1], &l).ok());
+  EXPECT_EQ(pinner.pinned.size(), 2u) << "registered again";
+  store.Unlease(l);
+  for (StoreHandle h : hs) store.Free(h);
+  EXPECT_EQ(store.CheckInvariants(), "");
 }
 
 }  // namespace
