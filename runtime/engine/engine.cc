@@ -157,6 +157,18 @@ Status Engine::Read(const void* src, size_t len, void* dst, bool* zero) {
   return region_io_->Read(src, len, dst, zero);
 }
 
+bool Engine::LeaseEncoding(const void* chunk_start, EncodingLease* out) {
+  return region_io_->LeaseEncoding(chunk_start, out);
+}
+
+void Engine::SetStorePinner(StorePinner* pinner) {
+  io_->store()->SetPinner(pinner);
+}
+
+void Engine::ReleaseEncoding(uint64_t token) {
+  io_->store()->Unlease(StoreLease{nullptr, 0, token});
+}
+
 Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
                          GpuEncodingSink* gpu) {
   return region_io_->ReadChunk(chunk_start, dst, zero, gen, gpu);

@@ -86,6 +86,9 @@ class Engine final : public RegionBackend {
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
                    GpuEncodingSink* gpu = nullptr) override;
   Status Write(void* dst, const void* src, size_t len) override;
+  bool LeaseEncoding(const void* chunk_start, EncodingLease* out) override;
+  void SetStorePinner(StorePinner* pinner) override;
+  void ReleaseEncoding(uint64_t token) override;
   void PrepareRead(const void* p, size_t len) override;
   void PrepareWrite(void* p, size_t len) override;
   uint64_t Generation(const void* p) const override;

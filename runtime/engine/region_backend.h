@@ -66,6 +66,8 @@ struct BackendMemory {
 
 // Where RegionBackend::ReadChunk may put a chunk's stored encoding in the GPU chunk format instead
 // of decoding it (an H2D copy that the GPU decodes packs a piece's encodings this way).
+class StorePinner;  // runtime/store/store.h
+
 class GpuEncodingSink {
  public:
   // Where the `len` encoded bytes go (at least len bytes of memory the caller owns), or null to
@@ -113,6 +115,22 @@ class RegionBackend {
     *gen = Generation(chunk_start);
     return Read(chunk_start, chunk_size(), dst, zero);
   }
+  // A whole stored chunk's encoding in the GPU chunk format, held in place in memory registered
+  // for DMA (the RAM store's, ChunkStore::Lease) so that a copy sends it to the GPU without a copy
+  // into staging: *out has its bytes, valid and unchanged until ReleaseEncoding(out->token), even
+  // if the chunk changes meanwhile (the lease is of the store copy the chunk had at the call).
+  // False where there is none (not stored, not in that format, not in registered memory, no
+  // pinner): the caller reads the chunk with ReadChunk.
+  struct EncodingLease {
+    const char* data = nullptr;
+    uint32_t len = 0;
+    uint64_t token = 0;
+  };
+  virtual bool LeaseEncoding(const void* chunk_start, EncodingLease* out) { return false; }
+  virtual void ReleaseEncoding(uint64_t token) {}
+  // Enables LeaseEncoding: `pinner` registers the store's memory for DMA (ChunkStore::SetPinner).
+  // Set once, before copies; the pinner must outlive the backend. Default: no leases.
+  virtual void SetStorePinner(StorePinner* pinner) {}
   // Publishes `len` bytes from `src` as the newest content of [dst, dst+len) (inside one region),
   // as a device-to-host copy landing there would: older copies of the chunks become garbage;
   // partially covered chunks are merged with their current content. Every chunk gets a new

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/base/stats.h"
+#include "runtime/codec/codec.h"
 #include "runtime/engine/partial.h"
 
 namespace zrtier {
@@ -140,6 +141,32 @@ Status RegionIo::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint6
     if (*zero) return Status::Ok();
   }
   return ReadPart(r.get(), i, 0, e_.chunk, static_cast<char*>(dst), /*streaming=*/true, gpu);
+}
+
+bool RegionIo::LeaseEncoding(const void* chunk_start, RegionBackend::EncodingLease* out) {
+  std::shared_ptr<Region> r;
+  if (!e_.regions->FindRange(chunk_start, e_.chunk, &r).ok()) return false;
+  const size_t i = r->table.IndexOf(chunk_start);
+  if (r->table.AddressOf(i) != chunk_start) return false;
+  Chunk& c = r->table.chunks[i];
+  const uint32_t w = c.word.load();
+  const ChunkState s = StateOf(w);
+  // A stored chunk's store copy is its content (a partial one's too); claimed, so that the handle
+  // read is the current copy's while the lease is taken.
+  if ((s != kStored && s != kPartial) || !c.TryBusy(w)) return false;
+  StoreLease l;
+  const bool ok = e_.io->store()->Lease(c.handle.load(), &l).ok();
+  c.EndBusy(s);
+  e_.parked->Signal();
+  if (!ok) return false;
+  if (l.len > e_.chunk || !Codec::IsGpuFormat(l.data, l.len)) {
+    e_.io->store()->Unlease(l);
+    return false;
+  }
+  out->data = static_cast<const char*>(l.data);
+  out->len = static_cast<uint32_t>(l.len);
+  out->token = l.token;
+  return true;
 }
 
 Status RegionIo::Write(void* dst, const void* src, size_t len) {

@@ -32,6 +32,7 @@ class RegionIo {
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
                    GpuEncodingSink* gpu = nullptr);
   Status Write(void* dst, const void* src, size_t len);
+  bool LeaseEncoding(const void* chunk_start, RegionBackend::EncodingLease* out);
   // PrepareRead (wp) and PrepareWrite (!wp): claims runs of consecutive eligible chunks and changes
   // each run with one ioctl. A chunk that cannot be claimed at once ends the run; it is left to
   // ReadChunk / Write.

@@ -18,6 +18,7 @@
 #include "runtime/shim/live_regions.h"
 #include "runtime/shim/pending_d2h.h"
 #include "runtime/shim/prefetch_link.h"
+#include "runtime/shim/store_pinning.h"
 #include "runtime/t0/pinned_pool.h"
 
 namespace zrtier {
@@ -33,6 +34,7 @@ struct CopyContext {
   LiveRegions* regions = nullptr;
   ShimPrefetch* prefetch = nullptr;  // null: copies are neither learned nor prefetched
   GpuDecode* gpu = nullptr;          // null: the CPU decodes every chunk
+  StorePinning* pinning = nullptr;   // null: GPU-decoded copies take no store leases
   size_t chunk = 0;                  // the backend's chunk size (= the pool's slot size)
   size_t max_piece_chunks = 0;       // chunks per issued piece (a quarter of the pool at most)
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "runtime/base/log.h"
@@ -98,6 +99,7 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   // descriptors until the event.
   std::vector<uint32_t> gpu_chunks;
   uint64_t gpu_bytes = 0, gpu_enc = 0;
+  size_t leased = 0;  // staged bytes of the leased encodings, after the packed ones
   for (size_t i = 0; i < piece.size() && err == cudaSuccess; ++i) {
     const Chunk& c = piece[i];
     const char* lo = std::max<const char*>(cur, c.start);
@@ -109,6 +111,7 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
       gpu_chunks.push_back(static_cast<uint32_t>(i));
       gpu_bytes += len;
       gpu_enc += c.enc_len;
+      if (c.lease) leased += StagedBytes(c.enc_len);
     } else if (!c.zero) {
       busy.push_back(c.slot);
       dmas.Add(d, pool->SlotPtr(c.slot) + (lo - c.start), len);
@@ -124,16 +127,29 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   // The encodings, packed by the fills into the piece's host staging span: one DMA to a
   // reservation of as many bytes in the device ring, and each described for the kernel (no
   // reservation: LaunchDecodes has the CPU read them).
+  // Leased encodings follow the packed ones in the reservation, each a DMA from the pinned RAM
+  // store (adjacent entries coalesce).
   StagingRing::Span dev;
+  uint64_t leased_enc = 0;
   if (err == cudaSuccess && !gpu_chunks.empty()) {
-    dev = gpu->ring->Reserve(packed);
+    dev = gpu->ring->Reserve(packed + leased);
     if (dev.ptr) {
-      dmas.Add(dev.ptr, span.ptr, packed);
+      if (packed) dmas.Add(dev.ptr, span.ptr, packed);
+      size_t at = packed;
       for (uint32_t i : gpu_chunks) {
         const Chunk& c = piece[i];
         const char* lo = std::max<const char*>(cur, c.start);
         const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
-        ctx.gpu->Describe(c.slot, dev.ptr + c.enc_off, dst0 + (lo - src0), c.enc_len,
+        char* staged = dev.ptr + c.enc_off;
+        if (c.lease) {
+          // Up to the next 16-byte boundary: still the entry's own bytes in the store (entries
+          // are 16-byte aligned), so that entries lying back to back go as one DMA.
+          staged = dev.ptr + at;
+          dmas.Add(staged, c.enc_src, StagedBytes(c.enc_len));
+          at += StagedBytes(c.enc_len);
+          leased_enc += c.enc_len;
+        }
+        ctx.gpu->Describe(c.slot, staged, dst0 + (lo - src0), c.enc_len,
                           static_cast<uint32_t>(hi - lo));
       }
     }
@@ -155,6 +171,7 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   if (span.ptr) gpu->host_ring->Commit(span, stream);
   StatAdd(Stat::h2d_gpu_decoded_bytes, gpu_bytes);
   StatAdd(Stat::h2d_gpu_encoded_bytes, gpu_enc);
+  StatAdd(Stat::h2d_gpu_leased_bytes, leased_enc);
 
   // Release: the slots read by the DMAs (and the launches' descriptors) stay held until the event
   // completes -- recorded where the launches ran, behind the DMAs.
@@ -167,12 +184,24 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
       ev = nullptr;
     }
   }
+  // The leases end with the slots (their DMAs read the store until the event).
+  std::vector<uint64_t> leases;
+  for (const Chunk& c : piece)
+    if (c.lease) leases.push_back(c.lease);
+  std::function<void()> unlease;
+  if (!leases.empty())
+    unlease = [backend = ctx.backend, leases = std::move(leases)] {
+      for (uint64_t t : leases) backend->ReleaseEncoding(t);
+    };
   if (ev) {
-    pool->AddInflight(ev, busy);
-  } else if (!busy.empty() || err != cudaSuccess) {
-    // No event (or an error after some work was queued): wait for the stream instead (the decode
-    // stream waits for the caller's).
-    DmaBatch::Synchronize(api, launch_stream);
+    pool->AddInflight(ev, busy, std::move(unlease));
+  } else {
+    if (!busy.empty() || err != cudaSuccess) {
+      // No event (or an error after some work was queued): wait for the stream instead (the
+      // decode stream waits for the caller's).
+      DmaBatch::Synchronize(api, launch_stream);
+    }
+    if (unlease) unlease();
   }
   std::vector<PinnedPool::PublishItem> items;
   std::vector<int> slots;
@@ -281,6 +310,7 @@ cudaError_t H2DPath::Copier::Run() {
   // batch call, an event and a reap (docs/decisions.md, "Larger pieces for asynchronous copies").
   // So are a copy's that the GPU decodes: its fills only copy encodings, and each piece is one
   // launch, which keeps the GPU busy only with many chunks.
+  if (gpu_ && ctx_.pinning) ctx_.pinning->Reap();  // store extents released since (store_pinning.h)
   const size_t slots = ctx_.pool->slots();
   const size_t piece = ctx_.max_piece_chunks;
   piece_misses_ = defer_ || gpu_ ? std::min(4 * piece, std::max<size_t>(1, slots / 4)) : piece;
@@ -372,27 +402,36 @@ bool H2DPath::Copier::PlanPiece() {
   const size_t got = ctx_.pool->PinRun(r_.id, first_index, want, gens_.data(), piece_misses_, -1,
                                        slots_.data(), hits_.get());
   uint64_t hit_bytes = 0;
-  size_t gpu_chunks = 0;
+  size_t gpu_chunks = 0, staged = 0;
   for (size_t i = 0; i < got; ++i) {
     char* cstart = piece_start + i * chunk;
     if (hits_[i])
       hit_bytes +=
           std::min<const char*>(end_, cstart + chunk) - std::max<const char*>(cur_, cstart);
-    else
-      pc->misses.push_back(i);
     pc->chunks.push_back(
         Chunk{cstart, first_index + i, gens_[i], slots_[i], hits_[i], false, resident_[i]});
-    pc->chunks.back().gpu = gpu_ && !hits_[i] && !resident_[i] && cstart >= src_ &&
-                            cstart + chunk <= end_ && gpu_chunks < ctx_.gpu->max_piece_chunks();
-    gpu_chunks += pc->chunks.back().gpu;
+    Chunk& c = pc->chunks.back();
+    c.gpu = gpu_ && !hits_[i] && !resident_[i] && cstart >= src_ && cstart + chunk <= end_ &&
+            gpu_chunks < ctx_.gpu->max_piece_chunks();
+    gpu_chunks += c.gpu;
+    // An encoding in the pinned RAM store goes from there: nothing to fill.
+    RegionBackend::EncodingLease l;
+    if (c.gpu && ctx_.pinning && ctx_.backend->LeaseEncoding(cstart, &l)) {
+      c.enc_src = l.data;
+      c.enc_len = l.len;
+      c.lease = l.token;
+    } else {
+      staged += c.gpu;
+    }
+    if (!hits_[i] && !c.lease) pc->misses.push_back(i);
   }
   StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);
   if (pc->chunks.empty()) return false;
-  // Room for the GPU chunks' encodings (at most a chunk each); none: the CPU decodes them.
-  if (gpu_chunks) {
-    pc->span = gpu_->host_ring->Reserve(gpu_chunks * chunk);
+  // Room for the other GPU chunks' encodings (at most a chunk each); none: the CPU decodes them.
+  if (staged) {
+    pc->span = gpu_->host_ring->Reserve(staged * chunk);
     if (!pc->span.ptr)
-      for (Chunk& c : pc->chunks) c.gpu = false;
+      for (Chunk& c : pc->chunks) c.gpu = c.lease != 0;
   }
   pc->end = std::min<const char*>(piece_start + got * chunk, end_);
   cur_ = pc->end;
@@ -470,7 +509,10 @@ cudaError_t H2DPath::Copier::Finish() {
   // After an error: let the queued fills finish (they write into our slots), then release.
   for (auto& pc : inflight_) {
     if (pc->fill) ctx_.workers->Wait(*pc->fill);
-    for (const Chunk& c : pc->chunks) ctx_.pool->Unpin(c.slot);  // error path only
+    for (const Chunk& c : pc->chunks) {
+      ctx_.pool->Unpin(c.slot);  // error path only
+      if (c.lease) ctx_.backend->ReleaseEncoding(c.lease);
+    }
     if (pc->span.ptr) gpu_->host_ring->Release(pc->span);
   }
   if (err_ != cudaSuccess) {

@@ -22,6 +22,11 @@ struct H2DPath::Chunk {
   bool gpu = false;       // a whole stored chunk the fill may leave encoded (GpuDecode)
   uint32_t enc_len = 0;   // filled: the chunk's GPU-format encoding is staged, this long (its slot
   uint32_t enc_off = 0;   // is unused), at this offset in the piece's staging span
+  // Leased instead (RegionBackend::LeaseEncoding, enc_len set when planned): the encoding lies at
+  // enc_src in the pinned RAM store, sent from there; released once its DMA is complete. Not
+  // filled.
+  const char* enc_src = nullptr;
+  uint64_t lease = 0;
 };
 
 // Whether one copy had every chunk in T0 before the GPU's DMAs needed it

@@ -42,6 +42,11 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   }
   gpu_ = std::make_unique<GpuDecode>(api_, pool_.get(), cfg_.gpu_decode);
   ctx_.gpu = gpu_.get();
+  if (cfg_.gpu_decode && cfg_.gpu_store_pinned) {
+    pinning_ = std::make_unique<StorePinning>(api_, Os::Default());  // unmaps RAM store extents
+    backend_->SetStorePinner(pinning_.get());
+    ctx_.pinning = pinning_.get();
+  }
   write_back_ = std::make_unique<WriteBack>(ctx_);
   h2d_ = std::make_unique<H2DPath>(ctx_, write_back_.get(), cfg_.async_h2d);
   d2h_ = std::make_unique<D2HPath>(ctx_, write_back_.get());

@@ -24,6 +24,7 @@
 #include "runtime/shim/d2h.h"
 #include "runtime/shim/h2d.h"
 #include "runtime/shim/memory_budget.h"
+#include "runtime/shim/store_pinning.h"
 #include "runtime/shim/write_back.h"
 #include "runtime/t0/pinned_runs.h"
 #include "zrtier/options.h"
@@ -37,7 +38,8 @@ struct ShimConfig {
   // Asynchronous H2D copies may return before their last fills (ZRTIER_H2D_ASYNC; needs stream
   // flags and at least one worker).
   bool async_h2d = true;
-  bool gpu_decode = false;  // ZRTIER_GPU_DECODE (GpuDecode)
+  bool gpu_decode = false;       // ZRTIER_GPU_DECODE (GpuDecode)
+  bool gpu_store_pinned = true;  // ZRTIER_GPU_STORE_PINNED (StorePinning), with gpu_decode
   // The options the prefetch link reads (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD, ZRTIER_SPREAD,
   // ZRTIER_WORKERS); null = no learning, no prefetching.
   const Options* policy = nullptr;
@@ -120,6 +122,8 @@ class Shim {
 
   const CudaApi* api_;
   ShimConfig cfg_;
+  // The store's DMA registrations (null: none); outlives backend_, whose store releases to it.
+  std::unique_ptr<StorePinning> pinning_;
   std::unique_ptr<RegionBackend> backend_;
   std::unique_ptr<PinnedPool> pool_;
   std::unique_ptr<FillWorkers> workers_;

@@ -49,6 +49,7 @@ PinnedPool::~PinnedPool() {
   for (Inflight& f : left) {
     api_->cudaEventSynchronize(f.event);
     events_.Put(f.event);
+    if (f.done) f.done();
   }
   StatSub(Stat::t0_bytes, cached_count_ * slot_size_);
   StatSub(Stat::t0_owned_bytes, owned_count_.load() * slot_size_);
@@ -123,13 +124,14 @@ void PinnedPool::UnpinRun(const int* slots, size_t n) {
   unpinned_.notify_all();
 }
 
-void PinnedPool::AddInflight(cudaEvent_t event, const std::vector<int>& slots) {
+void PinnedPool::AddInflight(cudaEvent_t event, const std::vector<int>& slots,
+                             std::function<void()> done) {
   std::lock_guard<std::mutex> l(mu_);
   for (int s : slots) {
     ++slots_[s].pending;
     index_.Remove(s);
   }
-  inflight_.push_back(Inflight{event, slots, ++next_inflight_});
+  inflight_.push_back(Inflight{event, slots, ++next_inflight_, std::move(done)});
 }
 
 void PinnedPool::RetireLocked(Inflight& f) {
@@ -150,14 +152,17 @@ void PinnedPool::Reap() {
       id = inflight_.front().id;
     }
     if (api_->cudaEventQuery(e) != cudaSuccess) return;
+    std::function<void()> done;
     {
       std::lock_guard<std::mutex> l(mu_);
       // Another thread retired it (and the pooled event may already carry a newer record).
       if (inflight_.empty() || inflight_.front().id != id) continue;
       RetireLocked(inflight_.front());
+      done = std::move(inflight_.front().done);
       inflight_.pop_front();
     }
     events_.Put(e);
+    if (done) done();
     unpinned_.notify_all();
   }
 }

@@ -46,6 +46,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -118,7 +119,10 @@ class PinnedPool final : public ExternalCopies {
   void UnpinRun(const int* slots, size_t n);
   // The GPU copies just issued that read `slots` complete when `event` (from events()) completes:
   // the slots stay held until then. Takes ownership of the event (returned to the event pool).
-  void AddInflight(cudaEvent_t event, const std::vector<int>& slots);
+  // `done` (if any) runs once the event has completed and the slots are released (outside the
+  // pool's lock, on the thread that reaps).
+  void AddInflight(cudaEvent_t event, const std::vector<int>& slots,
+                   std::function<void()> done = nullptr);
   // Retires completed in-flight events (cudaEventQuery, oldest first, stops at the first busy one).
   void Reap();
   // Blocks until a slot may be free: synchronizes the oldest in-flight event, or (nothing in
@@ -223,6 +227,7 @@ class PinnedPool final : public ExternalCopies {
     cudaEvent_t event;
     std::vector<int> slots;
     uint64_t id;  // unique: events are pooled, so the same handle may come back (ABA)
+    std::function<void()> done;
   };
   void DropCachedLocked(int slot);
   int PinCachedLocked(uint64_t region, uint64_t chunk, uint64_t gen);

@@ -2,7 +2,7 @@
 // the stand-in libcuda.so.1 (tests/gpu/fake_libcuda.cc, which runs the kernel's body on the
 // stream's worker): chunks stored in the GPU format reach the destination decoded, in stream
 // order behind earlier work and before later work (with slow launches), exact to the byte, with
-// resident, zero and partial chunks mixed in;
+// resident, zero and partial chunks mixed in; encodings sent straight from the pinned RAM store;
 // a kernel that does not load or launch leaves the copy to the CPU with the same bytes; and
 // ZRTIER_GPU_DECODE=0 keeps the CPU path.
 #include <gtest/gtest.h>
@@ -37,9 +37,11 @@ class GpuDecodeCopyTest : public ::testing::Test {
     Status st = gpu::CudaDriver::Load(&d);
     ASSERT_TRUE(st.ok()) << st.ToString() << " (run with LD_LIBRARY_PATH at the fake libcuda)";
   }
-  void Build(bool gpu_decode) {
+  // `store_limit` (the RAM store's extents are 1/16 of it), `pinned`: ZRTIER_GPU_STORE_PINNED.
+  void Build(bool gpu_decode, const char* store_limit = nullptr, bool pinned = true) {
     shim_.reset();
     Options opts;
+    if (store_limit) ASSERT_TRUE(opts.Set(Opt::kStoreLimit, store_limit).ok());
     ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
     ASSERT_TRUE(opts.Set(Opt::kChunk, "64K").ok());
     ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
@@ -54,6 +56,7 @@ class GpuDecodeCopyTest : public ::testing::Test {
     ShimConfig cfg;
     cfg.workers = 2;
     cfg.gpu_decode = gpu_decode;
+    cfg.gpu_store_pinned = pinned;
     shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine), std::move(pool), cfg);
   }
   void TearDown() override { shim_.reset(); }
@@ -145,6 +148,53 @@ TEST_F(GpuDecodeCopyTest, StoredChunksDecodeOnTheGpuInStreamOrder) {
   EXPECT_EQ(memcmp(r, want.data(), n), 0);
   ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
+// With the RAM store's memory registered for DMA (ZRTIER_GPU_STORE_PINNED, the default with GPU
+// decode), encodings in sealed store extents go to the GPU straight from the store (leases), the
+// rest packed by the fills: exact bytes, again after the CPU rewrote a chunk (its store copy
+// freed while leases may still hold it); freeing the region releases the registered extents.
+// Without it nothing is leased.
+TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
+  for (bool pinned : {true, false}) {
+    SCOPED_TRACE(pinned ? "pinned store" : "staging only");
+    const uint64_t pinned0 = StatGet(Stat::store_pinned_bytes);
+    Build(true, "16M", pinned);  // 1 MiB store extents: most entries lie in sealed ones
+    const size_t chunks = 96, n = chunks * chunk_;
+    std::vector<char> want;
+    char* r = StoredRegion(chunks, &want);
+    char* d = testing::DeviceBuffer(n);
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE(round);
+      const uint64_t leased = StatGet(Stat::h2d_gpu_leased_bytes);
+      const uint64_t sent = StatGet(Stat::h2d_gpu_encoded_bytes);
+      ASSERT_EQ(cudaMemsetAsync(d, 0x5A, n, nullptr), cudaSuccess);
+      ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(testing::FromDevice(d, n), want);
+      const uint64_t l = StatGet(Stat::h2d_gpu_leased_bytes) - leased;
+      const uint64_t e = StatGet(Stat::h2d_gpu_encoded_bytes) - sent;
+      if (pinned) {
+        EXPECT_GT(l, e / 2) << "most encodings from the store, " << l << " of " << e;
+        EXPECT_LE(l, e);
+        EXPECT_GT(StatGet(Stat::store_pinned_bytes), pinned0);
+      } else {
+        EXPECT_EQ(l, 0u);
+        EXPECT_GT(e, 0u);
+        EXPECT_EQ(StatGet(Stat::store_pinned_bytes), pinned0);
+      }
+      // The CPU rewrites a stored chunk, then it goes back to the store with new bytes.
+      FillSample(SampleKind::kBf16Gaussian, 50 + round, want.data() + 7 * chunk_, chunk_);
+      memcpy(r + 7 * chunk_, want.data() + 7 * chunk_, chunk_);
+      RegionInfo info;
+      ASSERT_TRUE(engine_->Lookup(r, &info));
+      shim_->pool()->DropRegion(info.id);
+      ASSERT_TRUE(engine_->EvictTo(0).ok());
+    }
+    EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+    shim_.reset();
+    EXPECT_EQ(StatGet(Stat::store_pinned_bytes), pinned0) << "every registered extent released";
+  }
 }
 
 // The kernel fails to load in the context (no binary for the GPU), or its launches fail: every
