@@ -114,8 +114,8 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "1 = a copy to the GPU of chunks stored in the GPU format (ZRTIER_CODEC=gpu) sends their "    \
     "encoded bytes and decodes them on the GPU, in the copy's stream order (per CUDA context: "   \
     "64 MiB of device memory, 128 MiB pinned); 0 = the CPU decodes (the default: the GPU path is " \
-    "faster for long copies and streaming, slower for copies of tens of MiB and, with the GPU "   \
-    "format, for CPU access; docs/PERFORMANCE.md)")                                               \
+    "faster for copies and streaming from compressed memory, but the GPU format makes CPU "       \
+    "access to compressed memory slower; docs/PERFORMANCE.md)")                                   \
   X(kGpuStorePinned, "GPU_STORE_PINNED", kBool, "1", "", "", "gpu-store-pinned",                \
     "with ZRTIER_GPU_DECODE=1: 1 = the RAM store's memory is registered for DMA as copies read "  \
     "it, and a GPU-decoded copy sends encodings straight from there (no copy into staging; a "   \
