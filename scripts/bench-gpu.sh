@@ -178,7 +178,7 @@ gd = [r for r in rows if r.get("mode") == "gpu-decode"]
 if gd:
     print("\nGPU decode against the CPU path (alternating processes; x base: raw pinned in the same "
           "process for copies and streaming, a plain run for infer.py; min / median / max)")
-    print(f"{'what':<8} {'path':<4} {'value':>24} {'x base':>20} {'CPU s':>16}  identical")
+    print(f"{'what':<8} {'path':<4} {'value':>24} {'x base':>20} {'CPU s':>16} {'CPU ms/GiB':>24}  identical")
     mmm = lambda v: " / ".join(f"{x:.2f}" for x in (min(v), sorted(v)[len(v) // 2], max(v))) if v else "-"
     for what in ("copy64M", "copy1G", "stream", "infer"):
         for path in ("cpu", "gpu"):
@@ -186,7 +186,8 @@ if gd:
             bad = sum(1 for r in gd if r["what"] == what and r["path"] == path and "value" not in r)
             ident = {r.get("identical") for r in sel} - {None}
             print(f"{what:<8} {path:<4} {mmm([r['value'] for r in sel]):>24} "
-                  f"{mmm([r['value'] / r['base'] for r in sel]):>20} {mmm([r['cpu_s'] for r in sel]):>16}  "
+                  f"{mmm([r['value'] / r['base'] for r in sel]):>20} {mmm([r['cpu_s'] for r in sel]):>16} "
+                  f"{mmm([r['cpu_ms_per_gib'] for r in sel if r.get('cpu_ms_per_gib') is not None]):>24}  "
                   f"{'-' if not ident else all(ident)}{f'  ({bad} failed)' if bad else ''}")
 inf = {r["case"]: r["r"] for r in rows if r.get("mode") == "infer"}
 if "plain" in inf:
