@@ -1,10 +1,12 @@
 // GpuDecode: host-to-device copies of chunks stored in the GPU chunk format (ZRTIER_CODEC=gpu) send
 // the encoded bytes over the link and decode them on the GPU, on the copy's stream (issue "decode
-// on the GPU"). The fill workers copy a stored chunk's encoding into its T0 slot instead of
-// decoding it (RegionBackend::ReadChunk's gpu_enc_len); the copy then queues, on the caller's
-// stream, DMAs of the piece's encodings from their slots into a reservation in the context's
-// staging ring in device memory (staging_ring.h, packed) and one launch of the decode kernel
-// (runtime/gpu/) for the piece that reads them and writes the chunks into the destination. The
+// on the GPU"). A stored chunk's encoding goes from where it lies in the RAM store, registered for
+// DMA (RegionBackend::LeaseEncoding, store_pinning.h); where it cannot (a lower tier, the store's
+// open extent, ZRTIER_GPU_STORE_PINNED=0) the fill workers pack it into pinned staging instead of
+// decoding it (RegionBackend::ReadChunk's GpuEncodingSink). The copy then queues, on the caller's
+// stream, DMAs of the piece's encodings into a reservation in the context's staging ring in
+// device memory (staging_ring.h, packed) and one launch of the decode kernel (runtime/gpu/) for
+// the piece that reads them and writes the chunks into the destination. The
 // slots stay pinned until the event recorded after the launch, as after a DMA, so stream order,
 // events and cudaStreamWaitEvent behave as for a plain copy. The launches run on decode streams
 // of the context (kDecodeStreams, taken in turn): each waits for the caller's stream at its piece's
@@ -13,9 +15,9 @@
 // would take turns).
 //
 // Per CUDA context (a Target): the kernel, loaded once, and two staging rings: kHostStagingBytes
-// of pinned host memory, where a piece's fills pack its encodings (room for a chunk each, taken
-// when the piece is planned), and kMaxStagingBytes of device memory, which one DMA a piece fills
-// with exactly the packed bytes when it is issued. Per T0 slot: one launch descriptor (DecodeChunk)
+// of pinned host memory, where a piece's fills pack the encodings not leased (room for a chunk
+// each, taken when the piece is planned), and kMaxStagingBytes of device memory, which a piece's
+// DMAs fill with exactly the packed bytes, then the leased ones, when it is issued. Per T0 slot: one launch descriptor (DecodeChunk)
 // and one status word in mapped pinned memory, used while the slot is pinned by the copy that
 // describes it. A decode error (a corrupt encoding: the kernel's status bits) is logged when the
 // slot is described next.
