@@ -17,10 +17,10 @@
 // Per CUDA context (a Target): the kernel, loaded once, and two staging rings: kHostStagingBytes
 // of pinned host memory, where a piece's fills pack the encodings not leased (room for a chunk
 // each, taken when the piece is planned), and kMaxStagingBytes of device memory, which a piece's
-// DMAs fill with exactly the packed bytes, then the leased ones, when it is issued. Per T0 slot: one launch descriptor (DecodeChunk)
-// and one status word in mapped pinned memory, used while the slot is pinned by the copy that
-// describes it. A decode error (a corrupt encoding: the kernel's status bits) is logged when the
-// slot is described next.
+// DMAs fill with exactly the packed bytes, then the leased ones, when it is issued. Per T0 slot:
+// one launch descriptor (DecodeChunk) and one status word in mapped pinned memory, used while the
+// slot is pinned by the copy that describes it. A decode error (a corrupt encoding: the kernel's
+// status bits) is logged when the slot is described next.
 //
 // When the kernel or the ring cannot be had, when the calling thread has no current context, or
 // when the destination is not device memory of the current device, Usable returns null and the
