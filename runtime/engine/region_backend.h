@@ -115,7 +115,8 @@ class RegionBackend {
     *gen = Generation(chunk_start);
     return Read(chunk_start, chunk_size(), dst, zero);
   }
-  // A whole stored chunk's encoding in the GPU chunk format, held in place in memory registered
+  // A whole chunk's store copy (of a stored chunk, or of a clean resident one that has one) in the
+  // GPU chunk format, held in place in memory registered
   // for DMA (the RAM store's, ChunkStore::Lease) so that a copy sends it to the GPU without a copy
   // into staging: *out has its bytes, valid and unchanged until ReleaseEncoding(out->token), even
   // if the chunk changes meanwhile (the lease is of the store copy the chunk had at the call).

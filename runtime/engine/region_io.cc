@@ -151,11 +151,13 @@ bool RegionIo::LeaseEncoding(const void* chunk_start, RegionBackend::EncodingLea
   Chunk& c = r->table.chunks[i];
   const uint32_t w = c.word.load();
   const ChunkState s = StateOf(w);
-  // A stored chunk's store copy is its content (a partial one's too); claimed, so that the handle
-  // read is the current copy's while the lease is taken.
-  if ((s != kStored && s != kPartial) || !c.TryBusy(w)) return false;
+  // A stored chunk's store copy is its content (a partial one's too), and so is a clean resident
+  // chunk's when it has one; claimed, so that the handle read is the current copy's while the
+  // lease is taken.
+  if ((s != kStored && s != kPartial && s != kClean) || !c.TryBusy(w)) return false;
   StoreLease l;
-  const bool ok = e_.io->store()->Lease(c.handle.load(), &l).ok();
+  const StoreHandle h = c.handle.load();
+  const bool ok = h && e_.io->store()->Lease(h, &l).ok();
   c.EndBusy(s);
   e_.parked->Signal();
   if (!ok) return false;

@@ -411,18 +411,22 @@ bool H2DPath::Copier::PlanPiece() {
     pc->chunks.push_back(
         Chunk{cstart, first_index + i, gens_[i], slots_[i], hits_[i], false, resident_[i]});
     Chunk& c = pc->chunks.back();
-    c.gpu = gpu_ && !hits_[i] && !resident_[i] && cstart >= src_ && cstart + chunk <= end_ &&
-            gpu_chunks < ctx_.gpu->max_piece_chunks();
-    gpu_chunks += c.gpu;
-    // An encoding in the pinned RAM store goes from there: nothing to fill.
+    const bool whole = gpu_ && !hits_[i] && cstart >= src_ && cstart + chunk <= end_ &&
+                       gpu_chunks < ctx_.gpu->max_piece_chunks();
+    // An encoding in the pinned RAM store goes from there: nothing to fill. So does a clean
+    // resident chunk's store copy (fewer bytes over the link than its pages, and no memcpy);
+    // otherwise a resident chunk is copied from its pages.
     RegionBackend::EncodingLease l;
-    if (c.gpu && ctx_.pinning && ctx_.backend->LeaseEncoding(cstart, &l)) {
+    if (whole && ctx_.pinning && ctx_.backend->LeaseEncoding(cstart, &l)) {
+      c.gpu = true;
       c.enc_src = l.data;
       c.enc_len = l.len;
       c.lease = l.token;
     } else {
+      c.gpu = whole && !resident_[i];
       staged += c.gpu;
     }
+    gpu_chunks += c.gpu;
     if (!hits_[i] && !c.lease) pc->misses.push_back(i);
   }
   StatAdd(Stat::h2d_t0_hit_bytes, hit_bytes);

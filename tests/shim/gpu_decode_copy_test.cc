@@ -41,7 +41,9 @@ class GpuDecodeCopyTest : public ::testing::Test {
   void Build(bool gpu_decode, const char* store_limit = nullptr, bool pinned = true) {
     shim_.reset();
     Options opts;
-    if (store_limit) ASSERT_TRUE(opts.Set(Opt::kStoreLimit, store_limit).ok());
+    if (store_limit) {
+      ASSERT_TRUE(opts.Set(Opt::kStoreLimit, store_limit).ok());
+    }
     ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
     ASSERT_TRUE(opts.Set(Opt::kChunk, "64K").ok());
     ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
@@ -151,10 +153,10 @@ TEST_F(GpuDecodeCopyTest, StoredChunksDecodeOnTheGpuInStreamOrder) {
 }
 
 // With the RAM store's memory registered for DMA (ZRTIER_GPU_STORE_PINNED, the default with GPU
-// decode), encodings in sealed store extents go to the GPU straight from the store (leases), the
-// rest packed by the fills: exact bytes, again after the CPU rewrote a chunk (its store copy
-// freed while leases may still hold it); freeing the region releases the registered extents.
-// Without it nothing is leased.
+// decode), encodings in sealed store extents go to the GPU straight from the store (leases), a
+// clean resident chunk's store copy too, the rest packed by the fills: exact bytes, again after the
+// CPU rewrote a chunk (its store copy freed while leases may still hold it); freeing the region
+// releases the registered extents. Without it nothing is leased.
 TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
   for (bool pinned : {true, false}) {
     SCOPED_TRACE(pinned ? "pinned store" : "staging only");
@@ -168,12 +170,17 @@ TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
       SCOPED_TRACE(round);
       const uint64_t leased = StatGet(Stat::h2d_gpu_leased_bytes);
       const uint64_t sent = StatGet(Stat::h2d_gpu_encoded_bytes);
+      const uint64_t decoded = StatGet(Stat::h2d_gpu_decoded_bytes);
       ASSERT_EQ(cudaMemsetAsync(d, 0x5A, n, nullptr), cudaSuccess);
       ASSERT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_EQ(testing::FromDevice(d, n), want);
       const uint64_t l = StatGet(Stat::h2d_gpu_leased_bytes) - leased;
       const uint64_t e = StatGet(Stat::h2d_gpu_encoded_bytes) - sent;
+      // Every chunk but the zero one went encoded; in the first round chunk 5 is resident (clean,
+      // its store copy current): leased too where the store is pinned, else copied from T1.
+      const size_t cpu_chunks = round == 0 && !pinned ? 2 : 1;
+      EXPECT_EQ(StatGet(Stat::h2d_gpu_decoded_bytes) - decoded, (chunks - cpu_chunks) * chunk_);
       if (pinned) {
         EXPECT_GT(l, e / 2) << "most encodings from the store, " << l << " of " << e;
         EXPECT_LE(l, e);
