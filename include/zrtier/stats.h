@@ -96,7 +96,7 @@ enum class StatKind { kCounter, kGauge };
   X(h2d_gpu_launches, kCounter, "", "launches of the GPU decode kernel (h2d_gpu_decoded_bytes over this: bytes a launch)") \
   X(t1_kept_bytes, kGauge, "bytes", "of the T1 budget, what T1 keeps apart while the CPU sweeps data over it (0: not keeping; the rest cycles)") \
   X(readahead_reach_bytes, kGauge, "bytes", "bytes restored ahead of the CPU's active scans, all together (readahead's windows)") \
-  X(store_pinned_bytes, kGauge, "bytes", "of the RAM store, extents registered for DMA (GPU decode reads encodings there in place)") \
+  X(store_pinned_bytes, kGauge, "bytes", "RAM store memory registered for DMA (GPU decode reads encodings there in place), until unregistered") \
   X(h2d_gpu_leased_bytes, kCounter, "bytes", "of h2d_gpu_encoded_bytes, those sent straight from the pinned RAM store (no copy into staging)")
 // clang-format on
 

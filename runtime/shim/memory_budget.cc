@@ -148,6 +148,7 @@ void MemoryBudget::Loop() {
     l.unlock();
     runs_->BindDevice();
     Tick();
+    if (housekeeping_) housekeeping_();
     l.lock();
   }
 }

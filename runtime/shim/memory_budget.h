@@ -30,6 +30,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "runtime/engine/region_backend.h"
 #include "runtime/os/os.h"
@@ -65,6 +66,9 @@ class MemoryBudget {
   void Tick();
   // Makes the keeper look again at once (a region was allocated or freed).
   void Kick();
+  // Work the keeper thread runs after each tick (a thread that may call the driver: the release of
+  // RAM store extents registered for DMA, StorePinning::Reap). Set before Start.
+  void SetHousekeeping(std::function<void()> work) { housekeeping_ = std::move(work); }
 
   // MemAvailable of `meminfo` (the text of /proc/meminfo) in bytes; false if it has none.
   static bool ParseMemAvailable(const char* meminfo, uint64_t* out);
@@ -93,8 +97,9 @@ class MemoryBudget {
   uint64_t last_unpin_ns_ = 0;  // guarded by tick_mu_
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;    // guarded by mu_
-  bool kicked_ = false;  // guarded by mu_
+  bool stop_ = false;                   // guarded by mu_
+  bool kicked_ = false;                 // guarded by mu_
+  std::function<void()> housekeeping_;  // set before Start
   std::thread keeper_;
 };
 

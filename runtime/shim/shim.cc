@@ -56,6 +56,13 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   if (cfg_.keep_budget || cfg_.pin_in_place || cfg_.budget.memory) {
     budget_ = std::make_unique<MemoryBudget>(cfg_.budget, cfg_.os ? cfg_.os : Os::Default(),
                                              backend_.get(), runs_.get());
+    // Leases of the RAM store end with their copies' events, which only copies reap otherwise: a
+    // program that stops copying would keep the last ones, and their extents, registered.
+    if (pinning_)
+      budget_->SetHousekeeping([pool = pool_.get(), pinning = pinning_.get()] {
+        pool->Reap();
+        pinning->Reap();
+      });
     budget_->Start();
   }
 }

@@ -105,6 +105,8 @@ class Shim {
   PinnedRuns* runs() { return runs_.get(); }
   // The memory budget's keeper, or null when it does not run (see ShimConfig::pin_in_place).
   MemoryBudget* budget() { return budget_.get(); }
+  // The RAM store's DMA registrations (null: no GPU decode, or ZRTIER_GPU_STORE_PINNED=0).
+  StorePinning* pinning() { return pinning_.get(); }
   // Whether D2H copies end their stream with a wait on a StreamFlags word (else a host function).
   bool d2h_ends_on_flags() const { return d2h_->ends_on_flags(); }
   // Whether asynchronous H2D copies may return before their last fills.

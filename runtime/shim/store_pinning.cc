@@ -13,7 +13,10 @@ bool StorePinning::Pin(void* p, size_t n) {
   Reap();
   if (refused_.load(std::memory_order_relaxed) || !api_->cudaHostRegister) return false;
   const cudaError_t err = api_->cudaHostRegister(p, n, cudaHostRegisterPortable);
-  if (err == cudaSuccess) return true;
+  if (err == cudaSuccess) {
+    StatAdd(Stat::store_pinned_bytes, n);
+    return true;
+  }
   if (!refused_.exchange(true))
     Log(LogLevel::kWarn,
         "GPU decode: registering the RAM store's memory for DMA failed (cudaHostRegister: %d); "
@@ -29,6 +32,7 @@ void StorePinning::Release(void* p, size_t n) {
 }
 
 void StorePinning::Unpin(void* p, size_t n) {
+  StatSub(Stat::store_pinned_bytes, n);
   const cudaError_t err = api_->cudaHostUnregister(p);
   if (err != cudaSuccess)
     ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU decode: cudaHostUnregister of RAM store memory: %d",

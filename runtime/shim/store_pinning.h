@@ -4,8 +4,10 @@
 // the real cudaHostRegister; it runs in the copy call that leases the extent's first entry.
 // Release comes from whichever thread frees the extent's last entry -- the fault handler, a host
 // function -- where the driver must not be called, so the extent is queued (queued_bytes) and
-// Reap, called by copies and before every Pin, unregisters and unmaps it. Unpin (before a fork)
-// unregisters at once. After a refused registration, said once, nothing is registered any more.
+// Reap, called by GPU-decoded copies, by the memory budget's keeper every tick (after it reaps the
+// pool's completed events, which end leases) and before every Pin, unregisters and unmaps it. Unpin
+// (before a fork) unregisters at once. After a refused registration, said once, nothing is
+// registered any more.
 //
 // Thread safety: every method may be called from any thread; Pin, Unpin and Reap call the driver.
 #pragma once

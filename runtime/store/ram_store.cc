@@ -62,7 +62,6 @@ RamStore::~RamStore() {
     else
       os_->Munmap(x->base, x->size);
   }
-  StatSub(Stat::store_pinned_bytes, registered_bytes_);
   AccountLocked(-static_cast<int64_t>(usage_.entries), -static_cast<int64_t>(usage_.raw_bytes),
                 -static_cast<int64_t>(usage_.payload_bytes),
                 -static_cast<int64_t>(usage_.used_bytes));
@@ -179,7 +178,6 @@ void RamStore::UnmapExtentLocked(uint32_t id) {
   if (x.registered) {
     pinner_->Release(x.base, x.size);  // unregistered (and unmapped) by the pinner
     registered_bytes_ -= x.size;
-    StatSub(Stat::store_pinned_bytes, x.size);
   } else {
     os_->Munmap(x.base, x.size);
   }
@@ -564,7 +562,6 @@ Status RamStore::Lease(StoreHandle h, StoreLease* out) {
   y.pin_failed = !ok;
   if (ok) {
     registered_bytes_ += size;
-    StatAdd(Stat::store_pinned_bytes, size);
     return Status::Ok();
   }
   entries_[idx].leases--;
@@ -591,7 +588,6 @@ void RamStore::ForkPrepare() {
     pinner_->Unpin(x.base, x.size);
     x.registered = false;
     registered_bytes_ -= x.size;
-    StatSub(Stat::store_pinned_bytes, x.size);
   }
 }
 

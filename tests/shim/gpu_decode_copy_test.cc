@@ -37,8 +37,10 @@ class GpuDecodeCopyTest : public ::testing::Test {
     Status st = gpu::CudaDriver::Load(&d);
     ASSERT_TRUE(st.ok()) << st.ToString() << " (run with LD_LIBRARY_PATH at the fake libcuda)";
   }
-  // `store_limit` (the RAM store's extents are 1/16 of it), `pinned`: ZRTIER_GPU_STORE_PINNED.
-  void Build(bool gpu_decode, const char* store_limit = nullptr, bool pinned = true) {
+  // `store_limit` (the RAM store's extents are 1/16 of it), `pinned`: ZRTIER_GPU_STORE_PINNED,
+  // `keeper`: run the memory budget's keeper (the auto budget).
+  void Build(bool gpu_decode, const char* store_limit = nullptr, bool pinned = true,
+             bool keeper = false) {
     shim_.reset();
     Options opts;
     if (store_limit) {
@@ -59,6 +61,7 @@ class GpuDecodeCopyTest : public ::testing::Test {
     cfg.workers = 2;
     cfg.gpu_decode = gpu_decode;
     cfg.gpu_store_pinned = pinned;
+    cfg.keep_budget = keeper;
     shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine), std::move(pool), cfg);
   }
   void TearDown() override { shim_.reset(); }
@@ -160,8 +163,10 @@ TEST_F(GpuDecodeCopyTest, StoredChunksDecodeOnTheGpuInStreamOrder) {
 TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
   for (bool pinned : {true, false}) {
     SCOPED_TRACE(pinned ? "pinned store" : "staging only");
+    shim_.reset();
     const uint64_t pinned0 = StatGet(Stat::store_pinned_bytes);
-    Build(true, "16M", pinned);  // 1 MiB store extents: most entries lie in sealed ones
+    // 1 MiB store extents: most entries lie in sealed ones. The keeper reaps released extents.
+    Build(true, "16M", pinned, /*keeper=*/true);
     const size_t chunks = 96, n = chunks * chunk_;
     std::vector<char> want;
     char* r = StoredRegion(chunks, &want);
@@ -199,8 +204,14 @@ TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
       ASSERT_TRUE(engine_->EvictTo(0).ok());
     }
     EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
-    shim_.reset();
+    // The last copy's leases end, and the region's extents are released to the pinning and
+    // unregistered, by the keeper (no copy comes to do it).
+    for (int i = 0; i < 200 && StatGet(Stat::store_pinned_bytes) != pinned0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(StatGet(Stat::store_pinned_bytes), pinned0) << "every registered extent released";
+    if (pinned) {
+      EXPECT_EQ(shim_->pinning()->queued_bytes(), 0u);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/base/stats.h"
 #include "runtime/cuda/cuda_api.h"
 #include "tests/fake_cuda/fake_cuda.h"
 
@@ -45,17 +46,21 @@ class StorePinningTest : public ::testing::Test {
 
 TEST_F(StorePinningTest, ReleasedMappingsAreUnregisteredAndUnmappedByReap) {
   StorePinning pinning(RealCudaApi(), Os::Default());
+  const uint64_t gauge = StatGet(Stat::store_pinned_bytes);
   char* a = Mapping();
   char* b = Mapping();
   ASSERT_TRUE(pinning.Pin(a, kBytes));
   ASSERT_TRUE(pinning.Pin(b, kBytes));
   EXPECT_TRUE(fakecudaOwns(a));
+  EXPECT_EQ(StatGet(Stat::store_pinned_bytes) - gauge, 2 * kBytes);
   pinning.Release(a, kBytes);
   EXPECT_EQ(pinning.queued_bytes(), kBytes);
   EXPECT_TRUE(fakecudaOwns(a)) << "Release alone calls no driver";
   EXPECT_TRUE(Mapped(a));
+  EXPECT_EQ(StatGet(Stat::store_pinned_bytes) - gauge, 2 * kBytes) << "registered until reaped";
   pinning.Reap();
   EXPECT_EQ(pinning.queued_bytes(), 0u);
+  EXPECT_EQ(StatGet(Stat::store_pinned_bytes) - gauge, kBytes);
   EXPECT_FALSE(fakecudaOwns(a));
   EXPECT_FALSE(Mapped(a));
   // The next Pin reaps what was released since.
@@ -68,6 +73,7 @@ TEST_F(StorePinningTest, ReleasedMappingsAreUnregisteredAndUnmappedByReap) {
   pinning.Unpin(c, kBytes);
   EXPECT_FALSE(fakecudaOwns(c));
   EXPECT_TRUE(Mapped(c));
+  EXPECT_EQ(StatGet(Stat::store_pinned_bytes), gauge);
   munmap(c, kBytes);
 }
 
