@@ -5,9 +5,8 @@
 // Release comes from whichever thread frees the extent's last entry -- the fault handler, a host
 // function -- where the driver must not be called, so the extent is queued (queued_bytes) and
 // Reap, called by GPU-decoded copies, by the memory budget's keeper every tick (after it reaps the
-// pool's completed events, which end leases) and before every Pin, unregisters and unmaps it. Unpin
-// (before a fork) unregisters at once. After a refused registration, said once, nothing is
-// registered any more.
+// pool's completed events, which end leases) and before every Pin, unregisters and unmaps it. After
+// a refused registration, said once, nothing is registered any more.
 //
 // Thread safety: every method may be called from any thread; Pin, Unpin and Reap call the driver.
 #pragma once
@@ -34,7 +33,8 @@ class StorePinning final : public StorePinner {
 
   bool Pin(void* p, size_t n) override;
   void Release(void* p, size_t n) override;
-  void Unpin(void* p, size_t n) override;
+  // Unregisters [p, p+n) now; the mapping stays.
+  void Unpin(void* p, size_t n);
 
   // Unregisters and unmaps the extents released since the last call.
   void Reap();

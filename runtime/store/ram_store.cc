@@ -579,18 +579,6 @@ void RamStore::Unlease(const StoreLease& lease) {
   UnpinLocked(static_cast<uint32_t>(i - 1), e.gen, lock);
 }
 
-void RamStore::ForkPrepare() {
-  mu_.lock();
-  if (!pinner_) return;
-  for (auto& xp : extents_) {
-    Extent& x = *xp;
-    if (!x.base || !x.registered || x.pins) continue;
-    pinner_->Unpin(x.base, x.size);
-    x.registered = false;
-    registered_bytes_ -= x.size;
-  }
-}
-
 uint64_t RamStore::RegisteredBytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return registered_bytes_;

@@ -50,9 +50,9 @@
 // registered extent is never trimmed (its tail stays mapped, a hole for smaller entries), and
 // when it is retired it goes to the pinner (Release) instead of munmap; it may become the spare
 // and the open extent again, registered. An entry freed while leased keeps its place and its
-// bytes (still counted) until its last lease ends. Before a fork every registered extent without
-// pinned entries is unpinned (the kernel would copy DMA-pinned pages into the child at once); it
-// is registered again at its next lease.
+// bytes (still counted) until its last lease ends. A fork copies the registered extents into the
+// child at once (the kernel does not share DMA-pinned pages copy-on-write); no driver call is made
+// around a fork.
 //
 // Locking: one mutex (mu_) guards the entry table, the extents, the hole index and the usage.
 // Entry bytes are copied in (Put) and read (Get) outside the lock; during that time the entry is
@@ -93,9 +93,9 @@ class RamStore : public ChunkStore {
   void Unlease(const StoreLease& lease) override;
   void SetPinner(StorePinner* pinner) override;
   // fork: the forking thread holds mu_ across fork(); the extents are private anonymous memory, so
-  // the child's copy is copy-on-write and the parent's later changes never reach it. Registered
-  // extents without pinned entries are unpinned first.
-  void ForkPrepare() override;
+  // the child's copy is copy-on-write (registered ones: copied at once) and the parent's later
+  // changes never reach it.
+  void ForkPrepare() override { mu_.lock(); }
   void ForkParent() override { mu_.unlock(); }
   void ForkChild() override { mu_.unlock(); }
 

@@ -42,8 +42,10 @@ struct StoreLease {
 
 // Registers RAM store memory for DMA (the shim: cudaHostRegister), so that a device can read
 // entries in place (ChunkStore::Lease). The store calls Pin from the thread that leases (a copy
-// call: the driver may be called there); Release and Unpin from any thread that frees entries or
-// forks, so an implementation may defer the driver's part of Release.
+// call: the driver may be called there); Release from any thread that frees entries, so an
+// implementation defers the driver's part of it. The store never calls the pinner around a fork
+// (a fork's prepare handler must not wait on the device): the kernel copies DMA-pinned pages into
+// a child at once, so a child gets its own copy of the registered extents.
 class StorePinner {
  public:
   virtual ~StorePinner() = default;
@@ -52,9 +54,6 @@ class StorePinner {
   // The store is done with the registered mapping [p, p+n): unregister it and unmap it (now or
   // later). The store never touches it again.
   virtual void Release(void* p, size_t n) = 0;
-  // Unregisters [p, p+n) now; the store keeps the mapping (before a fork: the kernel copies
-  // DMA-pinned pages into a child at once, so they are unpinned first).
-  virtual void Unpin(void* p, size_t n) = 0;
 };
 
 class ChunkStore {

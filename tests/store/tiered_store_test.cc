@@ -98,7 +98,6 @@ TEST_F(TieredStoreTest, LeasesReachOnlyTheRamTier) {
    public:
     bool Pin(void*, size_t) override { return true; }
     void Release(void* p, size_t n) override { munmap(p, n); }
-    void Unpin(void*, size_t) override {}
   } pinner;
   auto store = Make("ram+file", "1M", Os::Default());
   ASSERT_TRUE(store);
