@@ -157,10 +157,15 @@ bool RegionIo::LeaseEncoding(const void* chunk_start, RegionBackend::EncodingLea
   if ((s != kStored && s != kPartial && s != kClean) || !c.TryBusy(w)) return false;
   StoreLease l;
   const StoreHandle h = c.handle.load();
-  const bool ok = h && e_.io->store()->Lease(h, &l).ok();
+  Status st = h ? e_.io->store()->Lease(h, &l, /*may_register=*/false)
+                : Status::Error(ENOENT, "no store copy");
   c.EndBusy(s);
   e_.parked->Signal();
-  if (!ok) return false;
+  // Its memory to be registered first: a driver call, made without the claim (device work -- a
+  // host function reading or writing this chunk -- may wait for the claim). A handle that is
+  // still live then is still the chunk's content (a store copy is freed when the chunk changes).
+  if (st.code() == EINPROGRESS) st = e_.io->store()->Lease(h, &l, /*may_register=*/true);
+  if (!st.ok()) return false;
   if (l.len > e_.chunk || !Codec::IsGpuFormat(l.data, l.len)) {
     e_.io->store()->Unlease(l);
     return false;

@@ -526,7 +526,7 @@ void RamStore::SetPinner(StorePinner* pinner) {
   pinner_ = pinner;
 }
 
-Status RamStore::Lease(StoreHandle h, StoreLease* out) {
+Status RamStore::Lease(StoreHandle h, StoreLease* out, bool may_register) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!pinner_) return Status::Error(ENOTSUP, "RAM store: no pinner");
   uint32_t idx;
@@ -539,6 +539,7 @@ Status RamStore::Lease(StoreHandle h, StoreLease* out) {
     // trimmed at the seal), an evacuated one is about to go.
     if (x.registering || x.pin_failed || x.busy || ext == open_)
       return Status::Error(EAGAIN, "RAM store: extent not registered");
+    if (!may_register) return Status::Error(EINPROGRESS, "RAM store: extent to be registered");
     x.registering = true;
   }
   e.pins++;

@@ -45,8 +45,9 @@
 // copying happens outside the lock.
 //
 // Leases (GPU decode reading encodings in place, store.h): with a pinner set, Lease registers a
-// sealed extent for DMA the first time one of its entries is leased (Pin, outside the lock; the
-// open extent and extents being evacuated are not leased: EAGAIN) and pins the entry. A
+// sealed extent for DMA the first time one of its entries is leased with `may_register` (Pin,
+// outside the lock; without it: EINPROGRESS; the open extent and extents being evacuated are not
+// leased: EAGAIN) and pins the entry. A
 // registered extent is never trimmed (its tail stays mapped, a hole for smaller entries), and
 // when it is retired it goes to the pinner (Release) instead of munmap; it may become the spare
 // and the open extent again, registered. An entry freed while leased keeps its place and its
@@ -89,7 +90,7 @@ class RamStore : public ChunkStore {
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
-  Status Lease(StoreHandle h, StoreLease* out) override;
+  Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
   void Unlease(const StoreLease& lease) override;
   void SetPinner(StorePinner* pinner) override;
   // fork: the forking thread holds mu_ across fork(); the extents are private anonymous memory, so

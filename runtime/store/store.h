@@ -87,11 +87,14 @@ class ChunkStore {
 
   virtual StoreUsage Usage() const = 0;
 
-  // Leases entry `h` in place (StoreLease) where it lies in memory registered for DMA, registering
-  // that memory first through the pinner where needed. ENOTSUP: no pinner (SetPinner) or a tier
-  // without leases; EAGAIN: not now (the entry is in a lower tier, on its way down, or in memory
-  // that is not registered and cannot be now); ENOENT: no such entry. The caller then uses Get.
-  virtual Status Lease(StoreHandle h, StoreLease* out) {
+  // Leases entry `h` in place (StoreLease) where it lies in memory registered for DMA; with
+  // `may_register`, registering that memory first through the pinner where needed (a driver call:
+  // the caller holds nothing another thread's device work may wait for). ENOTSUP: no pinner
+  // (SetPinner) or a tier without leases; EINPROGRESS: the memory is not registered and
+  // `may_register` is false (call again with it); EAGAIN: not now (the entry is in a lower tier,
+  // on its way down, or in memory that cannot be registered now); ENOENT: no such entry. The
+  // caller then uses Get.
+  virtual Status Lease(StoreHandle h, StoreLease* out, bool may_register) {
     return Status::Error(ENOTSUP, std::string(name()) + ": no leases");
   }
   // Ends a lease (after the DMA that read it is complete).

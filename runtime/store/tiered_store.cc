@@ -207,7 +207,7 @@ void TieredStore::Free(StoreHandle h) {
   ReleaseInner(tier, inner);
 }
 
-Status TieredStore::Lease(StoreHandle h, StoreLease* out) {
+Status TieredStore::Lease(StoreHandle h, StoreLease* out, bool may_register) {
   StoreHandle inner;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -219,7 +219,7 @@ Status TieredStore::Lease(StoreHandle h, StoreLease* out) {
     inner = e.inner;
   }
   // Moved down and freed in the RAM tier meanwhile: ENOENT there (the caller uses Get).
-  Status s = ram_->Lease(inner, out);
+  Status s = ram_->Lease(inner, out, may_register);
   return s.code() == ENOENT ? Status::Error(EAGAIN, name_ + ": entry left the RAM tier") : s;
 }
 

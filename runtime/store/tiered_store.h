@@ -55,7 +55,7 @@ class TieredStore : public ChunkStore {
   void Free(StoreHandle h) override;
   // Leases of entries in the RAM tier (not on their way down), through the RAM store: the lease
   // holds the RAM entry, so a move down or a Free meanwhile leaves its bytes until Unlease.
-  Status Lease(StoreHandle h, StoreLease* out) override;
+  Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
   void Unlease(const StoreLease& lease) override;
   void SetPinner(StorePinner* pinner) override;
   void Prefetch(StoreHandle h) override;

@@ -639,13 +639,15 @@ TEST(RamStore, LeasesRegisterSealedExtentsOnceAndReleaseThemToThePinner) {
     ASSERT_TRUE(store.Put(data.back().data(), data.back().size(), 1 << 17, &h).ok());
     hs.push_back(h);
   }
-  EXPECT_EQ(store.Lease(hs[0], &l).code(), ENOTSUP) << "no pinner";
+  EXPECT_EQ(store.Lease(hs[0], &l, true).code(), ENOTSUP) << "no pinner";
   RecordingPinner pinner;
   store.SetPinner(&pinner);
-  EXPECT_EQ(store.Lease(hs.back(), &l).code(), EAGAIN) << "the open extent";
+  EXPECT_EQ(store.Lease(hs.back(), &l, true).code(), EAGAIN) << "the open extent";
+  EXPECT_EQ(store.Lease(hs[0], &l, false).code(), EINPROGRESS) << "not registered yet";
+  EXPECT_TRUE(pinner.pinned.empty());
   std::vector<StoreLease> leases;
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(store.Lease(hs[i], &l).ok()) << i;
+    ASSERT_TRUE(store.Lease(hs[i], &l, true).ok()) << i;
     ASSERT_EQ(l.len, data[i].size());
     EXPECT_EQ(memcmp(l.data, data[i].data(), l.len), 0) << i;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(l.data) % 16, 0u);
@@ -675,9 +677,9 @@ TEST(RamStore, LeasesRegisterSealedExtentsOnceAndReleaseThemToThePinner) {
     ASSERT_TRUE(store.Put(data[i].data(), data[i].size(), 1 << 17, &hs[i]).ok());
   }
   pinner.refuse = true;
-  EXPECT_EQ(store.Lease(hs[0], &l).code(), EAGAIN);
+  EXPECT_EQ(store.Lease(hs[0], &l, true).code(), EAGAIN);
   pinner.refuse = false;
-  EXPECT_EQ(store.Lease(hs[1], &l).code(), EAGAIN) << "the same extent";
+  EXPECT_EQ(store.Lease(hs[1], &l, true).code(), EAGAIN) << "the same extent";
   EXPECT_TRUE(ReadsBack(&store, hs[0], data[0]));
   for (StoreHandle h : hs) store.Free(h);
   EXPECT_EQ(store.CheckInvariants(), "");
@@ -698,7 +700,7 @@ TEST(RamStore, AnEntryFreedWhileLeasedStaysUntilTheLeaseEnds) {
     hs.push_back(h);
   }
   StoreLease l;
-  ASSERT_TRUE(store.Lease(hs[3], &l).ok());
+  ASSERT_TRUE(store.Lease(hs[3], &l, true).ok());
   const StoreUsage before = store.Usage();
   store.Free(hs[3]);
   EXPECT_EQ(store.Get(hs[3], [](const void*, size_t) { return Status::Ok(); }).code(), ENOENT);
@@ -739,14 +741,14 @@ TEST(RamStore, ForkCallsNoPinner) {
     hs.push_back(h);
   }
   StoreLease l;
-  ASSERT_TRUE(store.Lease(hs[0], &l).ok());
+  ASSERT_TRUE(store.Lease(hs[0], &l, true).ok());
   store.Unlease(l);
   ASSERT_EQ(pinner.pinned.size(), 1u);
   const uint64_t registered = store.RegisteredBytes();
   store.ForkPrepare();
   store.ForkParent();
   EXPECT_EQ(store.RegisteredBytes(), registered);
-  ASSERT_TRUE(store.Lease(hs[1], &l).ok());
+  ASSERT_TRUE(store.Lease(hs[1], &l, true).ok());
   EXPECT_EQ(pinner.pinned.size(), 1u) << "the same extent, still registered";
   store.Unlease(l);
   for (StoreHandle h : hs) store.Free(h);

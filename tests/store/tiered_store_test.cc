@@ -107,11 +107,11 @@ TEST_F(TieredStoreTest, LeasesReachOnlyTheRamTier) {
   for (auto& h : hs) ASSERT_TRUE(store->Put(d.data(), d.size(), 65536, &h).ok());
   store->WaitIdle();
   ASSERT_EQ(store->TierOf(hs.back()), 0);
-  EXPECT_EQ(store->Lease(hs.back(), &l).code(), ENOTSUP) << "no pinner";
+  EXPECT_EQ(store->Lease(hs.back(), &l, true).code(), ENOTSUP) << "no pinner";
   store->SetPinner(&pinner);
   int leased = 0, down = 0;
   for (StoreHandle h : hs) {
-    Status st = store->Lease(h, &l);
+    Status st = store->Lease(h, &l, true);
     if (store->TierOf(h) == 1) {
       EXPECT_EQ(st.code(), EAGAIN);
       ++down;
