@@ -121,10 +121,6 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "it, and a GPU-decoded copy sends encodings straight from there (no copy into staging; a "   \
     "forked child gets a copy of that memory at once); 0 = the fill workers copy encodings "     \
     "into pinned staging")                                                                        \
-  X(kGpuGather, "GPU_GATHER", kBool, "1", "", "", "gpu-gather",                                  \
-    "with ZRTIER_GPU_STORE_PINNED=1: 1 = the GPU reads the encodings a copy sends from the RAM "  \
-    "store in place, with one kernel launch per piece of the copy (where the device maps "        \
-    "registered memory at its host address); 0 = one DMA per stored encoding")                   \
   X(kCrashReport, "CRASH_REPORT", kBool, "0", "", "", "crash-report",                            \
     "1 = a process that dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT first prints the "     \
     "signal, the thread's name and its native stack to stderr (it still ends as it would)")      \

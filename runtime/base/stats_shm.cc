@@ -166,17 +166,18 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
-// What an older block lacks: version 20 ends its values before h2d_gpu_gathered_bytes, version 19
-// before store_pinned_bytes, version 18 before t1_kept_bytes, version 17 before h2d_gpu_launches,
-// version 16 before partial_restores, version 15 before h2d_gpu_decoded_bytes, versions 13 and 14
-// before checksum_errors, and version 13's histograms have no sum_ns word (each is kHistBuckets words), so what follows sits earlier.
+// What an older block lacks: version 19 ends its values before store_pinned_bytes, version 18
+// before t1_kept_bytes, version 17 before
+// h2d_gpu_launches, version 16
+// before partial_restores, version 15
+// before h2d_gpu_decoded_bytes, versions 13 and 14 before checksum_errors, and version 13's
+// histograms have no sum_ns word (each is kHistBuckets words), so what follows sits earlier.
 struct Layout {
   int values = kStatCount;
   bool sums = true;
 };
 Layout LayoutOf(uint32_t version) {
   Layout l;
-  if (version < 21) l.values = static_cast<int>(Stat::h2d_gpu_gathered_bytes);
   if (version < 20) l.values = static_cast<int>(Stat::store_pinned_bytes);
   if (version < 19) l.values = static_cast<int>(Stat::t1_kept_bytes);
   if (version < 18) l.values = static_cast<int>(Stat::h2d_gpu_launches);

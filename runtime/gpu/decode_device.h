@@ -12,10 +12,6 @@
 //   phase 6  DecodeBlock    thread t decodes segments t, t + nthreads, ... of every plane and
 //                           merges them into dst; thread 0 writes the tail bytes
 //   phase 7  (the kernel)   thread 0 writes status
-//
-// The gather kernel's body (GatherBlock) is one phase: the CTA's threads copy the chunk's encoding
-// from mapped host memory into device memory, 16 bytes each, four loads in flight per thread (the
-// link's latency is microseconds: many reads must be outstanding to fill it).
 #pragma once
 
 #include <cstdint>
@@ -63,16 +59,6 @@ ZRTIER_HD uint32_t LoadWord(const uint32_t* p) {
 ZRTIER_HD void Load16(const uint8_t* p, uint32_t* w) {
 #if defined(__CUDA_ARCH__)
   const uint4 v = __ldg(reinterpret_cast<const uint4*>(p));
-  w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
-#else
-  memcpy(w, p, 16);
-#endif
-}
-
-// 16 bytes of mapped host memory at a 16-byte aligned address (read once: not kept in L1).
-ZRTIER_HD void LoadHost16(const uint8_t* p, uint32_t* w) {
-#if defined(__CUDA_ARCH__)
-  const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
   w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
 #else
   memcpy(w, p, 16);
@@ -419,31 +405,6 @@ ZRTIER_HD void DecodeBlock(const DecodeChunk& c, uint32_t tid, uint32_t nthreads
   if (tid == 0)
     for (uint32_t k = 0; k < ci.tail; ++k)
       dst[static_cast<uint64_t>(ci.n) * ci.width + k] = HeaderBytes(sh)[gpufmt::kOffTail + k];
-}
-
-// The gather kernel's CTA for chunk `c` (decode_kernel.h).
-ZRTIER_HD void GatherBlock(const DecodeChunk& c, uint32_t tid, uint32_t nthreads) {
-  if (!c.gather) return;
-  uint8_t* dst = reinterpret_cast<uint8_t*>(c.src);
-  const uint8_t* src = reinterpret_cast<const uint8_t*>(c.gather);
-  if (((c.gather | c.src) & 15) != 0) {
-    const uint32_t zero[4] = {0, 0, 0, 0};
-    if (tid == 0 && (c.src & 15) == 0) Store16(dst, zero);
-    return;
-  }
-  const uint64_t words = (uint64_t{c.enc_len} + 15) / 16;
-  constexpr uint32_t kInFlight = 4;
-  uint64_t u = tid;
-  for (; u + (kInFlight - 1) * nthreads < words; u += kInFlight * nthreads) {
-    uint32_t w[kInFlight][4];
-    for (uint32_t k = 0; k < kInFlight; ++k) LoadHost16(src + 16 * (u + k * nthreads), w[k]);
-    for (uint32_t k = 0; k < kInFlight; ++k) Store16(dst + 16 * (u + k * nthreads), w[k]);
-  }
-  for (; u < words; u += nthreads) {
-    uint32_t w[4];
-    LoadHost16(src + 16 * u, w);
-    Store16(dst + 16 * u, w);
-  }
 }
 
 #if !defined(__CUDACC__)

@@ -1,4 +1,4 @@
-// The GPU decode kernel and its gather kernel. The decode kernel: one CTA decodes one chunk of the GPU format into its destination, the
+// The GPU decode kernel: one CTA decodes one chunk of the GPU format into its destination, the
 // planes merged into the element layout. The contract (arguments, grid and block shape, what it
 // reads and writes) is in decode_kernel.h; the body, phase by phase, in decode_device.h (the
 // same code the CPU emulation test runs). Built by nvcc into a fatbin that decode_fatbin.cc embeds
@@ -27,15 +27,4 @@ extern "C" __global__ void __launch_bounds__(zrtier::gpu::kDecodeThreads)
   dev::DecodeBlock(ch, tid, nthreads, sh);
   __syncthreads();
   if (tid == 0) status[c] = sh.error;
-}
-
-// The gather kernel: one CTA copies one chunk's encoding from mapped host memory into the device
-// memory the decode kernel reads it from (decode_kernel.h).
-extern "C" __global__ void __launch_bounds__(zrtier::gpu::kDecodeThreads)
-    zrtier_gpu_gather(const zrtier::gpu::DecodeChunk* chunks, uint32_t count, uint32_t*,
-                      const zrtier::gpu::DecodeSelect select) {
-  using namespace zrtier::gpu;
-  if (blockIdx.x >= count) return;
-  const uint32_t c = select.n ? select.index[blockIdx.x] : blockIdx.x;
-  dev::GatherBlock(chunks[c], threadIdx.x, blockDim.x);
 }

@@ -19,16 +19,6 @@
 // (the descriptor's index: 0, or an OR of DecodeError bits; then dst holds unspecified bytes).
 // Chunks must not overlap each other's dst. The kernel decodes only the GPU format: a chunk in
 // another format (version 1, zstd) gets kDecodeNotGpuFormat and is left for the CPU.
-//
-//   extern "C" __global__ void zrtier_gpu_gather(const DecodeChunk* chunks, uint32_t count,
-//                                                uint32_t* status, DecodeSelect select);
-//   the same grid, block and selection as the decode kernel. For each selected chunk whose
-//   `gather` is not 0 it copies enc_len bytes rounded up to a multiple of 16 from `gather`
-//   (mapped pinned host memory, readable that far) to `src` (device memory), so that a decode launched after it on the same stream finds
-//   the encoding there: the encodings of many chunks scattered in host memory cross the link in
-//   one launch instead of one DMA each. It writes nothing else; a misaligned `gather` or `src`
-//   gets 16 zero bytes at `src` instead (when src is aligned), which the decode reports as
-//   kDecodeBadHeader. status is not touched.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +31,7 @@ struct DecodeChunk {
   uint64_t dst;       // device address of the len decoded bytes; 16-byte aligned
   uint32_t enc_len;   // bytes of the encoding; 0 = the chunk is all zero
   uint32_t len;       // bytes of the decoded chunk
-  uint64_t gather;    // 0, or where zrtier_gpu_gather copies the encoding from (16-byte aligned)
+  uint64_t reserved;  // 0
 };
 static_assert(sizeof(DecodeChunk) == 32, "DecodeChunk is part of the kernel's ABI");
 
@@ -55,12 +45,10 @@ struct DecodeSelect {
 static_assert(sizeof(DecodeSelect) + 3 * sizeof(uint64_t) <= 4096, "kernel parameters <= 4 KiB");
 
 inline constexpr char kDecodeKernelName[] = "zrtier_gpu_decode";
-inline constexpr char kGatherKernelName[] = "zrtier_gpu_gather";
 inline constexpr unsigned kDecodeAlign = 16;  // src and dst alignment the kernel needs
 // Threads of a CTA, one per segment of a plane (a 256 KiB chunk of bf16 has 512 segments of the
 // encoder's kSegmentLog2); a chunk with more segments gives each thread several in turn.
 inline constexpr unsigned kDecodeThreads = 512;
-
 
 // status[c] bits.
 enum DecodeError : uint32_t {

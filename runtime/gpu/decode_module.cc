@@ -30,10 +30,7 @@ Status DecodeModule::Load(std::unique_ptr<DecodeModule>* out) {
     d->cuModuleUnload(module);
     return s;
   }
-  // The gather kernel is optional: without it, encodings cross the link by DMA.
-  CUfunction gather = nullptr;
-  if (d->cuModuleGetFunction(&gather, module, kGatherKernelName) != CUDA_SUCCESS) gather = nullptr;
-  out->reset(new DecodeModule(d, module, function, gather));
+  out->reset(new DecodeModule(d, module, function));
   return Status::Ok();
 }
 
@@ -44,7 +41,7 @@ DecodeModule::~DecodeModule() {
 Status DecodeModule::Launch(CUdeviceptr chunks, uint32_t count, CUdeviceptr status,
                             CUstream stream) const {
   DecodeSelect all{};  // n == 0: chunks[0..count)
-  return LaunchWith(function_, chunks, count, status, stream, all);
+  return LaunchWith(chunks, count, status, stream, all);
 }
 
 Status DecodeModule::LaunchSelected(CUdeviceptr chunks, const uint32_t* index, uint32_t count,
@@ -54,29 +51,17 @@ Status DecodeModule::LaunchSelected(CUdeviceptr chunks, const uint32_t* index, u
   DecodeSelect select;
   select.n = count;
   std::copy(index, index + count, select.index);
-  return LaunchWith(function_, chunks, count, status, stream, select);
+  return LaunchWith(chunks, count, status, stream, select);
 }
 
-Status DecodeModule::LaunchGather(CUdeviceptr chunks, const uint32_t* index, uint32_t count,
-                                  CUstream stream) const {
-  if (!gather_) return Status::Error(ENOSYS, "gpu: the module has no gather kernel");
-  if (count > kDecodeMaxSelect)
-    return Status::Error(EINVAL, "gpu: more chunks than one launch selects");
-  DecodeSelect select;
-  select.n = count;
-  std::copy(index, index + count, select.index);
-  return LaunchWith(gather_, chunks, count, 0, stream, select);
-}
-
-Status DecodeModule::LaunchWith(CUfunction f, CUdeviceptr chunks, uint32_t count,
-                                CUdeviceptr status, CUstream stream,
-                                const DecodeSelect& select) const {
+Status DecodeModule::LaunchWith(CUdeviceptr chunks, uint32_t count, CUdeviceptr status,
+                                CUstream stream, const DecodeSelect& select) const {
   if (count == 0) return Status::Ok();
   // The driver copies the arguments at the launch: `select` may go once it returns.
   void* args[] = {&chunks, &count, &status, const_cast<DecodeSelect*>(&select)};
-  return driver_->Check(
-      driver_->cuLaunchKernel(f, count, 1, 1, kDecodeThreads, 1, 1, 0, stream, args, nullptr),
-      f == gather_ ? "cuLaunchKernel (zrtier_gpu_gather)" : "cuLaunchKernel (zrtier_gpu_decode)");
+  return driver_->Check(driver_->cuLaunchKernel(function_, count, 1, 1, kDecodeThreads, 1, 1, 0,
+                                                stream, args, nullptr),
+                        "cuLaunchKernel (zrtier_gpu_decode)");
 }
 
 }  // namespace zrtier::gpu

@@ -1,5 +1,5 @@
-// The GPU decode kernel and its gather kernel, loaded into a CUDA context and launched through the
-// driver API (cuda_driver.h): the host side of decode_kernel.h's contract.
+// The GPU decode kernel, loaded into a CUDA context and launched through the driver API
+// (cuda_driver.h): the host side of decode_kernel.h's contract.
 //
 // Thread safety: a loaded DecodeModule is immutable; Launch may be called from any thread whose
 // current context is the one it was loaded into (or shares its address space).
@@ -37,25 +37,17 @@ class DecodeModule {
   // status[index[c]]: descriptors scattered in one array, decoded by one launch.
   Status LaunchSelected(CUdeviceptr chunks, const uint32_t* index, uint32_t count,
                         CUdeviceptr status, CUstream stream) const;
-  // Enqueues the gather kernel for chunks[index[0..count)] (count <= kDecodeMaxSelect): each
-  // chunk's encoding copied from its `gather` address to its `src`. ENOSYS when the module has no
-  // gather kernel (gather() false).
-  Status LaunchGather(CUdeviceptr chunks, const uint32_t* index, uint32_t count,
-                      CUstream stream) const;
-  // True if the module holds the gather kernel.
-  bool gather() const { return gather_ != nullptr; }
 
   const CudaDriver& driver() const { return *driver_; }
 
  private:
-  DecodeModule(const CudaDriver* driver, CUmodule module, CUfunction function, CUfunction gather)
-      : driver_(driver), module_(module), function_(function), gather_(gather) {}
-  Status LaunchWith(CUfunction f, CUdeviceptr chunks, uint32_t count, CUdeviceptr status,
-                    CUstream stream, const DecodeSelect& select) const;
+  DecodeModule(const CudaDriver* driver, CUmodule module, CUfunction function)
+      : driver_(driver), module_(module), function_(function) {}
+  Status LaunchWith(CUdeviceptr chunks, uint32_t count, CUdeviceptr status, CUstream stream,
+                    const DecodeSelect& select) const;
   const CudaDriver* driver_;
   CUmodule module_;
   CUfunction function_;
-  CUfunction gather_;  // null: not in the module
 };
 
 }  // namespace zrtier::gpu

@@ -9,11 +9,10 @@
 
 namespace zrtier {
 
-GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled, bool gather)
+GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
     : api_(api),
       pool_(pool),
-      enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree),
-      gather_(gather) {
+      enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree) {
   if (!enabled)
     why_off_ = "off (ZRTIER_GPU_DECODE=0)";
   else if (!gpu::DecodeKernelBuilt())
@@ -155,28 +154,14 @@ void GpuDecode::CheckStatus(int slot) {
         bits);
 }
 
-void GpuDecode::Describe(int slot, const void* src, void* dst, uint32_t enc_len, uint32_t len,
-                         const void* gather) {
+void GpuDecode::Describe(int slot, const void* src, void* dst, uint32_t enc_len, uint32_t len) {
   CheckStatus(slot);
   gpu::DecodeChunk& d = desc_[slot];
   d.src = reinterpret_cast<uint64_t>(src);
   d.dst = reinterpret_cast<uint64_t>(dst);
   d.enc_len = enc_len;
   d.len = len;
-  d.gather = reinterpret_cast<uint64_t>(gather);
-}
-
-cudaError_t GpuDecode::LaunchGather(Target* t, const int* slots, uint32_t count,
-                                    cudaStream_t stream) {
-  uint32_t index[gpu::kDecodeMaxSelect];
-  for (uint32_t i = 0; i < count; ++i) index[i] = static_cast<uint32_t>(slots[i]);
-  Status st = t->module->LaunchGather(desc_dev_, index, count, reinterpret_cast<CUstream>(stream));
-  if (!st.ok()) {
-    ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU gather launch failed (%s): encodings go by DMA",
-                    st.ToString().c_str());
-    return cudaErrorLaunchFailure;
-  }
-  return cudaSuccess;
+  d.reserved = 0;
 }
 
 cudaError_t GpuDecode::Order(cudaStream_t waiter, cudaStream_t done) {

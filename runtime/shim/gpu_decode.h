@@ -1,9 +1,7 @@
 // GpuDecode: host-to-device copies of chunks stored in the GPU chunk format (ZRTIER_CODEC=gpu) send
 // the encoded bytes over the link and decode them on the GPU, on the copy's stream (issue "decode
 // on the GPU"). A stored chunk's encoding goes from where it lies in the RAM store, registered for
-// DMA (RegionBackend::LeaseEncoding, store_pinning.h), read by the gather kernel where the device
-// maps that memory at its host address (one launch per piece instead of a DMA per encoding, which
-// costs the copy call ~1.6 us each to queue), else by DMA; where it cannot (a lower tier, the store's
+// DMA (RegionBackend::LeaseEncoding, store_pinning.h); where it cannot (a lower tier, the store's
 // open extent, ZRTIER_GPU_STORE_PINNED=0) the fill workers pack it into pinned staging instead of
 // decoding it (RegionBackend::ReadChunk's GpuEncodingSink). The copy then queues, on the caller's
 // stream, DMAs of the piece's encodings into a reservation in the context's staging ring in
@@ -78,9 +76,8 @@ class GpuDecode {
   };
 
   // `api` (the real runtime) and `pool` must outlive this object. `enabled` false
-  // (ZRTIER_GPU_DECODE=0): Usable always returns null and nothing is loaded. `gather` false
-  // (ZRTIER_GPU_GATHER=0): CanGather is false.
-  GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled, bool gather = true);
+  // (ZRTIER_GPU_DECODE=0): Usable always returns null and nothing is loaded.
+  GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled);
   ~GpuDecode();
   GpuDecode(const GpuDecode&) = delete;
   GpuDecode& operator=(const GpuDecode&) = delete;
@@ -97,21 +94,12 @@ class GpuDecode {
   }
   // Describes the decode of the `enc_len` encoded bytes at `src` (device memory: staged in t's
   // ring; enc_len 0: the chunk is all zero) into the `len` bytes at `dst`, for `slot`'s
-  // descriptor; `gather` non-null: LaunchGather copies the encoding there from this mapped host
-  // address first. REQUIRES: the caller holds the slot pinned; src, dst and gather 16-byte
-  // aligned.
-  void Describe(int slot, const void* src, void* dst, uint32_t enc_len, uint32_t len,
-                const void* gather = nullptr);
+  // descriptor. REQUIRES: the caller holds the slot pinned; src and dst 16-byte aligned.
+  void Describe(int slot, const void* src, void* dst, uint32_t enc_len, uint32_t len);
   // Launches the decode of the described `slots` (count <= gpu::kDecodeMaxSelect) on `stream`,
   // after its earlier work (the DMAs into the staging buffers among it): one launch, whatever the
   // slots' order. cudaErrorLaunchFailure on error.
   cudaError_t Launch(Target* t, const int* slots, uint32_t count, cudaStream_t stream);
-  // True if `t`'s module holds the gather kernel and ZRTIER_GPU_GATHER is on.
-  bool CanGather(const Target* t) const { return gather_ && t->module->gather(); }
-  // Launches the gather kernel for the described `slots` (count <= gpu::kDecodeMaxSelect) on
-  // `stream`: each encoding copied from its `gather` address into its `src`. An error when the
-  // launch failed: nothing was queued then.
-  cudaError_t LaunchGather(Target* t, const int* slots, uint32_t count, cudaStream_t stream);
   // The decode stream for the next piece of `t`, in turn; null when `t` has none.
   cudaStream_t DecodeStream(Target* t) {
     return t->decode[t->next_decode.fetch_add(1, std::memory_order_relaxed) % kDecodeStreams];
@@ -130,7 +118,6 @@ class GpuDecode {
   const CudaApi* api_;
   PinnedPool* pool_;
   const bool enabled_;
-  const bool gather_;
   const gpu::CudaDriver* driver_ = nullptr;  // set once under mu_
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Target>> targets_;  // guarded by mu_ (stable addresses)

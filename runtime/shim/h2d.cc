@@ -129,16 +129,6 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   // reservation: LaunchDecodes has the CPU read them).
   // Leased encodings follow the packed ones in the reservation, each a DMA from the pinned RAM
   // store (adjacent entries coalesce).
-  // Where the device reads the store's registered memory at its host address, the leased
-  // encodings are copied by one gather launch (gpu_decode.h) instead of a DMA each.
-  const bool gather = gpu && ctx.pinning && ctx.pinning->mapped() && ctx.gpu->CanGather(gpu);
-  struct Gathered {
-    int slot;
-    char* staged;
-    const char* src;
-    uint32_t enc_len;
-  };
-  std::vector<Gathered> gathered;
   StagingRing::Span dev;
   uint64_t leased_enc = 0;
   if (err == cudaSuccess && !gpu_chunks.empty()) {
@@ -151,22 +141,16 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
         const char* lo = std::max<const char*>(cur, c.start);
         const char* hi = std::min<const char*>(end, c.start + ctx.chunk);
         char* staged = dev.ptr + c.enc_off;
-        const char* from_host = nullptr;
         if (c.lease) {
           // Up to the next 16-byte boundary: still the entry's own bytes in the store (entries
           // are 16-byte aligned), so that entries lying back to back go as one DMA.
           staged = dev.ptr + at;
-          if (gather) {
-            gathered.push_back({c.slot, staged, c.enc_src, c.enc_len});
-            from_host = c.enc_src;
-          } else {
-            dmas.Add(staged, c.enc_src, StagedBytes(c.enc_len));
-          }
+          dmas.Add(staged, c.enc_src, StagedBytes(c.enc_len));
           at += StagedBytes(c.enc_len);
           leased_enc += c.enc_len;
         }
         ctx.gpu->Describe(c.slot, staged, dst0 + (lo - src0), c.enc_len,
-                          static_cast<uint32_t>(hi - lo), from_host);
+                          static_cast<uint32_t>(hi - lo));
       }
     }
   }
@@ -180,26 +164,6 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
     cudaStream_t s = ctx.gpu->DecodeStream(gpu);
     if (s && ctx.gpu->Order(s, stream) == cudaSuccess) launch_stream = *decode_stream = s;
   }
-  // The gather launches, on the stream of the decodes that read what they copy. Those that cannot
-  // be launched leave their encodings to DMAs there.
-  uint64_t gathered_enc = 0;
-  for (size_t k = 0; err == cudaSuccess && k < gathered.size(); k += gpu::kDecodeMaxSelect) {
-    const size_t n = std::min<size_t>(gpu::kDecodeMaxSelect, gathered.size() - k);
-    int slots[gpu::kDecodeMaxSelect];
-    for (size_t i = 0; i < n; ++i) slots[i] = gathered[k + i].slot;
-    if (ctx.gpu->LaunchGather(gpu, slots, static_cast<uint32_t>(n), launch_stream) ==
-        cudaSuccess) {
-      for (size_t i = 0; i < n; ++i) gathered_enc += gathered[k + i].enc_len;
-      continue;
-    }
-    DmaBatch late(api, cudaMemcpyHostToDevice);
-    for (size_t i = k; i < gathered.size(); ++i)
-      late.Add(gathered[i].staged, gathered[i].src, StagedBytes(gathered[i].enc_len));
-    StatAdd(Stat::h2d_dma_ops, late.size());
-    err = late.Issue(launch_stream);
-    break;
-  }
-  StatAdd(Stat::h2d_gpu_gathered_bytes, gathered_enc);
   if (err == cudaSuccess && !gpu_chunks.empty())
     err = LaunchDecodes(ctx, dev.ptr ? gpu : nullptr, piece, gpu_chunks, dst0, src0, cur, end,
                         launch_stream, &gpu_bytes, &gpu_enc);

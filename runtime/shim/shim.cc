@@ -40,7 +40,7 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
     prefetch_ = ShimPrefetch::Create(ctx_, *cfg_.policy, pool_->bytes() / 2);
     ctx_.prefetch = prefetch_.get();
   }
-  gpu_ = std::make_unique<GpuDecode>(api_, pool_.get(), cfg_.gpu_decode, cfg_.gpu_gather);
+  gpu_ = std::make_unique<GpuDecode>(api_, pool_.get(), cfg_.gpu_decode);
   ctx_.gpu = gpu_.get();
   if (cfg_.gpu_decode && cfg_.gpu_store_pinned) {
     pinning_ = std::make_unique<StorePinning>(api_, Os::Default());  // unmaps RAM store extents

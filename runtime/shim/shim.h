@@ -40,7 +40,6 @@ struct ShimConfig {
   bool async_h2d = true;
   bool gpu_decode = false;       // ZRTIER_GPU_DECODE (GpuDecode)
   bool gpu_store_pinned = true;  // ZRTIER_GPU_STORE_PINNED (StorePinning), with gpu_decode
-  bool gpu_gather = true;        // ZRTIER_GPU_GATHER (GpuDecode::CanGather), with the above
   // The options the prefetch link reads (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD, ZRTIER_SPREAD,
   // ZRTIER_WORKERS); null = no learning, no prefetching.
   const Options* policy = nullptr;

@@ -12,20 +12,9 @@ StorePinning::~StorePinning() {
 bool StorePinning::Pin(void* p, size_t n) {
   Reap();
   if (refused_.load(std::memory_order_relaxed) || !api_->cudaHostRegister) return false;
-  const cudaError_t err =
-      api_->cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterMapped);
+  const cudaError_t err = api_->cudaHostRegister(p, n, cudaHostRegisterPortable);
   if (err == cudaSuccess) {
     StatAdd(Stat::store_pinned_bytes, n);
-    void* dev = nullptr;
-    if (mapped_.load(std::memory_order_relaxed) &&
-        (!api_->cudaHostGetDevicePointer ||
-         api_->cudaHostGetDevicePointer(&dev, p, 0) != cudaSuccess || dev != p)) {
-      if (api_->cudaGetLastError) api_->cudaGetLastError();
-      mapped_.store(false, std::memory_order_relaxed);
-      Log(LogLevel::kInfo,
-          "GPU decode: the device does not read registered store memory at its host address; "
-          "encodings cross the link by DMA");
-    }
     return true;
   }
   if (!refused_.exchange(true))

@@ -6,10 +6,7 @@
 // function -- where the driver must not be called, so the extent is queued (queued_bytes) and
 // Reap, called by GPU-decoded copies, by the memory budget's keeper every tick (after it reaps the
 // pool's completed events, which end leases) and before every Pin, unregisters and unmaps it. After
-// a refused registration, said once, nothing is registered any more. Extents are registered
-// mapped: where the device reads each at its host address (UVA with
-// cudaDevAttrCanUseHostPointerForRegisteredMem, every current NVIDIA GPU on Linux), `mapped()`
-// stays true and the GPU's gather kernel reads leased encodings in place (gpu_decode.h).
+// a refused registration, said once, nothing is registered any more.
 //
 // Thread safety: every method may be called from any thread; Pin, Unpin and Reap call the driver.
 #pragma once
@@ -43,14 +40,11 @@ class StorePinning final : public StorePinner {
   void Reap();
   // Bytes released and not reaped yet.
   uint64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
-  // True while every extent registered so far reads on the device at its host address.
-  bool mapped() const { return mapped_.load(std::memory_order_relaxed); }
 
  private:
   const CudaApi* api_;
   Os* os_;
   std::atomic<bool> refused_{false};
-  std::atomic<bool> mapped_{true};
   std::atomic<uint64_t> queued_bytes_{0};
   std::mutex mu_;
   std::vector<std::pair<void*, size_t>> released_;  // guarded by mu_

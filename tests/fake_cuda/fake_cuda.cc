@@ -505,8 +505,6 @@ FAKE_API cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned i
   std::lock_guard<std::mutex> l(G()->mu);
   const Alloc* a = Find(host, 1);
   if (!a || a->device) return Fail(cudaErrorInvalidValue);
-  // Registered memory has a device address only when registered mapped.
-  if (a->registered && !(a->flags & cudaHostRegisterMapped)) return Fail(cudaErrorInvalidValue);
   *dev = host;
   return cudaSuccess;
 }

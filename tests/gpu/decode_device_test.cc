@@ -131,44 +131,6 @@ TEST(DecodeDevice, MisalignedBuffersAreRefused) {
   EXPECT_EQ(status[0], kDecodeMisaligned);
 }
 
-// The gather kernel's CTA copies an encoding from its `gather` address to `src` (rounded up to 16
-// bytes, within the aligned buffers), after which the decode finds it there; for any thread count.
-// A misaligned source leaves a zero header, which the decode refuses.
-TEST(DecodeDevice, GatherCopiesTheEncodingForTheDecode) {
-  Codec codec({CodecKind::kGpu, 1, false});
-  for (uint32_t threads : {1u, 5u, 512u}) {
-    for (size_t len : {size_t{4096}, size_t{100003}, size_t{256} << 10}) {
-      SCOPED_TRACE(::testing::Message() << threads << " threads, " << len << " bytes");
-      Case c = MakeCase("bf16", SampleBytes(SampleKind::kBf16Gaussian, len, 9), codec);
-      const size_t rounded = (c.enc->size + 15) & ~size_t{15};
-      Aligned host(rounded), staged(rounded);
-      memset(host.p, 0, rounded);
-      memcpy(host.p, c.enc->p, c.enc->size);
-      memset(staged.p, 0x77, rounded);
-      DecodeChunk ch = c.Chunk();
-      ch.src = reinterpret_cast<uint64_t>(staged.p);
-      ch.gather = reinterpret_cast<uint64_t>(host.p);
-      for (uint32_t t = 0; t < threads; ++t) dev::GatherBlock(ch, t, threads);
-      ASSERT_EQ(0, memcmp(staged.p, host.p, rounded));
-      std::vector<uint32_t> status;
-      RunKernel({ch}, &status);
-      ASSERT_EQ(status[0], 0u);
-      ASSERT_EQ(0, memcmp(c.dst->p, c.src.data(), c.src.size()));
-    }
-  }
-  Case c = MakeCase("bf16", SampleBytes(SampleKind::kBf16Gaussian, 4096, 1), codec);
-  Aligned host(c.enc->size + 32), staged(c.enc->size + 32);
-  memcpy(host.p + 8, c.enc->p, c.enc->size);
-  memcpy(staged.p, c.enc->p, c.enc->size);  // a stale copy that would decode
-  DecodeChunk ch = c.Chunk();
-  ch.src = reinterpret_cast<uint64_t>(staged.p);
-  ch.gather = reinterpret_cast<uint64_t>(host.p + 8);
-  for (uint32_t t = 0; t < 32; ++t) dev::GatherBlock(ch, t, 32);
-  std::vector<uint32_t> status;
-  RunKernel({ch}, &status);
-  EXPECT_EQ(status[0], kDecodeBadHeader);
-}
-
 TEST(DecodeDevice, MalformedChunksSetAStatusAndStayInBounds) {
   uint64_t seed = testing::PrintedTestSeed();
   std::mt19937_64 rng(seed);

@@ -1,6 +1,5 @@
 // A stand-in libcuda.so.1 for machines without a GPU: device memory is host memory, and a launch
-// of the decode kernel (or of the gather kernel) runs its body (runtime/gpu/decode_device.h) on the
-// CPU, phase by phase.
+// of the decode kernel runs its body (runtime/gpu/decode_device.h) on the CPU, phase by phase.
 // It lets the gpu_decode_check ctest run the loader (dlopen, the entry points' names) and the whole
 // check program where CI runs. Only the entry points runtime/gpu/cuda_driver.h loads exist.
 // Beside the fake CUDA runtime (tests/fake_cuda/, found by its cudaLaunchHostFunc), a launch runs
@@ -29,7 +28,6 @@ namespace {
 int g_context;  // the one context's handle points here
 int g_module;
 int g_function;
-int g_gather;
 
 // The fake runtime's cudaLaunchHostFunc when it is loaded in the process (null otherwise).
 using LaunchHostFunc = cudaError_t (*)(cudaStream_t, cudaHostFn_t, void*);
@@ -44,9 +42,8 @@ bool Knob(const char* name) {
   return v && atoi(v) != 0;
 }
 
-// One launch of the decode or gather kernel, run on the CPU block by block.
+// One launch of the decode kernel, run on the CPU block by block.
 struct Launch {
-  bool gather;
   const zrtier::gpu::DecodeChunk* chunks;
   uint32_t count;
   uint32_t* status;
@@ -59,12 +56,7 @@ struct Launch {
     auto sh = std::make_unique<zrtier::gpu::dev::BlockShared>();
     for (uint32_t b = 0; b < l->count; ++b) {
       const uint32_t c = l->select.empty() ? b : l->select[b];
-      if (l->gather) {
-        for (uint32_t t = 0; t < l->threads; ++t)
-          zrtier::gpu::dev::GatherBlock(l->chunks[c], t, l->threads);
-      } else {
-        l->status[c] = zrtier::gpu::dev::RunBlockOnCpu(l->chunks[c], l->threads, *sh);
-      }
+      l->status[c] = zrtier::gpu::dev::RunBlockOnCpu(l->chunks[c], l->threads, *sh);
     }
   }
 };
@@ -124,23 +116,16 @@ CUresult cuModuleLoadData(CUmodule* m, const void* image) {
 CUresult cuModuleUnload(CUmodule) {
   return CUDA_SUCCESS;
 }
-// FAKE_LIBCUDA_NO_GATHER=1: the module holds no gather kernel (a library built before it).
 CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
-  if (strcmp(name, zrtier::gpu::kDecodeKernelName) == 0) {
-    *f = reinterpret_cast<CUfunction>(&g_function);
-  } else if (strcmp(name, zrtier::gpu::kGatherKernelName) == 0 && !Knob("FAKE_LIBCUDA_NO_GATHER")) {
-    *f = reinterpret_cast<CUfunction>(&g_gather);
-  } else {
-    return CUDA_ERROR_NOT_FOUND;
-  }
+  if (strcmp(name, zrtier::gpu::kDecodeKernelName) != 0) return CUDA_ERROR_NOT_FOUND;
+  *f = reinterpret_cast<CUfunction>(&g_function);
   return CUDA_SUCCESS;
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned smem, CUstream stream, void** params,
                         void** extra) {
   using namespace zrtier::gpu;
-  const bool gather = f == reinterpret_cast<CUfunction>(&g_gather);
-  if ((f != reinterpret_cast<CUfunction>(&g_function) && !gather) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
+  if (f != reinterpret_cast<CUfunction>(&g_function) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
       bx != kDecodeThreads || smem != 0 || extra || !params)
     return CUDA_ERROR_INVALID_VALUE;
   if (Knob("FAKE_LIBCUDA_LAUNCH_FAIL")) return CUDA_ERROR_LAUNCH_FAILED;
@@ -148,8 +133,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
   const uint32_t count = std::min(gx, *static_cast<const uint32_t*>(params[1]));
   if (select->n > kDecodeMaxSelect || (select->n && count > select->n))
     return CUDA_ERROR_INVALID_VALUE;
-  auto* run = new Launch{gather,
-                         *static_cast<const DecodeChunk* const*>(params[0]),
+  auto* run = new Launch{*static_cast<const DecodeChunk* const*>(params[0]),
                          count,
                          *static_cast<uint32_t* const*>(params[2]),
                          bx,
