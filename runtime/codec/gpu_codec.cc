@@ -325,6 +325,47 @@ bool DecodeSegments(const Tables& t, const uint8_t* stream, const uint8_t* offse
   return bad == 0;
 }
 
+// Decodes segments [first, last) of a coded plane as DecodeSegments does, one symbol at a time
+// with the single table: for a range of a few segments (a page), where building the multi-symbol
+// table (kTableSize entries of up to three lookups each) costs more than the decode itself.
+bool DecodeSegmentsSingle(const TableEntry* table, const uint8_t* stream, const uint8_t* offsets,
+                          int segment_log2, uint32_t n, uint32_t first, uint32_t last,
+                          uint8_t* out) {
+  const uint32_t seg = 1u << segment_log2;
+  bool bad = false;
+  for (uint32_t j = first; j < last; ++j) {
+    const uint32_t start = Load32(offsets + 4 * j), end = Load32(offsets + 4 * (j + 1));
+    const uint32_t count = std::min(seg, n - j * seg);
+    uint8_t* o = out + size_t{j - first} * seg;
+    // `v` holds `nb` valid bits at its top; words past the segment read as zeros.
+    uint64_t v = 0;
+    int nb = 0;
+    uint32_t k = start;
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      if (nb < 32) {
+        const uint64_t w = k < end ? Load32(stream + 4 * uint64_t{k}) : 0;
+        v |= w << (32 - nb);
+        nb += 32;
+        ++k;
+      }
+      const TableEntry e = table[v >> (64 - kMaxCodeLen)];
+      const uint32_t len = e >> 8;
+      bad |= len == 0;
+      o[i] = static_cast<uint8_t>(e);
+      v <<= len;
+      nb -= static_cast<int>(len);
+      used += len;
+    }
+    bad |= used > uint64_t{end - start} * 32;
+  }
+  return !bad;
+}
+
+// A range of at most this many segments decodes with DecodeSegmentsSingle (one page of bf16 is
+// eight segments of 256 elements).
+constexpr uint32_t kSingleTableSegments = 32;
+
 }  // namespace
 
 size_t GpuMaxEncodedSize(size_t len) {
@@ -465,19 +506,22 @@ Status DecodeGpuRange(const uint8_t* e, size_t enc_len, size_t len, size_t off, 
   constexpr uint32_t kGroup = 4;  // segments
   const uint32_t seg = 1u << segment_log2;
   uint8_t* scratch = nullptr;
-  std::unique_ptr<Tables[]> tables;
+  thread_local std::unique_ptr<Tables[]> t_tables;  // 48 KiB: not on the stack
+  Tables* tables = nullptr;
+  const uint32_t seg_first = first_elem >> segment_log2;
+  const uint32_t seg_end = static_cast<uint32_t>((uint64_t{end_elem} + seg - 1) >> segment_log2);
+  const bool single = seg_end - seg_first <= kSingleTableSegments && !whole;
   for (int p = 0; p < width; ++p) {
     if (planes[p].mode != gpufmt::kModeHuffman) continue;
     if (!tables) {
-      tables.reset(new (std::nothrow) Tables[kMaxPlanes]);
+      if (!t_tables) t_tables.reset(new (std::nothrow) Tables[kMaxPlanes]);
+      tables = t_tables.get();
       if (!tables || (!direct && !(scratch = PlaneScratch(size_t{kGroup} * seg * width))))
         return Status::Error(ENOMEM, "codec: no memory for decode tables or plane scratch");
     }
     BuildTable(planes[p].spec, planes[p].section + planes[p].layout.symbols, tables[p].single);
-    BuildMultiTable(tables[p].single, tables[p].multi);
+    if (!single) BuildMultiTable(tables[p].single, tables[p].multi);
   }
-  const uint32_t seg_first = first_elem >> segment_log2;
-  const uint32_t seg_end = static_cast<uint32_t>((uint64_t{end_elem} + seg - 1) >> segment_log2);
   for (uint32_t j = seg_first; j < seg_end; j += kGroup) {
     const uint32_t last = std::min(seg_end, j + kGroup);
     const uint32_t begin = j * seg, elems = std::min(n, last * seg) - begin;
@@ -491,8 +535,11 @@ Status DecodeGpuRange(const uint8_t* e, size_t enc_len, size_t len, size_t off, 
         continue;
       }
       uint8_t* out = direct ? dst + begin : scratch + static_cast<size_t>(p) * kGroup * seg;
-      if (!DecodeSegments(tables[p], pl.section + pl.layout.stream, pl.section + pl.layout.offsets,
-                          segment_log2, n, j, last, out))
+      const uint8_t* stream = pl.section + pl.layout.stream;
+      const uint8_t* offsets = pl.section + pl.layout.offsets;
+      if (!(single ? DecodeSegmentsSingle(tables[p].single, stream, offsets, segment_log2, n, j,
+                                          last, out)
+                   : DecodeSegments(tables[p], stream, offsets, segment_log2, n, j, last, out)))
         return Corrupt("a segment does not decode within its words");
       sources[p] = out + (from - begin);
     }
