@@ -247,6 +247,39 @@ void BuildMultiTable(const TableEntry* table, uint32_t* multi) {
 // Decodes kWays segments from `first` on, each of `count` symbols (the last segment of a plane may
 // be shorter: it goes alone), segment first + w into out + w * seg. Makes `bad` non-zero on a
 // prefix that is no code or a segment that reads past its words.
+// Decodes symbols [i, count) of a segment into out, one at a time with the single table, reading
+// words outside the segment as zeros; makes `bad` non-zero on a prefix that is no code or a read
+// past the segment's words.
+void DecodeRest(const TableEntry* table, const uint8_t* stream, Reader& r, uint8_t* out, uint32_t i,
+                uint32_t count, uint32_t& bad) {
+  if (i >= count) {
+    bad |= r.bit > uint64_t{r.end} * 32;
+    return;
+  }
+  // `v` holds `nb` valid bits at its top (the bits from r.bit on), refilled a word at a time.
+  uint64_t v = SafeWindow(r, stream);
+  int nb = 64 - static_cast<int>(r.bit & 31);
+  uint64_t k = (r.bit >> 5) + 2;  // the next word to load
+  uint64_t used = 0;
+  for (; i < count; ++i) {
+    if (nb < 32) {
+      const uint64_t w = k < r.end ? Load32(stream + 4 * k) : 0;
+      v |= w << (32 - nb);
+      nb += 32;
+      ++k;
+    }
+    const TableEntry e = table[v >> (64 - kMaxCodeLen)];
+    const uint32_t len = e >> 8;
+    bad |= len == 0;
+    out[i] = static_cast<uint8_t>(e);
+    v <<= len;
+    nb -= static_cast<int>(len);
+    used += len;
+  }
+  r.bit += used;
+  bad |= r.bit > uint64_t{r.end} * 32;
+}
+
 template <int kWays>
 void DecodeWays(const TableEntry* table, const uint32_t* multi, const uint8_t* stream,
                 const uint8_t* offsets, uint32_t first, uint32_t seg, uint32_t count, uint8_t* out,
@@ -289,16 +322,7 @@ void DecodeWays(const TableEntry* table, const uint32_t* multi, const uint8_t* s
       }
     }
   }
-  for (int w = 0; w < kWays; ++w) {
-    // The rest, one symbol at a time, reading words outside the segment as zeros.
-    while (i[w] < count) {
-      const TableEntry e = table[SafeWindow(r[w], stream) >> (64 - kMaxCodeLen)];
-      bad |= (e >> 8) == 0;
-      o[w][i[w]++] = static_cast<uint8_t>(e);
-      r[w].bit += e >> 8;
-    }
-    bad |= r[w].bit > uint64_t{r[w].end} * 32;
-  }
+  for (int w = 0; w < kWays; ++w) DecodeRest(table, stream, r[w], o[w], i[w], count, bad);
 }
 
 // A coded plane's decode tables.
@@ -325,41 +349,22 @@ bool DecodeSegments(const Tables& t, const uint8_t* stream, const uint8_t* offse
   return bad == 0;
 }
 
-// Decodes segments [first, last) of a coded plane as DecodeSegments does, one symbol at a time
-// with the single table: for a range of a few segments (a page), where building the multi-symbol
-// table (kTableSize entries of up to three lookups each) costs more than the decode itself.
+// Decodes segments [first, last) of a coded plane as DecodeSegments does, with DecodeRest alone:
+// for a range of a few segments (a page), where building the multi-symbol table (kTableSize
+// entries of up to three lookups each) costs more than the decode itself.
 bool DecodeSegmentsSingle(const TableEntry* table, const uint8_t* stream, const uint8_t* offsets,
                           int segment_log2, uint32_t n, uint32_t first, uint32_t last,
                           uint8_t* out) {
   const uint32_t seg = 1u << segment_log2;
-  bool bad = false;
+  uint32_t bad = 0;
   for (uint32_t j = first; j < last; ++j) {
-    const uint32_t start = Load32(offsets + 4 * j), end = Load32(offsets + 4 * (j + 1));
-    const uint32_t count = std::min(seg, n - j * seg);
-    uint8_t* o = out + size_t{j - first} * seg;
-    // `v` holds `nb` valid bits at its top; words past the segment read as zeros.
-    uint64_t v = 0;
-    int nb = 0;
-    uint32_t k = start;
-    uint64_t used = 0;
-    for (uint32_t i = 0; i < count; ++i) {
-      if (nb < 32) {
-        const uint64_t w = k < end ? Load32(stream + 4 * uint64_t{k}) : 0;
-        v |= w << (32 - nb);
-        nb += 32;
-        ++k;
-      }
-      const TableEntry e = table[v >> (64 - kMaxCodeLen)];
-      const uint32_t len = e >> 8;
-      bad |= len == 0;
-      o[i] = static_cast<uint8_t>(e);
-      v <<= len;
-      nb -= static_cast<int>(len);
-      used += len;
-    }
-    bad |= used > uint64_t{end - start} * 32;
+    Reader r;
+    r.start = Load32(offsets + 4 * j);
+    r.end = Load32(offsets + 4 * (j + 1));
+    r.bit = uint64_t{r.start} * 32;
+    DecodeRest(table, stream, r, out + size_t{j - first} * seg, 0, std::min(seg, n - j * seg), bad);
   }
-  return !bad;
+  return bad == 0;
 }
 
 // A range of at most this many segments decodes with DecodeSegmentsSingle (one page of bf16 is
