@@ -13,8 +13,15 @@ namespace {
 thread_local Scratch tl_enc;
 }  // namespace
 
+namespace {
+CodecConfig GpuKind(CodecConfig cc) {
+  cc.kind = CodecKind::kGpu;
+  return cc;
+}
+}  // namespace
+
 ChunkIo::ChunkIo(std::unique_ptr<ChunkStore> store, const CodecConfig& cc, size_t chunk)
-    : store_(std::move(store)), codec_(cc), chunk_(chunk) {
+    : store_(std::move(store)), codec_(cc), gpu_codec_(GpuKind(cc)), chunk_(chunk) {
   zero_ = static_cast<char*>(aligned_alloc(kPage, chunk_));
   memset(zero_, 0, chunk_);
 }
@@ -23,12 +30,18 @@ ChunkIo::~ChunkIo() {
   free(zero_);
 }
 
-Status ChunkIo::Encode(const void* raw, char** enc, size_t* enc_len) {
+Status ChunkIo::Encode(const Chunk& c, const void* raw, char** enc, size_t* enc_len) {
   const size_t cap = Codec::MaxEncodedSize(chunk_);
   *enc = tl_enc.Get(cap);
   *enc_len = 0;
+  const bool gpu =
+      codec_.config().kind == CodecKind::kGpu ||
+      (codec_.config().kind == CodecKind::kAuto && gpu_format_.load(std::memory_order_relaxed) &&
+       !c.cpu_reuse.load(std::memory_order_relaxed));
   const uint64_t t0 = MonotonicNs();
-  Status st = codec_.Encode(raw, chunk_, *enc, cap, enc_len);
+  Status st = (gpu ? gpu_codec_ : codec_).Encode(raw, chunk_, *enc, cap, enc_len);
+  if (gpu && *enc_len && !gpu_encoded_.load(std::memory_order_relaxed))
+    gpu_encoded_.store(true, std::memory_order_relaxed);
   StatAdd(Stat::encode_ns, MonotonicNs() - t0);
   StatAdd(Stat::bytes_encoded, chunk_);
   StatAdd(Stat::bytes_encoded_out, *enc_len);

@@ -7,6 +7,7 @@
 // caller to hold the chunk claimed (kBusy), or to be freeing its region.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -79,9 +80,20 @@ class ChunkIo {
   // chunk bytes of zeros (never written), for installs.
   const char* zeros() const { return zero_; }
 
-  // Encodes one chunk of `raw` bytes into this thread's scratch (*enc, *enc_len; 0: all zero),
-  // counting the codec statistics.
-  Status Encode(const void* raw, char** enc, size_t* enc_len);
+  // Encodes one chunk of `raw` bytes, the content of chunk `c`, into this thread's scratch (*enc,
+  // *enc_len; 0: all zero), counting the codec statistics. The format: the configured codec's,
+  // except that with SetGpuFormat on and the auto codec configured, a chunk the CPU has not
+  // touched since its first write (!Chunk::cpu_reuse) is coded in the GPU chunk format.
+  Status Encode(const Chunk& c, const void* raw, char** enc, size_t* enc_len);
+  // Turns the GPU chunk format for chunks the CPU does not reuse on or off (the shim: on once a
+  // GPU decode kernel is loaded, so that copies to the GPU send those chunks encoded and decode
+  // them there; CPU faults on them decode the GPU format on the CPU, at about half the speed).
+  void SetGpuFormat(bool on) {
+    if (gpu_format_.load(std::memory_order_relaxed) != on)
+      gpu_format_.store(on, std::memory_order_relaxed);
+  }
+  // Whether any chunk has been encoded in the GPU format (by SetGpuFormat or a gpu codec).
+  bool gpu_encoded() const { return gpu_encoded_.load(std::memory_order_relaxed); }
   // Decodes the store entry of chunk `c` into `dst` (a whole chunk); `what` prefixes an error.
   // With `gpu` non-null: an entry in the GPU chunk format (gpu_format.h) of at most one chunk is
   // copied as it is where gpu->Place says (unless it declines), for the GPU to decode, and
@@ -99,7 +111,10 @@ class ChunkIo {
  private:
   std::unique_ptr<ChunkStore> store_;
   Codec codec_;
+  Codec gpu_codec_;  // codec_'s level and verify, the GPU chunk format
   size_t chunk_;
+  std::atomic<bool> gpu_format_{false};
+  std::atomic<bool> gpu_encoded_{false};
   char* zero_;
 };
 

@@ -148,7 +148,11 @@ struct Chunk {
   // when ReadChunk write-protected the dirty chunk so that a copy of it could be cached;
   // `rewrites` counts the CPU stores that undid that. A chunk rewritten kMaxRewrites times is a
   // staging buffer: ReadChunk leaves it writable and its copies uncached from then on.
-  std::atomic<uint16_t> cleaned{0};
+  std::atomic<uint8_t> cleaned{0};
+  // Set (never cleared) when the CPU touches the chunk again after its first write: a fault on it
+  // in any state but kEmpty, or readahead for a CPU scan. ChunkIo::Encode codes such a chunk for
+  // the CPU, the others (read by copies to the GPU) in the GPU chunk format where that is on.
+  std::atomic<uint8_t> cpu_reuse{0};
   std::atomic<uint16_t> rewrites{0};
   std::atomic<uint64_t> gen{0};
   std::atomic<uint64_t> handle{0};
@@ -178,6 +182,10 @@ struct Chunk {
     return false;
   }
   void Unpin() { word.fetch_sub(kPin, std::memory_order_acq_rel); }
+  // Sets cpu_reuse (a load first: most touches find it set and leave the line unwritten).
+  void NoteCpuReuse() {
+    if (!cpu_reuse.load(std::memory_order_relaxed)) cpu_reuse.store(1, std::memory_order_relaxed);
+  }
 };
 
 // The unit of ChunkTable's `saving` and `keep_share`.

@@ -165,6 +165,14 @@ void Engine::SetStorePinner(StorePinner* pinner) {
   io_->store()->SetPinner(pinner);
 }
 
+void Engine::SetGpuFormat(bool on) {
+  io_->SetGpuFormat(on);
+}
+
+bool Engine::GpuEncoded() const {
+  return io_->gpu_encoded();
+}
+
 void Engine::ReleaseEncoding(uint64_t token) {
   io_->store()->Unlease(StoreLease{nullptr, 0, token});
 }

@@ -88,6 +88,8 @@ class Engine final : public RegionBackend {
   Status Write(void* dst, const void* src, size_t len) override;
   bool LeaseEncoding(const void* chunk_start, EncodingLease* out) override;
   void SetStorePinner(StorePinner* pinner) override;
+  void SetGpuFormat(bool on) override;
+  bool GpuEncoded() const override;
   void ReleaseEncoding(uint64_t token) override;
   void PrepareRead(const void* p, size_t len) override;
   void PrepareWrite(void* p, size_t len) override;

@@ -33,7 +33,7 @@ Status Evictor::StoreChunk(Region* r, Chunk& c, char* p, ChunkState* to) {
   CopyFromRegion(raw, p, e_.chunk);
   char* enc = nullptr;
   size_t enc_len = 0;
-  Status st = e_.io->Encode(raw, &enc, &enc_len);
+  Status st = e_.io->Encode(c, raw, &enc, &enc_len);
   if (st.ok() && enc_len == 0) {
     *to = kEmpty;
     StatAdd(Stat::evictions_zero, 1);

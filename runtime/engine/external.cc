@@ -154,7 +154,7 @@ Status ExternalChunks::Attach(void* chunk_start, uint64_t gen, const void* bytes
   const bool store = !e_.budget->stalled() && e_.budget->Room() < e_.chunk;
   size_t enc_len = 0;
   char* enc = nullptr;
-  const Status encoded = store ? e_.io->Encode(bytes, &enc, &enc_len) : Status::Ok();
+  const Status encoded = store ? e_.io->Encode(c, bytes, &enc, &enc_len) : Status::Ok();
   int spins = 0;
   for (;;) {
     uint32_t w = c.word.load();

@@ -220,6 +220,9 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
       Stray(f.addr, f.wp);
       return Outcome::kDone;
     }
+    // A touch after the chunk's first write (a never-written chunk read in is installed clean at
+    // generation 0: its first store is that write, not a reuse).
+    if (s != kEmpty && (!f.wp || c.gen.load(std::memory_order_relaxed) > 0)) c.NoteCpuReuse();
     if (f.wp) {
       if (s == kPartial) {  // a store into an installed unit: the whole chunk becomes dirty
         if (!c.TryBusy(w)) continue;
@@ -459,6 +462,7 @@ void Pager::Readahead(const std::shared_ptr<Region>& r, size_t first, size_t str
     const uint32_t w = c.word.load();
     const ChunkState from = StateOf(w);  // a partial one is completed
     if ((from != kStored && from != kPartial) || !c.TryBusy(w)) continue;
+    c.NoteCpuReuse();
     Fault f;
     f.region = r;
     f.addr = reinterpret_cast<uint64_t>(r->table.AddressOf(j));

@@ -132,6 +132,12 @@ class RegionBackend {
   // Enables LeaseEncoding: `pinner` registers the store's memory for DMA (ChunkStore::SetPinner).
   // Set once, before copies; the pinner must outlive the backend. Default: no leases.
   virtual void SetStorePinner(StorePinner* pinner) {}
+  // Stores the chunks that the CPU does not touch again after their first write in the GPU chunk
+  // format from now on, where the backend encodes chunks with the auto codec (ChunkIo::Encode):
+  // the shim turns it on once its GPU decode kernel loads. GpuEncoded: whether any chunk was
+  // stored in that format (copies look for such chunks only then). Defaults: no encodings.
+  virtual void SetGpuFormat(bool on) {}
+  virtual bool GpuEncoded() const { return false; }
   // Publishes `len` bytes from `src` as the newest content of [dst, dst+len) (inside one region),
   // as a device-to-host copy landing there would: older copies of the chunks become garbage;
   // partially covered chunks are merged with their current content. Every chunk gets a new

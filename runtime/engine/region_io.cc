@@ -217,7 +217,7 @@ Status RegionIo::WriteStored(Region* r, size_t i, const char* s, bool* stored) {
   // Encoded before the chunk is claimed: faults on it do not wait for the codec.
   size_t enc_len = 0;
   char* enc = nullptr;
-  if (!e_.io->Encode(s, &enc, &enc_len).ok()) return Status::Ok();  // installed instead
+  if (!e_.io->Encode(c, s, &enc, &enc_len).ok()) return Status::Ok();  // installed instead
   StoreHandle h = 0;
   if (enc_len) {
     Status st = e_.io->store()->Put(enc, enc_len, e_.chunk, &h);
