@@ -1,5 +1,7 @@
 #include "runtime/shim/gpu_decode.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -12,7 +14,8 @@ namespace zrtier {
 GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
     : api_(api),
       pool_(pool),
-      enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree) {
+      enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree),
+      pid_(getpid()) {
   if (!enabled)
     why_off_ = "off (ZRTIER_GPU_DECODE=0)";
   else if (!gpu::DecodeKernelBuilt())
@@ -35,20 +38,61 @@ GpuDecode::~GpuDecode() {
   if (desc_) api_->cudaFreeHost(desc_);
 }
 
-GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
+GpuDecode::Target* GpuDecode::Find(CUcontext ctx) {
   for (auto& t : targets_)
-    if (t->ctx == ctx) return t->module && t->staging ? t.get() : nullptr;
+    if (t->ctx == ctx) return t.get();
   auto t = std::make_unique<Target>();
   t->ctx = ctx;
+  if (Status st = gpu::DecodeModule::Load(&t->module); !st.ok()) {
+    Log(LogLevel::kWarn, "GPU decode unavailable in this CUDA context (%s): the CPU decodes",
+        st.ToString().c_str());
+    if (why_off_.empty()) why_off_ = "off: " + st.ToString();
+    t->failed = true;
+  } else {
+    loaded_.store(true, std::memory_order_relaxed);
+  }
+  targets_.push_back(std::move(t));
+  return targets_.back().get();
+}
+
+bool GpuDecode::LoadIn(CUcontext* ctx) {
+  if (!driver_) {
+    Status st = gpu::CudaDriver::Load(&driver_);
+    if (!st.ok()) {
+      if (why_off_.empty()) why_off_ = "off: " + st.ToString();
+      ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU decode unavailable (%s): the CPU decodes",
+                      st.ToString().c_str());
+      return false;
+    }
+  }
+  return driver_->cuCtxGetCurrent(ctx) == CUDA_SUCCESS && *ctx;
+}
+
+bool GpuDecode::Loadable() {
+  if (!enabled_ || given_up_.load(std::memory_order_relaxed)) return false;
+  if (loaded_.load(std::memory_order_relaxed)) return true;
+  // A forked child does not use its parent's CUDA contexts.
+  if (getpid() != pid_) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  CUcontext ctx = nullptr;
+  if (!LoadIn(&ctx)) return false;
+  if (!Find(ctx)->failed) return true;
+  given_up_.store(true, std::memory_order_relaxed);  // not retried at every copy
+  return false;
+}
+
+GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
+  Target* found = Find(ctx);
+  if (found->failed) return nullptr;
+  if (found->staging) return found;
+  Target* t = found;
   auto off = [&](const std::string& why) {
     Log(LogLevel::kWarn, "GPU decode unavailable in this CUDA context (%s): the CPU decodes",
         why.c_str());
     if (why_off_.empty()) why_off_ = "off: " + why;
-    t->module.reset();
-    targets_.push_back(std::move(t));
+    t->failed = true;
     return nullptr;
   };
-  if (Status st = gpu::DecodeModule::Load(&t->module); !st.ok()) return off(st.ToString());
   void* staging = nullptr;
   if (api_->cudaMalloc(&staging, kMaxStagingBytes) != cudaSuccess) {
     if (api_->cudaGetLastError) api_->cudaGetLastError();
@@ -109,8 +153,7 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
   }
   t->ring = std::make_unique<StagingRing>(api_, pool_->events(), t->staging, kMaxStagingBytes);
   t->host_ring = std::make_unique<StagingRing>(api_, pool_->events(), t->host, kHostStagingBytes);
-  targets_.push_back(std::move(t));
-  return targets_.back().get();
+  return t;
 }
 
 GpuDecode::Target* GpuDecode::Usable(const void* dst) {
@@ -119,16 +162,7 @@ GpuDecode::Target* GpuDecode::Usable(const void* dst) {
   Target* t = nullptr;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (!driver_) {
-      Status st = gpu::CudaDriver::Load(&driver_);
-      if (!st.ok()) {
-        if (why_off_.empty()) why_off_ = "off: " + st.ToString();
-        ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU decode unavailable (%s): the CPU decodes",
-                        st.ToString().c_str());
-        return nullptr;
-      }
-    }
-    if (driver_->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
+    if (!LoadIn(&ctx)) return nullptr;
     t = SetUp(ctx);
   }
   if (!t) return nullptr;
@@ -196,8 +230,13 @@ std::string GpuDecode::Describe() const {
   std::lock_guard<std::mutex> l(mu_);
   for (auto& t : targets_)
     if (t->module && t->staging) return "on (decode kernel loaded)";
-  return why_off_.empty() ? "not used yet (set up at the first copy of a chunk in the GPU format)"
-                          : why_off_;
+  for (auto& t : targets_)
+    if (t->module)
+      return "on (decode kernel loaded; staging set up at the first copy of a chunk in the GPU "
+             "format)";
+  return why_off_.empty()
+             ? "not used yet (the kernel loads at the first copy to the GPU from zrtier memory)"
+             : why_off_;
 }
 
 }  // namespace zrtier

@@ -32,6 +32,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstddef>
@@ -64,6 +65,7 @@ class GpuDecode {
   // One CUDA context's kernel and staging buffers.
   struct Target {
     CUcontext ctx = nullptr;
+    bool failed = false;                        // the kernel or the buffers cannot be had here
     std::unique_ptr<gpu::DecodeModule> module;  // null: the kernel did not load here
     char* staging = nullptr;                    // device memory, kMaxStagingBytes
     char* host = nullptr;                       // pinned host memory, kHostStagingBytes
@@ -87,6 +89,10 @@ class GpuDecode {
   // first use; a failure is said once and not retried for that context), `dst` device memory of
   // the current device.
   Target* Usable(const void* dst);
+  // Whether the decode kernel is loaded in some context: if not yet, it is loaded here into the
+  // calling thread's current one (no staging buffers). False when disabled, with no current
+  // context, in a forked child, or once it failed to load (not tried again). Cheap once decided.
+  bool Loadable();
   // Chunks of one piece a copy may stage for the GPU at most (their raw size within a quarter of
   // the ring: an encoding is at most a chunk long).
   size_t max_piece_chunks() const {
@@ -112,7 +118,14 @@ class GpuDecode {
   std::string Describe() const;
 
  private:
-  Target* SetUp(CUcontext ctx);  // under mu_; null if the context cannot decode
+  // Under mu_: the driver loaded and the calling thread's current context in *ctx; false if none.
+  bool LoadIn(CUcontext* ctx);
+  // Under mu_: the context's target, its kernel loaded (or `failed`) at the first call.
+  Target* Find(CUcontext ctx);
+  Target* SetUp(CUcontext ctx);      // under mu_; Find, then the staging buffers; null if it cannot
+  const pid_t pid_;                  // the process that made this object
+  std::atomic<bool> loaded_{false};  // a context's kernel loaded
+  std::atomic<bool> given_up_{false};  // a context's kernel failed to load
   void CheckStatus(int slot);
 
   const CudaApi* api_;

@@ -33,6 +33,21 @@ size_t TransitBudget(size_t slots, size_t piece_chunks) {
 // Learning costs ~0.1 us per chunk: a longer copy reports once its first piece is on its way.
 constexpr uint64_t kLearnFirstChunks = 1024;
 
+// The GPU decode target for a copy into `dst` from `src`, or null (the CPU decodes its stored
+// chunks). Once the decode kernel loads, the backend stores the chunks the CPU does not reuse in
+// the GPU format (RegionBackend::SetGpuFormat); until one is stored so, copies neither set up the
+// staging buffers nor stop deferring their pieces.
+GpuDecode::Target* GpuTarget(const CopyContext& ctx, const void* dst, const char* src) {
+  if (!ctx.gpu ||
+      (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) % gpu::kDecodeAlign)
+    return nullptr;
+  if (!ctx.backend->GpuEncoded()) {
+    if (ctx.gpu->Loadable()) ctx.backend->SetGpuFormat(true);
+    return nullptr;
+  }
+  return ctx.gpu->Usable(dst);
+}
+
 }  // namespace
 
 H2DPath::H2DPath(const CopyContext& ctx, WriteBack* write_back, bool async)
@@ -289,11 +304,7 @@ H2DPath::Copier::Copier(H2DPath* path, void* dst, const RegionInfo& r, const cha
       first_((src - base_) / ctx_.chunk),
       last_((end_ - 1 - base_) / ctx_.chunk),
       reported_(ctx_.prefetch == nullptr),
-      gpu_(ctx_.gpu && (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) %
-                               gpu::kDecodeAlign ==
-                           0
-               ? ctx_.gpu->Usable(dst)
-               : nullptr),
+      gpu_(GpuTarget(ctx_, dst, src)),
       defer_(!sync && path->async() && !gpu_),
       cur_(src) {}
 

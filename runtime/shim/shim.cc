@@ -98,6 +98,10 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
       regions_.Add(r);
+      // Chunks the CPU does not reuse are stored in the GPU format from the first allocation on
+      // where the decode kernel loads (copies load it otherwise): a program's weights are stored
+      // before their first copy.
+      if (gpu_->Loadable()) backend_->SetGpuFormat(true);
       if (cfg_.pin_in_place && budget_) {
         MemoryBudget* budget = budget_.get();
         runs_->AddRegion(r, [budget](size_t len) { return budget->RoomToPin(len); });

@@ -3,8 +3,9 @@
 // stream's worker): chunks stored in the GPU format reach the destination decoded, in stream
 // order behind earlier work and before later work (with slow launches), exact to the byte, with
 // resident, zero and partial chunks mixed in; encodings sent straight from the pinned RAM store;
-// a kernel that does not load or launch leaves the copy to the CPU with the same bytes; and
-// ZRTIER_GPU_DECODE=0 keeps the CPU path.
+// with the auto codec, chunks the CPU does not reuse stored in the GPU format once the kernel
+// loads (at the first allocation); a kernel that does not load or launch leaves the copy to the CPU
+// with the same bytes; and ZRTIER_GPU_DECODE=0 keeps the CPU path.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -38,9 +39,9 @@ class GpuDecodeCopyTest : public ::testing::Test {
     ASSERT_TRUE(st.ok()) << st.ToString() << " (run with LD_LIBRARY_PATH at the fake libcuda)";
   }
   // `store_limit` (the RAM store's extents are 1/16 of it), `pinned`: ZRTIER_GPU_STORE_PINNED,
-  // `keeper`: run the memory budget's keeper (the auto budget).
+  // `keeper`: run the memory budget's keeper (the auto budget), `codec`: ZRTIER_CODEC.
   void Build(bool gpu_decode, const char* store_limit = nullptr, bool pinned = true,
-             bool keeper = false) {
+             bool keeper = false, const char* codec = "gpu") {
     shim_.reset();
     Options opts;
     if (store_limit) {
@@ -49,7 +50,7 @@ class GpuDecodeCopyTest : public ::testing::Test {
     ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
     ASSERT_TRUE(opts.Set(Opt::kChunk, "64K").ok());
     ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
-    ASSERT_TRUE(opts.Set(Opt::kCodec, "gpu").ok());
+    ASSERT_TRUE(opts.Set(Opt::kCodec, codec).ok());
     std::unique_ptr<Engine> engine;
     Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
     ASSERT_TRUE(st.ok()) << st.ToString();
@@ -213,6 +214,49 @@ TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
       EXPECT_EQ(shim_->pinning()->queued_bytes(), 0u);
     }
   }
+}
+
+// With the auto codec, chunks are stored in the GPU format once the decode kernel is loaded (at
+// the first allocation), except the chunks the CPU touches again after their first write: those
+// are stored in the auto format when written again and their copies decode on the CPU. Every
+// copy delivers the exact bytes.
+TEST_F(GpuDecodeCopyTest, TheAutoCodecStoresForTheGpuWhatTheCpuDoesNotReuse) {
+  Build(true, nullptr, true, false, "auto");
+  const size_t chunks = 24, n = chunks * chunk_;
+  char* d = testing::DeviceBuffer(n);
+  auto copy = [&](char* r, const std::vector<char>& want) {
+    const uint64_t decoded = StatGet(Stat::h2d_gpu_decoded_bytes);
+    EXPECT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(testing::FromDevice(d, n), want);
+    return StatGet(Stat::h2d_gpu_decoded_bytes) - decoded;
+  };
+  auto evict = [&](char* r) {
+    RegionInfo info;
+    ASSERT_TRUE(engine_->Lookup(r, &info));
+    shim_->pool()->DropRegion(info.id);
+    ASSERT_TRUE(engine_->EvictTo(0).ok());
+  };
+  EXPECT_FALSE(engine_->GpuEncoded());
+  // Written, then stored: the GPU format (all but the resident and the zero chunk go encoded).
+  std::vector<char> want;
+  char* r = StoredRegion(chunks, &want);
+  EXPECT_TRUE(engine_->GpuEncoded());
+  EXPECT_EQ(copy(r, want), (chunks - 2) * chunk_);
+  // The CPU reads chunk 8 and rewrites chunk 9 (stored: both fault), then they (and chunk 5, which
+  // StoredRegion read back) are stored again: chunk 9 re-encoded in the auto format, chunks 5 and
+  // 8 dropped, their store copies current.
+  EXPECT_EQ(memcmp(r + 8 * chunk_, want.data() + 8 * chunk_, chunk_), 0);
+  FillSample(SampleKind::kBf16Gaussian, 77, want.data() + 9 * chunk_, chunk_);
+  memcpy(r + 9 * chunk_, want.data() + 9 * chunk_, chunk_);
+  evict(r);
+  EXPECT_EQ(copy(r, want), (chunks - 2) * chunk_);
+  // A rewrite of chunk 8, which the CPU reused: stored in the auto format too.
+  FillSample(SampleKind::kBf16Gaussian, 78, want.data() + 8 * chunk_, chunk_);
+  memcpy(r + 8 * chunk_, want.data() + 8 * chunk_, chunk_);
+  evict(r);
+  EXPECT_EQ(copy(r, want), (chunks - 3) * chunk_);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
 // The kernel fails to load in the context (no binary for the GPU), or its launches fail: every
