@@ -111,11 +111,12 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "are decoded: their DMAs wait in the stream on a flag the decode sets (cuStreamWaitValue32); " \
     "0 = the copy call waits for every chunk")                                                   \
   X(kGpuDecode, "GPU_DECODE", kBool, "0", "", "", "gpu-decode",                                  \
-    "1 = a copy to the GPU of chunks stored in the GPU format (ZRTIER_CODEC=gpu) sends their "    \
-    "encoded bytes and decodes them on the GPU, in the copy's stream order (per CUDA context: "   \
-    "64 MiB of device memory, 128 MiB pinned); 0 = the CPU decodes (the default: the GPU path is " \
-    "faster for copies and streaming from compressed memory, but the GPU format makes CPU "       \
-    "access to compressed memory slower; docs/PERFORMANCE.md)")                                   \
+    "1 = once the decode kernel loads, chunks that the CPU does not touch again after their "     \
+    "first write are stored in the GPU format (with ZRTIER_CODEC=auto; every chunk with gpu), "   \
+    "and a copy to the GPU of such chunks sends their encoded bytes and decodes them on the GPU, " \
+    "in the copy's stream order (per CUDA context, set up at the first such copy: 64 MiB of "     \
+    "device memory, 128 MiB pinned); 0 = the CPU decodes every chunk (the default: "              \
+    "docs/decisions.md, \"The GPU format for chunks the CPU does not reuse\")")                   \
   X(kGpuStorePinned, "GPU_STORE_PINNED", kBool, "1", "", "", "gpu-store-pinned",                \
     "with ZRTIER_GPU_DECODE=1: 1 = the RAM store's memory is registered for DMA as copies read "  \
     "it, and a GPU-decoded copy sends encodings straight from there (no copy into staging; a "   \

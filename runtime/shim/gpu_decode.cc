@@ -234,9 +234,9 @@ std::string GpuDecode::Describe() const {
     if (t->module)
       return "on (decode kernel loaded; staging set up at the first copy of a chunk in the GPU "
              "format)";
-  return why_off_.empty()
-             ? "not used yet (the kernel loads at the first copy to the GPU from zrtier memory)"
-             : why_off_;
+  return why_off_.empty() ? "not used yet (the kernel loads at the first allocation or copy with a "
+                            "current context)"
+                          : why_off_;
 }
 
 }  // namespace zrtier
