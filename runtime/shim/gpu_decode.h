@@ -122,15 +122,15 @@ class GpuDecode {
   bool LoadIn(CUcontext* ctx);
   // Under mu_: the context's target, its kernel loaded (or `failed`) at the first call.
   Target* Find(CUcontext ctx);
-  Target* SetUp(CUcontext ctx);      // under mu_; Find, then the staging buffers; null if it cannot
-  const pid_t pid_;                  // the process that made this object
-  std::atomic<bool> loaded_{false};  // a context's kernel loaded
-  std::atomic<bool> given_up_{false};  // a context's kernel failed to load
+  Target* SetUp(CUcontext ctx);  // under mu_; Find, then the staging buffers; null if it cannot
   void CheckStatus(int slot);
 
   const CudaApi* api_;
   PinnedPool* pool_;
   const bool enabled_;
+  const pid_t pid_;                          // the process that made this object
+  std::atomic<bool> loaded_{false};          // a context's kernel loaded
+  std::atomic<bool> given_up_{false};        // a context's kernel failed to load
   const gpu::CudaDriver* driver_ = nullptr;  // set once under mu_
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Target>> targets_;  // guarded by mu_ (stable addresses)
