@@ -121,6 +121,7 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
       arrays_failed_ = true;
     } else {
       memset(p, 0, bytes);
+      if (on_pinned_) on_pinned_(static_cast<int64_t>(bytes));
       desc_ = static_cast<gpu::DecodeChunk*>(p);
       status_ = reinterpret_cast<uint32_t*>(desc_ + n);
       desc_dev_ = reinterpret_cast<CUdeviceptr>(p_dev);
@@ -135,6 +136,7 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
     t->host = nullptr;
     return off("no mapped pinned memory for the launch descriptors");
   }
+  if (on_pinned_) on_pinned_(static_cast<int64_t>(kHostStagingBytes));
   Log(LogLevel::kInfo,
       "GPU decode on: H2D copies of chunks in the GPU format decode on the GPU (staging: %zu MiB "
       "of device memory, %zu MiB pinned)",

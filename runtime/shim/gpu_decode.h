@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -114,6 +115,12 @@ class GpuDecode {
   // when no event could be had or the calls failed: nothing was queued on `waiter` then.
   cudaError_t Order(cudaStream_t waiter, cudaStream_t done);
 
+  // Told of the host memory this object pins (the staging rings' and the descriptor arrays'), as
+  // it allocates it (the memory budget counts it). Set before the first copy.
+  void SetPinnedObserver(std::function<void(int64_t)> observer) {
+    on_pinned_ = std::move(observer);
+  }
+
   // One line for the log and `zrtier doctor`: "on (...)" or why the CPU decodes.
   std::string Describe() const;
 
@@ -131,6 +138,7 @@ class GpuDecode {
   const pid_t pid_;                          // the process that made this object
   std::atomic<bool> loaded_{false};          // a context's kernel loaded
   std::atomic<bool> given_up_{false};        // a context's kernel failed to load
+  std::function<void(int64_t)> on_pinned_;   // set before the first copy
   const gpu::CudaDriver* driver_ = nullptr;  // set once under mu_
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Target>> targets_;  // guarded by mu_ (stable addresses)

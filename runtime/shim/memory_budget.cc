@@ -75,7 +75,7 @@ uint64_t MemoryBudget::ComputeBudget(const BackendMemory& m) const {
   if (n <= 0) return UINT64_MAX;
   buf[n] = '\0';
   if (!ParseMemAvailable(buf, &avail)) return UINT64_MAX;
-  const uint64_t managed = m.resident + m.store + cfg_.pool_bytes;
+  const uint64_t managed = m.resident + m.store + cfg_.pool_bytes + other_pinned();
   const uint64_t reserve = AutoReserve(cfg_.physical);
   if (avail >= reserve) return managed + (avail - reserve);
   const uint64_t short_by = reserve - avail;
@@ -99,7 +99,7 @@ void MemoryBudget::Tick() {
   const uint64_t budget = ComputeBudget(m);
   budget_.store(budget, std::memory_order_relaxed);
   StatSet(Stat::memory_budget_bytes, budget == UINT64_MAX ? 0 : budget);
-  const uint64_t others = m.store + cfg_.pool_bytes;
+  const uint64_t others = m.store + cfg_.pool_bytes + other_pinned();
   uint64_t limit = budget > others + kMinLimit ? budget - others : kMinLimit;
   if (cfg_.resident_cap) limit = std::min(limit, cfg_.resident_cap);
   // The backend hears of a new limit when it moved by more than 1/64 (the auto budget moves a

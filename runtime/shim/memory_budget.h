@@ -1,6 +1,7 @@
 // MemoryBudget: the one budget for zrtier's managed data (ZRTIER_MEMORY, DESIGN.md section 10) --
-// the pages pinned in place, the other resident pages, the store's bytes in host memory and the T0
-// pool, together. Users size nothing else: the keeper sizes the tiers from it.
+// the pages pinned in place, the other resident pages, the store's bytes in host memory, the T0
+// pool and the GPU decode's pinned staging ring, together. Users size nothing else: the keeper
+// sizes the tiers from it.
 //
 // The budget B is ZRTIER_MEMORY when set; by default (auto) it is what the managed data occupies
 // now plus what the machine can still give without running short -- MemAvailable minus a reserve
@@ -8,8 +9,9 @@
 // and when the machine runs short zrtier shrinks instead of letting the kernel kill something.
 //
 // Every kTickMs the keeper thread:
-//   - gives the backend its resident limit: L = B - store - pool (and at most ZRTIER_RESIDENT_LIMIT
-//     when that cap is set); the evictor compresses what does not fit;
+//   - gives the backend its resident limit: L = B - store - pool - other pinned memory (AddPinned),
+//     and at most ZRTIER_RESIDENT_LIMIT when that cap is set; the evictor compresses what does not
+//     fit;
 //   - keeps the pinned-in-place bytes within L - headroom (room for the chunks the CPU faults in):
 //     past it the least recently used runs are unpinned (PinnedRuns::Unpin); when they fit again
 //     with a margin, and nothing was unpinned for kRepinQuietMs, unpinned runs are pinned again.
@@ -62,6 +64,10 @@ class MemoryBudget {
   uint64_t resident_limit() const { return limit_.load(std::memory_order_relaxed); }
   // Whether `bytes` more may be pinned in place now.
   bool RoomToPin(uint64_t bytes) const;
+  // Host memory that zrtier pins for itself besides the T0 pool (the GPU decode's staging ring),
+  // counted in the budget like the pool from the next tick on: `bytes` more (or fewer).
+  void AddPinned(int64_t bytes) { other_pinned_.fetch_add(bytes, std::memory_order_relaxed); }
+  uint64_t other_pinned() const { return other_pinned_.load(std::memory_order_relaxed); }
   // One step of the keeper, now (tests; the keeper thread runs it every kTickMs). Thread-safe.
   void Tick();
   // Makes the keeper look again at once (a region was allocated or freed).
@@ -91,6 +97,7 @@ class MemoryBudget {
   Os* os_;
   RegionBackend* backend_;
   PinnedRuns* runs_;
+  std::atomic<uint64_t> other_pinned_{0};
   std::atomic<uint64_t> budget_{UINT64_MAX};
   std::atomic<uint64_t> limit_{UINT64_MAX};
   std::mutex tick_mu_;          // one Tick at a time (the keeper, and tests)

@@ -63,11 +63,14 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
         pool->Reap();
         pinning->Reap();
       });
+    // The GPU decode's staging ring is pinned host memory the budget counts.
+    gpu_->SetPinnedObserver([budget = budget_.get()](int64_t n) { budget->AddPinned(n); });
     budget_->Start();
   }
 }
 
 Shim::~Shim() {
+  if (budget_) gpu_->SetPinnedObserver(nullptr);
   budget_.reset();  // the keeper stops first: nothing is pinned or unpinned from here on
   workers_->SetIdleWork(nullptr);
   prefetch_.reset();

@@ -221,7 +221,9 @@ TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
 // are stored in the auto format when written again and their copies decode on the CPU. Every
 // copy delivers the exact bytes.
 TEST_F(GpuDecodeCopyTest, TheAutoCodecStoresForTheGpuWhatTheCpuDoesNotReuse) {
-  Build(true, nullptr, true, false, "auto");
+  Build(true, nullptr, true, /*keeper=*/true, "auto");
+  ASSERT_NE(shim_->budget(), nullptr);
+  EXPECT_EQ(shim_->budget()->other_pinned(), 0u);
   const size_t chunks = 24, n = chunks * chunk_;
   char* d = testing::DeviceBuffer(n);
   auto copy = [&](char* r, const std::vector<char>& want) {
@@ -243,6 +245,8 @@ TEST_F(GpuDecodeCopyTest, TheAutoCodecStoresForTheGpuWhatTheCpuDoesNotReuse) {
   char* r = StoredRegion(chunks, &want);
   EXPECT_TRUE(engine_->GpuEncoded());
   EXPECT_EQ(copy(r, want), (chunks - 2) * chunk_);
+  // The staging ring set up by that copy is counted in the memory budget.
+  EXPECT_GE(shim_->budget()->other_pinned(), GpuDecode::kHostStagingBytes);
   // The CPU reads chunk 8 and rewrites chunk 9 (stored: both fault), then they (and chunk 5, which
   // StoredRegion read back) are stored again: chunk 9 re-encoded in the auto format, chunks 5 and
   // 8 dropped, their store copies current.

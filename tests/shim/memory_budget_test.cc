@@ -182,6 +182,21 @@ TEST_F(MemoryBudgetTest, ABudgetSmallerThanTheDataPinsOnlyWhatFits) {
   ASSERT_EQ(shim_->FreeHost(b), cudaSuccess);
 }
 
+// Host memory zrtier pins for itself besides the pool (the GPU decode's staging ring) comes out
+// of the resident limit like the pool, and goes back to it when released.
+TEST_F(MemoryBudgetTest, OtherPinnedMemoryComesOutOfTheResidentLimit) {
+  Build(/*memory=*/256 * kMiB);
+  shim_->budget()->Tick();
+  const uint64_t limit = shim_->budget()->resident_limit();
+  shim_->budget()->AddPinned(64 * kMiB);
+  EXPECT_EQ(shim_->budget()->other_pinned(), 64 * kMiB);
+  shim_->budget()->Tick();
+  EXPECT_EQ(shim_->budget()->resident_limit(), limit - 64 * kMiB);
+  shim_->budget()->AddPinned(-static_cast<int64_t>(64 * kMiB));
+  shim_->budget()->Tick();
+  EXPECT_EQ(shim_->budget()->resident_limit(), limit);
+}
+
 TEST_F(MemoryBudgetTest, WhenTheMachineRunsShortRunsAreUnpinnedAndPinnedAgainLater) {
   // The auto budget: 16 GiB of RAM (reserve 1 GiB), 8 GiB available at first.
   meminfo_.SetAvailable(8 * kGiB);
