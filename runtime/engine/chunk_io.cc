@@ -11,9 +11,8 @@ namespace zrtier {
 namespace {
 // Encoded chunk bytes (the evictor's and Attach's codec output).
 thread_local Scratch tl_enc;
-}  // namespace
 
-namespace {
+// `cc` with the GPU chunk format (ChunkIo::gpu_codec_).
 CodecConfig GpuKind(CodecConfig cc) {
   cc.kind = CodecKind::kGpu;
   return cc;

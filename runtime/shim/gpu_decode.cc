@@ -233,7 +233,7 @@ std::string GpuDecode::Describe() const {
   for (auto& t : targets_)
     if (t->module && t->staging) return "on (decode kernel loaded)";
   for (auto& t : targets_)
-    if (t->module)
+    if (t->module && !t->failed)
       return "on (decode kernel loaded; staging set up at the first copy of a chunk in the GPU "
              "format)";
   return why_off_.empty() ? "not used yet (the kernel loads at the first allocation or copy with a "
