@@ -684,6 +684,74 @@ namespace {
 
 // One registration for the whole arena: thousands of regions (PyTorch makes one pinned block per
 // tensor) need no per-region registration; UMap's per-range registration fails near 950.
+// ReadChunk's sink for an encoding in the GPU chunk format: its length says the format.
+struct FormatProbe final : GpuEncodingSink {
+  std::vector<char> buf;
+  char* Place(size_t n) override {
+    buf.resize(n);
+    return buf.data();
+  }
+};
+
+// With the GPU format on (SetGpuFormat, the auto codec), a chunk is stored in it unless the CPU
+// touched it after its first write: a fault on it stored (a load or a store) makes the next
+// encoding auto; a chunk read in never written and then written (a write-protect fault at
+// generation 0) is not a reuse. Off again, every new encoding is auto. Every byte reads back.
+TEST(EngineTest, TheGpuFormatIsForChunksTheCpuDoesNotReuse) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto e = MakeTestEngine(TestEngineOptions());
+  const size_t cs = e->chunk_size(), n = 6 * cs;
+  RegionInfo r;
+  ASSERT_TRUE(e->Allocate(n, &r).ok());
+  char* base = static_cast<char*>(r.base);
+  std::vector<char> want = SampleBytes<char>(SampleKind::kBf16Gaussian, n, 3);
+  // Chunk 5: read while never written (installed clean), then written.
+  volatile char* p5 = base + 5 * cs;
+  EXPECT_EQ(p5[100], 0);
+  memcpy(base, want.data(), n);
+  e->SetGpuFormat(true);
+  EXPECT_FALSE(e->GpuEncoded());
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_TRUE(e->GpuEncoded());
+  auto gpu_format = [&](size_t i) {
+    FormatProbe probe;
+    std::vector<char> out(cs);
+    bool zero = false;
+    uint64_t gen = 0;
+    EXPECT_TRUE(e->ReadChunk(base + i * cs, out.data(), &zero, &gen, &probe).ok());
+    if (probe.len == 0) {
+      EXPECT_EQ(0, memcmp(out.data(), want.data() + i * cs, cs)) << i;
+    }
+    return probe.len > 0;
+  };
+  for (size_t i = 0; i < 6; ++i) EXPECT_TRUE(gpu_format(i)) << i;
+  // The CPU reads chunk 1 and rewrites chunk 2 (both stored), then rewrites both again.
+  volatile char* p1 = base + cs;
+  EXPECT_EQ(p1[7], want[cs + 7]);
+  want[2 * cs + 9] ^= 1;
+  base[2 * cs + 9] = want[2 * cs + 9];
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_TRUE(gpu_format(1)) << "read, dropped: its store copy stays";
+  EXPECT_FALSE(gpu_format(2)) << "rewritten after a fault: auto";
+  want[cs + 9] ^= 1;
+  base[cs + 9] = want[cs + 9];
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_FALSE(gpu_format(1));
+  EXPECT_TRUE(gpu_format(0));
+  EXPECT_TRUE(gpu_format(5));
+  // Off: chunk 3, untouched by the CPU, is rewritten and stored in the auto format.
+  e->SetGpuFormat(false);
+  want[3 * cs] ^= 1;
+  base[3 * cs] = want[3 * cs];
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  EXPECT_FALSE(gpu_format(3));
+  std::vector<char> out(n);
+  ASSERT_TRUE(e->Read(base, n, out.data(), nullptr).ok());
+  EXPECT_EQ(0, memcmp(out.data(), want.data(), n));
+  EXPECT_EQ(0, memcmp(base, want.data(), n));
+  ASSERT_TRUE(e->Free(base).ok());
+}
+
 TEST(EngineTest, ThousandsOfRegions) {
   ZRTIER_SKIP_UNLESS_UFFD();
   auto e = MakeTestEngine(TestEngineOptions());
