@@ -287,14 +287,19 @@ void Engine::ForkPrepare() {
   fork_held_ = fork_support::HeldSpans(*regions_, chunk_);
   fork_fds_[0] = fork_fds_[1] = -1;
   if (forked_child_) {
-    // This process's held chunks are its parent's: fetched now, they are inherited as any page.
+    // This process's held chunks, and those whose store copy it did not inherit, are its
+    // parent's: fetched now, they are inherited as any page.
     fork_support::FetchHeld(fork_held_);
-    fork_held_.clear();
-  } else if (!fork_held_.empty() && !fork_support::ShareHeld(os_, fork_held_, fork_fds_)) {
+    fork_support::FetchHeld(fork_support::UninheritedSpans(*regions_, chunk_, *io_->store()));
     fork_held_.clear();
   }
   if (ExternalCopies* x = external_->holder()) x->ForkPrepare();
   io_->store()->ForkPrepare();
+  // The child reads from this process the held chunks and those whose store copy it does not
+  // inherit (ChunkStore::ForkUninherited): both need the socket.
+  if (!forked_child_ && (!fork_held_.empty() || io_->store()->ForkUninherited()) &&
+      !fork_support::ShareHeld(os_, fork_held_, fork_fds_))
+    fork_held_.clear();
 }
 
 void Engine::ForkParent() {

@@ -162,6 +162,8 @@ class ChildServer {
       st = p_.io->store()->GetInChild(h, [&](const void* enc, size_t len) {
         return p_.io->codec().Decode(enc, len, buf_, p_.chunk);
       });
+      // Its store copy lies in memory this child did not inherit: read from the parent.
+      if (st.code() == EREMOTE && p_.parent_fd >= 0) st = FetchFromParent(p);
       if (st.ok()) st = uffd_.Copy(p, buf_, p_.chunk, /*wp=*/false);
     } else if (s == kHeld && p_.parent_fd >= 0) {
       st = FetchFromParent(p);
@@ -205,6 +207,26 @@ std::vector<Span> HeldSpans(const RegionMap& regions, size_t chunk) {
   regions.ForEachLocked([&](const std::shared_ptr<Region>& r) {
     for (size_t i = 0; i < r->table.n; ++i) {
       if (StateOf(r->table.chunks[i].word.load()) != kHeld) continue;
+      char* p = r->table.AddressOf(i);
+      if (!spans.empty() && spans.back().p + spans.back().len == p)
+        spans.back().len += chunk;
+      else
+        spans.push_back({p, chunk});
+    }
+  });
+  return spans;
+}
+
+std::vector<Span> UninheritedSpans(const RegionMap& regions, size_t chunk,
+                                   const ChunkStore& store) {
+  std::vector<Span> spans;
+  regions.ForEachLocked([&](const std::shared_ptr<Region>& r) {
+    for (size_t i = 0; i < r->table.n; ++i) {
+      const Chunk& c = r->table.chunks[i];
+      const ChunkState s = StateOf(c.word.load());
+      if (s != kStored && s != kClean && s != kPartial) continue;
+      const StoreHandle h = c.handle.load();
+      if (!h || store.InheritedInChild(h)) continue;
       char* p = r->table.AddressOf(i);
       if (!spans.empty() && spans.back().p + spans.back().len == p)
         spans.back().len += chunk;

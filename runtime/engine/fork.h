@@ -25,7 +25,11 @@
 //     memory), zeros for a never-written chunk; anything else is poisoned (SIGBUS), never zeros.
 //     Without such a chunk no fd and no thread is made.
 //   - Block tiers keep the extents live at a fork until every child forked then has exited or
-//     exec'd (store/fork_epochs.h); RAM store extents and region pages are copy-on-write.
+//     exec'd (store/fork_epochs.h); RAM store extents and region pages are copy-on-write, except
+//     RAM store extents registered for DMA (GPU decode reads encodings there): those are
+//     MADV_DONTFORK, like held chunks (below), and the child fetches a chunk whose store copy lies
+//     there from the parent at its first touch (ChunkStore::GetInChild: EREMOTE), so it reads as
+//     the parent has it then.
 //   - Pinned in place (kHeld) chunks are not copied at the fork: the kernel copies every pinned
 //     page for the child at once (it cannot share a DMA-pinned page copy-on-write), which made
 //     each fork cost a copy of all pinned bytes (a DataLoader forking 8 workers: 8 copies). In
@@ -36,8 +40,8 @@
 //     read safely). Like the real runtime's pinned memory (shared with the child), a held chunk
 //     reads as the parent has it when the child first touches it, not as of the fork; after that
 //     the child's copy is its own. A parent that is gone by then gives the child SIGBUS. A child
-//     that forks again first fetches every held chunk it has not touched, so its child inherits
-//     them copy-on-write.
+//     that forks again first fetches every held chunk it has not touched (and every chunk whose
+//     store copy it did not inherit), so its child inherits them copy-on-write.
 //
 // The child must not use the engine (the shim turns itself off there: runtime/shim/process.cc):
 // its threads do not exist in the child and every claim fails. A child that forks again does the
@@ -60,6 +64,7 @@ namespace zrtier {
 
 class Arena;
 class ChunkIo;
+class ChunkStore;
 class Engine;
 class ExternalCopies;
 class Os;
@@ -94,6 +99,11 @@ struct Span {
 
 // The spans of kHeld chunks of every region. REQUIRES: the region map's lock (shared) is held.
 std::vector<Span> HeldSpans(const RegionMap& regions, size_t chunk);
+
+// In a forked child: the spans of chunks whose store copy the child did not inherit
+// (ChunkStore::InheritedInChild), which its fault server reads from the parent.
+// REQUIRES: the region map's lock (shared) is held.
+std::vector<Span> UninheritedSpans(const RegionMap& regions, size_t chunk, const ChunkStore& store);
 
 // ForkPrepare's half of the held-chunk sharing: marks `spans` MADV_DONTFORK and makes the
 // socketpair (fds[0] the parent's end, fds[1] the child's). False (nothing changed) if either

@@ -44,8 +44,8 @@ struct StoreLease {
 // entries in place (ChunkStore::Lease). The store calls Pin from the thread that leases (a copy
 // call: the driver may be called there); Release from any thread that frees entries, so an
 // implementation defers the driver's part of it. The store never calls the pinner around a fork
-// (a fork's prepare handler must not wait on the device): the kernel copies DMA-pinned pages into
-// a child at once, so a child gets its own copy of the registered extents.
+// (a fork's prepare handler must not wait on the device); registered memory is not inherited by a
+// forked child (ChunkStore::GetInChild).
 class StorePinner {
  public:
   virtual ~StorePinner() = default;
@@ -112,10 +112,18 @@ class ChunkStore {
   virtual void ForkParent() {}
   virtual void ForkChild() {}
   // Get in a forked child, after ForkChild: the entry as of the fork, read without the store's
-  // threads or io_uring rings (they belong to the parent). REQUIRES: one caller at a time.
+  // threads or io_uring rings (they belong to the parent). EREMOTE: the entry's memory was not
+  // inherited (RAM store memory registered for DMA is MADV_DONTFORK, since the kernel would copy
+  // its pinned pages into every child at the fork); the child reads the chunk from the parent
+  // instead (fork.h). REQUIRES: one caller at a time.
   virtual Status GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
     return Get(h, fn);
   }
+  // Whether a child forked now would get EREMOTE for some entry. REQUIRES: between ForkPrepare
+  // and ForkParent (the store's locks are held by the caller).
+  virtual bool ForkUninherited() const { return false; }
+  // In a forked child: false if GetInChild(h) fails with EREMOTE.
+  virtual bool InheritedInChild(StoreHandle h) const { return true; }
 };
 
 // Builds the store stack named by ZRTIER_STORE_BACKEND ("ram", "ram+zram", "ram+file",

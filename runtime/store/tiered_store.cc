@@ -549,4 +549,17 @@ Status TieredStore::GetInChild(StoreHandle h,
   return TierStore(tier)->GetInChild(inner, fn);
 }
 
+bool TieredStore::InheritedInChild(StoreHandle h) const {
+  int tier;
+  StoreHandle inner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(h);
+    if (it == entries_.end()) return true;
+    tier = it->second.tier;
+    inner = it->second.inner;
+  }
+  return TierStore(tier)->InheritedInChild(inner);
+}
+
 }  // namespace zrtier

@@ -68,6 +68,8 @@ class TieredStore : public ChunkStore {
   void ForkParent() override;
   void ForkChild() override;
   Status GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
+  bool ForkUninherited() const override { return ram_->ForkUninherited(); }
+  bool InheritedInChild(StoreHandle h) const override;
 
   // Tier that holds the entry now: 0 = RAM, 1.. = lower tiers in order; -1 = no such entry.
   int TierOf(StoreHandle h) const;

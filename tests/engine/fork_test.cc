@@ -1,9 +1,10 @@
 // Covers fork (runtime/engine/fork.h): a forked child reads every region's bytes as of the fork
 // whichever tier held them (T1 pages, an adopted T0-held copy, the RAM store, zram, spill files,
-// pages pinned in place -- these fetched from the parent at the first touch, not inherited), its
-// writes stay its own, the parent's writes, evictions and frees after the fork never reach it
-// (pinned chunks: once touched), a grandchild reads them too, fork+exec works, and forks while
-// threads copy, evict and fault never deadlock.
+// pages pinned in place and RAM store memory registered for DMA -- these two fetched from the
+// parent at the first touch, not inherited), its writes stay its own, the parent's writes,
+// evictions and frees after the fork never reach it (pinned and registered chunks: once touched), a
+// grandchild reads them too, fork+exec works, and forks while threads copy, evict and fault never
+// deadlock.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,13 +15,16 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "runtime/engine/chunk_table.h"
 #include "runtime/engine/engine.h"
 #include "runtime/store/file_store.h"
+#include "runtime/store/ram_store.h"
 #include "runtime/store/zram_device.h"
 #include "runtime/store/zram_store.h"
 #include "tests/testutil/child_process.h"
@@ -36,7 +40,8 @@ namespace {
 using testing::MakeTestEngine;
 using testing::TestEngineOptions;
 
-enum class Tier { kResident, kOwned, kRam, kZram, kFile, kHeld };
+// kRegistered: the RAM store with its extents registered for DMA (leases, as GPU decode makes).
+enum class Tier { kResident, kOwned, kRam, kZram, kFile, kHeld, kRegistered };
 
 std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
   switch (info.param) {
@@ -52,6 +57,8 @@ std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
       return "SpillFile";
     case Tier::kHeld:
       return "PinnedInPlace";
+    case Tier::kRegistered:
+      return "RegisteredRamStore";
   }
   return "?";
 }
@@ -100,9 +107,15 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
       Status st = FileStore::Create(dir_, 0, Os::Default(), &f);
       ASSERT_TRUE(st.ok()) << st.ToString();
       store = std::move(f);
+    } else if (GetParam() == Tier::kRegistered) {
+      // 2 MiB extents: the region's entries fill more than one.
+      auto ram = std::make_unique<RamStore>(32 << 20, -1, Os::Default());
+      ram_ = ram.get();
+      store = std::move(ram);
     }
     e_ = MakeTestEngine(TestEngineOptions(), Os::Default(), std::move(store));
     ASSERT_TRUE(e_);
+    if (ram_) e_->SetStorePinner(&pinner_);
     cs_ = e_->chunk_size();
     holder_ = std::make_unique<testing::ExternalHolder>(cs_);
     e_->SetExternalCopies(holder_.get());
@@ -113,6 +126,9 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
   void TearDown() override {
     if (e_ && p_) {
       EXPECT_TRUE(e_->Free(p_).ok());
+    }
+    if (e_ && filler_) {
+      EXPECT_TRUE(e_->Free(filler_).ok());
     }
     e_.reset();
     if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
@@ -151,7 +167,28 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
       EXPECT_TRUE(e_->EvictTo(0).ok());
       EXPECT_EQ(e_->Usage().stored_raw_bytes, (kChunks - 2) * cs_);
     }
+    if (GetParam() == Tier::kRegistered) RegisterStoreCopies();
     return v;
+  }
+
+  // Registers the extents that hold the region's store copies, as the leases of GPU-decoded copies
+  // do: a filler region stored after them seals the last one (the open extent is never
+  // registered), then every chunk's encoding is leased once.
+  void RegisterStoreCopies() {
+    if (!filler_) {
+      RegionInfo f;
+      ASSERT_TRUE(e_->Allocate(8 * cs_, &f).ok());
+      filler_ = static_cast<char*>(f.base);
+    }
+    std::vector<char> v = testing::SampleBytes<char>(SampleKind::kBf16Gaussian, 8 * cs_, 77);
+    memcpy(filler_, v.data(), v.size());
+    ASSERT_TRUE(e_->EvictTo(0).ok());
+    const uint64_t before = ram_->RegisteredBytes();
+    for (size_t i = 0; i < kChunks; ++i) {
+      RegionBackend::EncodingLease l;  // false once registered: not in the GPU format
+      if (e_->LeaseEncoding(p_ + i * cs_, &l)) e_->ReleaseEncoding(l.token);
+    }
+    EXPECT_GT(ram_->RegisteredBytes(), before);
   }
 
   // In a child: the region reads as `want`; then a write of its own is seen there.
@@ -174,11 +211,26 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
   }
 
   std::string dir_;
+  RamStore* ram_ = nullptr;  // kRegistered: the engine's store
+  // Registers nothing (no device) but records what it was asked to; Release unmaps, as the shim's
+  // does.
+  class Pinner final : public StorePinner {
+   public:
+    bool Pin(void* p, size_t n) override {
+      std::lock_guard<std::mutex> l(mu);
+      pinned.emplace_back(p, n);
+      return true;
+    }
+    void Release(void* p, size_t n) override { munmap(p, n); }
+    std::mutex mu;
+    std::vector<std::pair<void*, size_t>> pinned;  // guarded by mu
+  } pinner_;
   std::unique_ptr<Engine> e_;
   std::unique_ptr<testing::ExternalHolder> holder_;
   size_t cs_ = 0;
   RegionInfo r_{};
   char* p_ = nullptr;
+  char* filler_ = nullptr;  // kRegistered: a region stored after the test's
   std::vector<char> want_;
 };
 
@@ -238,10 +290,19 @@ TEST_P(ForkSnapshotTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheC
   close(done[0]);
 }
 
-// Pinned-in-place chunks are not inherited (no page of them is in the child after the fork: the
-// kernel would copy every pinned page at once); the child fetches each from the parent at its
-// first touch, as the parent has it then; from then on the parent's writes do not reach it.
+// Pinned-in-place chunks, and RAM store extents registered for DMA, are not inherited (no page of
+// them is in the child after the fork: the kernel would copy every pinned page at once); the
+// child fetches each chunk from the parent at its first touch, as the parent has it then; from
+// then on the parent's writes do not reach it.
 TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
+  std::vector<std::pair<void*, size_t>> registered;
+  {
+    std::lock_guard<std::mutex> l(pinner_.mu);
+    registered = pinner_.pinned;
+  }
+  if (GetParam() == Tier::kRegistered) {
+    ASSERT_FALSE(registered.empty());
+  }
   int go[2], done[2];
   pid_t pid = ForkWithPipes(go, done);
   ASSERT_GE(pid, 0);
@@ -250,6 +311,10 @@ TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
     if (mincore(p_, kChunks * cs_, present.data()) != 0) _exit(250);
     for (unsigned char b : present)
       if (b & 1) _exit(249);  // a page was inherited
+    for (auto [p, n] : registered) {
+      std::vector<unsigned char> v(n / kPage + 1);
+      if (mincore(p, n, v.data()) == 0 || errno != ENOMEM) _exit(246);  // the extent is mapped
+    }
     char b;
     if (read(go[0], &b, 1) != 1) _exit(252);
     // The parent has rewritten chunk 0 by now: the child reads the new bytes, and the rest.
@@ -273,7 +338,7 @@ TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
   int status = -1;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << Describe(status) << " (1+N: chunk N+1 differs; 247-250: see the child's checks)";
+      << Describe(status) << " (1+N: chunk N+1 differs; 246-250: see the child's checks)";
   close(go[1]);
   close(done[0]);
 }
@@ -297,13 +362,14 @@ TEST_P(ForkTest, ForkThenExecWorks) {
 
 INSTANTIATE_TEST_SUITE_P(Tiers, ForkTest,
                          ::testing::Values(Tier::kResident, Tier::kOwned, Tier::kRam, Tier::kZram,
-                                           Tier::kFile, Tier::kHeld),
+                                           Tier::kFile, Tier::kHeld, Tier::kRegistered),
                          TierName);
 INSTANTIATE_TEST_SUITE_P(Tiers, ForkSnapshotTest,
                          ::testing::Values(Tier::kResident, Tier::kOwned, Tier::kRam, Tier::kZram,
                                            Tier::kFile),
                          TierName);
-INSTANTIATE_TEST_SUITE_P(Tiers, PinnedForkTest, ::testing::Values(Tier::kHeld), TierName);
+INSTANTIATE_TEST_SUITE_P(Tiers, PinnedForkTest, ::testing::Values(Tier::kHeld, Tier::kRegistered),
+                         TierName);
 
 // Forks while threads store into, read, evict and fault their own chunks: every fork returns
 // (the gate waits only for transitions in flight) and every child reads a stable region exactly.
