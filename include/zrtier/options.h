@@ -119,9 +119,8 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "docs/decisions.md, \"The GPU format for chunks the CPU does not reuse\")")                   \
   X(kGpuStorePinned, "GPU_STORE_PINNED", kBool, "1", "", "", "gpu-store-pinned",                \
     "with ZRTIER_GPU_DECODE=1: 1 = the RAM store's memory is registered for DMA as copies read "  \
-    "it, and a GPU-decoded copy sends encodings straight from there (no copy into staging; a "   \
-    "forked child does not inherit that memory and reads those chunks from the parent); 0 = "    \
-    "the fill workers copy encodings into pinned staging")                                       \
+    "it, and a GPU-decoded copy sends encodings straight from there (no copy into staging); "    \
+    "0 = the fill workers copy encodings into pinned staging")                                   \
   X(kCrashReport, "CRASH_REPORT", kBool, "0", "", "", "crash-report",                            \
     "1 = a process that dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT first prints the "     \
     "signal, the thread's name and its native stack to stderr (it still ends as it would)")      \

@@ -83,63 +83,6 @@ inline size_t PartialUnit(size_t chunk) {
   return chunk / kMaxUnits > kPage ? chunk / kMaxUnits : kPage;
 }
 
-// ForkGate: how a fork sees no chunk in transition (runtime/engine/fork.h). Every claim (TryBusy)
-// enters it and every EndBusy leaves it; while a fork is prepared the gate is closed: a claim then
-// fails as if the chunk were busy (after a short sleep, so that callers that retry do not spin),
-// and the fork waits until no claim is left inside. A claim of several chunks that waits for
-// busy ones while holding others (Hold, Unhold, Adopt) enters once for the whole claim (Scope):
-// its own claims pass the closed gate, so it always finishes and the fork never waits on it
-// forever. A chunk claimed outside a Scope may be ended on another thread (the pager hands
-// restores to its workers); one claimed inside a Scope is ended inside it.
-class ForkGate {
- public:
-  // Enters the gate for one claim; false (after a short sleep) while it is closed.
-  static bool Enter() {
-    if (tl_scope_) return true;
-    inside_.fetch_add(1, std::memory_order_seq_cst);
-    if (!closed_.load(std::memory_order_seq_cst)) return true;
-    inside_.fetch_sub(1, std::memory_order_seq_cst);
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-    return false;
-  }
-  static void Leave() {
-    if (!tl_scope_) inside_.fetch_sub(1, std::memory_order_seq_cst);
-  }
-  static bool closed() { return closed_.load(std::memory_order_relaxed); }
-
-  // A claim of several chunks (see above). Waits while the gate is closed.
-  class Scope {
-   public:
-    Scope() {
-      if (tl_scope_++) return;
-      for (;;) {
-        inside_.fetch_add(1, std::memory_order_seq_cst);
-        if (!closed_.load(std::memory_order_seq_cst)) return;
-        inside_.fetch_sub(1, std::memory_order_seq_cst);
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
-    }
-    ~Scope() {
-      if (--tl_scope_ == 0) inside_.fetch_sub(1, std::memory_order_seq_cst);
-    }
-    Scope(const Scope&) = delete;
-    Scope& operator=(const Scope&) = delete;
-  };
-
-  // The fork's side (fork.cc): Close waits until no claim is inside; Open lets claims in again.
-  static void Close() {
-    closed_.store(true, std::memory_order_seq_cst);
-    while (inside_.load(std::memory_order_seq_cst) != 0)
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
-  static void Open() { closed_.store(false, std::memory_order_seq_cst); }
-
- private:
-  static inline std::atomic<int64_t> inside_{0};
-  static inline std::atomic<bool> closed_{false};
-  static inline thread_local int tl_scope_ = 0;
-};
-
 struct Chunk {
   std::atomic<uint32_t> word{kEmpty};
   std::atomic<uint32_t> referenced{0};  // CLOCK reference bit: set on install and on write faults
@@ -159,20 +102,14 @@ struct Chunk {
   std::atomic<uint64_t> present{0};  // kPartial: bit u = unit u is installed
 
   // Moves a chunk from exactly `expected` (a stable state with whatever pins it has) into kBusy.
-  // Fails while a fork is being prepared (ForkGate).
   bool TryBusy(uint32_t expected) {
-    if (!ForkGate::Enter()) return false;
-    if (word.compare_exchange_strong(expected, (expected & ~kStateMask) | kBusy,
-                                     std::memory_order_acq_rel))
-      return true;
-    ForkGate::Leave();
-    return false;
+    return word.compare_exchange_strong(expected, (expected & ~kStateMask) | kBusy,
+                                        std::memory_order_acq_rel);
   }
   // Ends a transition: kBusy -> `to`, keeping pins taken meanwhile.
   void EndBusy(ChunkState to) {
     word.fetch_add(static_cast<uint32_t>(to) - static_cast<uint32_t>(kBusy),
                    std::memory_order_acq_rel);
-    ForkGate::Leave();
   }
   // Takes a pin if the chunk is resident; false otherwise.
   bool TryPin() {

@@ -56,8 +56,8 @@ Engine::Engine(const Options& opts, Os* os, std::unique_ptr<Arena> arena,
 
 Engine::~Engine() {
   fork_support::Unregister(this);
-  held_servers_.reset();  // no child's request reads the engine from here on
-  budget_->Stop();        // throttled writers and sleeping evictors wake up
+  parent_servers_.reset();  // no child's request reads the engine from here on
+  budget_->Stop();          // throttled writers and sleeping evictors wake up
   pager_->Stop();
   evictor_->Stop();
   watchdog_->Stop();
@@ -279,83 +279,61 @@ uint64_t Engine::uffd_features() const {
 }
 
 void Engine::ForkPrepare() {
-  // The real runtime may mark the pages it registers MADV_DONTFORK (RDMA stacks do): the arena is
-  // made inheritable again, then the spans of held chunks are left out (fork.h: the child fetches
-  // them from this process instead of the kernel copying every pinned page at the fork).
-  os_->Madvise(arena_->base(), arena_->size(), MADV_DOFORK);
   fork_map_lock_ = regions_->LockShared();
-  fork_held_ = fork_support::HeldSpans(*regions_, chunk_);
+  fork_span_ = fork_support::LiveSpan(*regions_);
   fork_fds_[0] = fork_fds_[1] = -1;
   if (forked_child_) {
-    // This process's held chunks, and those whose store copy it did not inherit, are its
-    // parent's: fetched now, they are inherited as any page.
-    fork_support::FetchHeld(fork_held_);
-    fork_support::FetchHeld(fork_support::UninheritedSpans(*regions_, chunk_, *io_->store()));
-    fork_held_.clear();
+    // This process's regions are its parent's, fetched at the first touch: the chunks it has
+    // not touched are fetched now, so that its child inherits them as any page.
+    fork_support::FetchAll(*regions_);
+    return;
   }
-  if (ExternalCopies* x = external_->holder()) x->ForkPrepare();
-  io_->store()->ForkPrepare();
-  // The child reads from this process the held chunks and those whose store copy it does not
-  // inherit (ChunkStore::ForkUninherited): both need the socket.
-  if (!forked_child_ && (!fork_held_.empty() || io_->store()->ForkUninherited()) &&
-      !fork_support::ShareHeld(os_, fork_held_, fork_fds_))
-    fork_held_.clear();
+  // No page of the arena is inherited (fork.h); the real runtime may also mark the pages it
+  // registers MADV_DONTFORK (RDMA stacks do).
+  os_->Madvise(arena_->base(), arena_->size(), MADV_DONTFORK);
+  if (fork_span_.len) fork_support::ChildSocket(fork_fds_);
 }
 
 void Engine::ForkParent() {
-  io_->store()->ForkParent();
-  if (ExternalCopies* x = external_->holder()) x->ForkParent();
   if (fork_fds_[0] >= 0) {
     close(fork_fds_[1]);
-    if (!held_servers_) {
-      held_servers_ = std::make_unique<fork_support::HeldServers>(
-          chunk_, [this](const void* src, size_t len, void* dst) {
+    if (!parent_servers_) {
+      parent_servers_ = std::make_unique<fork_support::ParentServers>(
+          chunk_, [this](uint64_t region, const void* src, size_t len, void* dst) {
+            std::shared_ptr<Region> r;
+            if (!regions_->FindRange(src, len, &r).ok() || r->id != region)
+              return Status::Error(ENXIO, "its region was freed since the fork");
             bool zero = false;
             Status st = Read(src, len, dst, &zero);
             if (st.ok() && zero) memset(dst, 0, len);
             return st;
           });
     }
-    held_servers_->Start(fork_fds_[0]);
+    parent_servers_->Start(fork_fds_[0]);
   }
   fork_fds_[0] = fork_fds_[1] = -1;
   fork_map_lock_.unlock();
-  parked_->Signal();  // faults parked while the gate was closed
 }
 
 void Engine::ForkChild() {
-  io_->store()->ForkChild();
-  if (ExternalCopies* x = external_->holder()) x->ForkChild();
   // Left held: the child never changes the map, and a writer that was waiting for the lock in the
   // parent would own it in the child once the last reader left.
   fork_map_lock_.release();
   // The parent's servers are not this process's; a socket to a grandparent is not either.
-  if (held_servers_) (void)held_servers_.release();  // its threads do not exist here
+  if (parent_servers_) (void)parent_servers_.release();  // its threads do not exist here
   if (parent_fd_ >= 0) close(parent_fd_);
   parent_fd_ = -1;
+  const bool inherited = forked_child_;  // the parent was a forked child: every page was fetched
   forked_child_ = true;
   if (fork_fds_[0] >= 0) {
     close(fork_fds_[0]);
-    if (fork_support::MapHeldInChild(os_, fork_held_))
-      parent_fd_ = fork_fds_[1];
-    else
-      close(fork_fds_[1]);
+    parent_fd_ = fork_fds_[1];
   }
   fork_fds_[0] = fork_fds_[1] = -1;
-  const bool held = parent_fd_ >= 0;
-  if (regions_->stored_raw() == 0 && regions_->external() == 0 && !held) return;  // nothing
-  std::vector<std::shared_ptr<Region>> serve;
-  regions_->ForEachLocked([&](const std::shared_ptr<Region>& r) {
-    bool need = r->stored_raw.load() > 0;
-    for (size_t i = 0; !need && i < r->table.n; ++i) {
-      const ChunkState s = StateOf(r->table.chunks[i].word.load());
-      need = s == kExternal || (held && s == kHeld);
-    }
-    if (need) serve.push_back(r);
-  });
-  fork_support::ChildParts parts{os_,    arena_.get(),    io_.get(), external_->holder(),
-                                 chunk_, std::move(serve)};
-  parts.parent_fd = parent_fd_;
+  if (inherited || fork_span_.len == 0) return;
+  if (!fork_support::MapInChild(os_, fork_span_)) return;
+  fork_support::ChildParts parts{os_, arena_.get(), chunk_, {}, fork_span_, parent_fd_};
+  regions_->ForEachLocked([&](const std::shared_ptr<Region>& r) { parts.regions.push_back(r); });
   fork_support::ServeChild(std::move(parts));
 }
 

@@ -14,8 +14,9 @@
 //     write-protect fault and makes older copies garbage).
 //   - The engine never calls CUDA. Read/Write never fault the calling thread on region memory, so
 //     they are safe inside CUDA host functions.
-//   - fork: a forked child reads every region as it was at the fork, in every tier; its writes
-//     stay its own and the parent's later changes never reach it (fork.h).
+//   - fork: a forked child reads each chunk of every region as the parent has it at the child's
+//     first touch, fetched from the parent (no page is inherited); its writes stay its own
+//     (fork.h).
 //
 // Thread safety: every public method may be called from any thread concurrently, except that a
 // region must not be used (by CPU access, Read or Write) while or after it is freed.
@@ -119,10 +120,10 @@ class Engine final : public RegionBackend {
   // The userfaultfd features the kernel reported for the arena (UFFDIO_API: all it supports).
   uint64_t uffd_features() const;
 
-  // The fork handlers (fork.cc; the ForkGate is closed before ForkPrepare and stays closed in the
-  // child). ForkPrepare takes the region map's lock (shared), the holder's and the store's locks;
-  // ForkParent releases them and wakes parked faults; ForkChild releases the holder's and the
-  // store's and starts serving the child's faults on chunks whose bytes are not in its pages.
+  // The fork handlers (fork.cc). ForkPrepare takes the region map's lock (shared), marks the
+  // arena MADV_DONTFORK and makes the child's socket; ForkParent releases the lock and serves the
+  // child's chunk requests; ForkChild maps the live regions' span afresh and serves its faults
+  // from the parent.
   void ForkPrepare();
   void ForkParent();
   void ForkChild();
@@ -151,11 +152,11 @@ class Engine final : public RegionBackend {
   std::unique_ptr<Evictor> evictor_;
   std::unique_ptr<Watchdog> watchdog_;
   std::shared_lock<std::shared_mutex> fork_map_lock_;  // held from ForkPrepare to ForkParent
-  // Held chunks at a fork (fork.h): the spans ForkPrepare marked MADV_DONTFORK and its socketpair
-  // (parent's end, child's end), the parent's servers, and in a child its socket to the parent.
-  std::vector<fork_support::Span> fork_held_;
+  // At a fork (fork.h): the live regions' span, the socketpair (parent's end, child's end), the
+  // parent's servers, and in a child (forked_child_) its socket to the parent (parent_fd_).
+  fork_support::Span fork_span_{nullptr, 0};
   int fork_fds_[2] = {-1, -1};
-  std::unique_ptr<fork_support::HeldServers> held_servers_;
+  std::unique_ptr<fork_support::ParentServers> parent_servers_;
   bool forked_child_ = false;
   int parent_fd_ = -1;
 };

@@ -92,7 +92,6 @@ bool ExternalChunks::ClaimForAdoption(Region* r, size_t first, size_t n, uint32_
 
 Status ExternalChunks::Adopt(void* p, size_t n, uint64_t* gens,
                              const std::function<void()>& registered) {
-  ForkGate::Scope fork_scope;  // claims several chunks, waiting for busy ones (chunk_table.h)
   std::shared_ptr<Region> r;
   ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(p, n * e_.chunk, &r));
   if (n == 0) return Status::Ok();

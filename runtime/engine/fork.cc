@@ -15,12 +15,10 @@
 #include "runtime/base/log.h"
 #include "runtime/base/thread_name.h"
 #include "runtime/engine/arena.h"
-#include "runtime/engine/chunk_io.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/region_map.h"
 #include "runtime/engine/uffd.h"
 #include "runtime/os/uffd_compat.h"
-#include "runtime/store/store.h"
 
 namespace zrtier {
 namespace fork_support {
@@ -35,16 +33,13 @@ std::once_flag g_installed;
 
 void Prepare() {
   g_mu.lock();
-  if (!g_engines || g_engines->empty()) return;
-  ForkGate::Close();  // no chunk in transition from here on (already closed in a forked child)
+  if (!g_engines) return;
   for (Engine* e : *g_engines) e->ForkPrepare();
 }
 
 void Parent() {
-  if (g_engines && !g_engines->empty()) {
+  if (g_engines)
     for (auto it = g_engines->rbegin(); it != g_engines->rend(); ++it) (*it)->ForkParent();
-    if (!g_in_child.load()) ForkGate::Open();
-  }
   g_mu.unlock();
 }
 
@@ -56,14 +51,14 @@ void Child() {
   g_mu.unlock();
 }
 
-// A held chunk's request from a child and the answer's header, on a stream socket (a chunk is
-// larger than a datagram may be); the answer is the header and, when status is 0, the chunk's
-// bytes.
-struct HeldRequest {
+// A chunk's request from a child and the answer's header, on a stream socket (a chunk is larger
+// than a datagram may be); the answer is the header and, when status is 0, the chunk's bytes.
+struct ChunkRequest {
+  uint64_t region;  // the region's id at the fork
   uint64_t addr;
   uint64_t len;
 };
-struct HeldAnswer {
+struct ChunkAnswer {
   int32_t status;  // 0, or the errno of the parent's read
 };
 
@@ -90,8 +85,7 @@ bool RecvAll(int fd, void* p, size_t n) {
 }
 
 // The child's fault server: one thread reading the child's userfaultfd, answering each fault with
-// the chunk's bytes as of the fork (a held chunk's: as the parent has it now). It never exits (the
-// process's end takes it).
+// the chunk's bytes as the parent has them now. It never exits (the process's end takes it).
 class ChildServer {
  public:
   ChildServer(ChildParts parts, int fd, bool poison)
@@ -143,54 +137,30 @@ class ChildServer {
 
   void Serve(uint64_t addr) {
     Region* r = Find(addr);
-    if (!r) {  // regions this child does not serve lie outside the span, so this is freed memory
+    if (!r) {  // not in a region live at the fork: freed memory
       Fail(addr, "outside any live region");
       return;
     }
-    const size_t i = r->table.IndexOf(reinterpret_cast<void*>(addr));
-    Chunk& c = r->table.chunks[i];
-    char* p = r->table.AddressOf(i);
-    const ChunkState s = StateOf(c.word.load());
-    const StoreHandle h = c.handle.load();
-    Status st;
-    if (s == kEmpty) {
-      st = uffd_.ZeroPage(p, p_.chunk);
-    } else if ((s == kStored || s == kClean || s == kPartial) && h) {
-      // kClean: a page of it missing here is not expected (installs are whole chunks), but its
-      // store copy is current, so it is served from there. kPartial: the units installed at the
-      // fork are inherited and skipped by the copy (they equal the store copy).
-      st = p_.io->store()->GetInChild(h, [&](const void* enc, size_t len) {
-        return p_.io->codec().Decode(enc, len, buf_, p_.chunk);
-      });
-      // Its store copy lies in memory this child did not inherit: read from the parent.
-      if (st.code() == EREMOTE && p_.parent_fd >= 0) st = FetchFromParent(p);
-      if (st.ok()) st = uffd_.Copy(p, buf_, p_.chunk, /*wp=*/false);
-    } else if (s == kHeld && p_.parent_fd >= 0) {
-      st = FetchFromParent(p);
-      if (st.ok()) st = uffd_.Copy(p, buf_, p_.chunk, /*wp=*/false);
-    } else if (s == kExternal) {
-      bool held = p_.holder && p_.holder->WithBytes(r->id, i, c.gen.load(), [&](const char* b) {
-        st = uffd_.Copy(p, b, p_.chunk, /*wp=*/false);
-      });
-      if (!held) st = Status::Error(EIO, "its owned T0 slot is gone");
-    } else {
-      // Resident chunks' pages were present at the fork and are inherited; a missing one has no
-      // other copy that is known to be current.
-      st = Status::Error(EIO, "a page of a resident chunk is missing");
-    }
+    char* p = r->table.AddressOf(r->table.IndexOf(reinterpret_cast<void*>(addr)));
+    Status st = p_.parent_fd >= 0
+                    ? FetchFromParent(r->id, p)
+                    : Status::Error(EIO, "the fork could not share the parent's memory with it");
+    if (st.ok()) st = uffd_.Copy(p, buf_, p_.chunk, /*wp=*/false);
     if (!st.ok()) Fail(addr, st.ToString().c_str());
   }
 
-  // Asks the parent for the chunk at `p` (HeldServers) into buf_. (Sockets are outside Os: a
-  // failure here is the parent's absence, reported like any unreadable chunk.)
-  Status FetchFromParent(char* p) {
-    const HeldRequest req{reinterpret_cast<uint64_t>(p), p_.chunk};
-    HeldAnswer ans{};
+  // Asks the parent for the chunk at `p` of region `region` (ParentServers) into buf_. (Sockets
+  // are outside Os: a failure here is the parent's absence, reported like any unreadable chunk.)
+  Status FetchFromParent(uint64_t region, char* p) {
+    const ChunkRequest req{region, reinterpret_cast<uint64_t>(p), p_.chunk};
+    ChunkAnswer ans{};
     if (!SendAll(p_.parent_fd, &req, sizeof(req)) || !RecvAll(p_.parent_fd, &ans, sizeof(ans)))
-      return Status::Error(EIO, "the parent is gone (its pinned chunks cannot be fetched)");
+      return Status::Error(EIO, "the parent is gone (its chunks cannot be fetched)");
+    if (ans.status == ENXIO)
+      return Status::Error(ENXIO, "its region was freed in the parent since the fork");
     if (ans.status != 0) return Status::Error(ans.status, "the parent could not read it");
     if (!RecvAll(p_.parent_fd, buf_, p_.chunk))
-      return Status::Error(EIO, "the parent is gone (its pinned chunks cannot be fetched)");
+      return Status::Error(EIO, "the parent is gone (its chunks cannot be fetched)");
     return Status::Ok();
   }
 
@@ -202,76 +172,44 @@ class ChildServer {
 
 }  // namespace
 
-std::vector<Span> HeldSpans(const RegionMap& regions, size_t chunk) {
-  std::vector<Span> spans;
+Span LiveSpan(const RegionMap& regions) {
+  char* lo = nullptr;
+  char* hi = nullptr;
   regions.ForEachLocked([&](const std::shared_ptr<Region>& r) {
-    for (size_t i = 0; i < r->table.n; ++i) {
-      if (StateOf(r->table.chunks[i].word.load()) != kHeld) continue;
-      char* p = r->table.AddressOf(i);
-      if (!spans.empty() && spans.back().p + spans.back().len == p)
-        spans.back().len += chunk;
-      else
-        spans.push_back({p, chunk});
-    }
+    if (!lo || r->base < lo) lo = r->base;
+    if (r->base + r->reserved > hi) hi = r->base + r->reserved;
   });
-  return spans;
+  return {lo, static_cast<size_t>(hi - lo)};
 }
 
-std::vector<Span> UninheritedSpans(const RegionMap& regions, size_t chunk,
-                                   const ChunkStore& store) {
-  std::vector<Span> spans;
+void ChildSocket(int fds[2]) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0) return;
+  Log(LogLevel::kError,
+      "fork: no socket for the child (%s); it cannot read zrtier memory there (SIGBUS)",
+      strerror(errno));
+  fds[0] = fds[1] = -1;
+}
+
+bool MapInChild(Os* os, Span span) {
+  int err = 0;
+  void* m = os->Mmap(span.p, span.len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0, &err);
+  if (m == span.p) return true;
+  Log(LogLevel::kError,
+      "forked child: mapping the parent's pinned memory failed (%s); it is inaccessible here "
+      "(SIGSEGV)",
+      strerror(err));
+  return false;
+}
+
+void FetchAll(const RegionMap& regions) {
   regions.ForEachLocked([&](const std::shared_ptr<Region>& r) {
-    for (size_t i = 0; i < r->table.n; ++i) {
-      const Chunk& c = r->table.chunks[i];
-      const ChunkState s = StateOf(c.word.load());
-      if (s != kStored && s != kClean && s != kPartial) continue;
-      const StoreHandle h = c.handle.load();
-      if (!h || store.InheritedInChild(h)) continue;
-      char* p = r->table.AddressOf(i);
-      if (!spans.empty() && spans.back().p + spans.back().len == p)
-        spans.back().len += chunk;
-      else
-        spans.push_back({p, chunk});
-    }
+    for (size_t off = 0; off < r->size; off += kPage)
+      (void)*static_cast<volatile char*>(r->base + off);
   });
-  return spans;
 }
 
-bool ShareHeld(Os* os, const std::vector<Span>& spans, int fds[2]) {
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return false;
-  for (size_t k = 0; k < spans.size(); ++k) {
-    if (os->Madvise(spans[k].p, spans[k].len, MADV_DONTFORK) < 0) {
-      for (size_t j = 0; j < k; ++j) os->Madvise(spans[j].p, spans[j].len, MADV_DOFORK);
-      close(fds[0]);
-      close(fds[1]);
-      return false;
-    }
-  }
-  return true;
-}
-
-bool MapHeldInChild(Os* os, const std::vector<Span>& spans) {
-  for (const Span& s : spans) {
-    int err = 0;
-    void* m = os->Mmap(s.p, s.len, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0, &err);
-    if (m != s.p) {
-      Log(LogLevel::kError,
-          "forked child: mapping the parent's pinned memory failed (%s); it is inaccessible here "
-          "(SIGSEGV)",
-          strerror(err));
-      return false;
-    }
-  }
-  return true;
-}
-
-void FetchHeld(const std::vector<Span>& spans) {
-  for (const Span& s : spans)
-    for (size_t off = 0; off < s.len; off += kPage) (void)*static_cast<volatile char*>(s.p + off);
-}
-
-HeldServers::~HeldServers() {
+ParentServers::~ParentServers() {
   std::lock_guard<std::mutex> l(mu_);
   for (Server& s : servers_) {
     shutdown(s.fd, SHUT_RDWR);  // the thread's recv returns 0
@@ -280,7 +218,7 @@ HeldServers::~HeldServers() {
   }
 }
 
-void HeldServers::Start(int fd) {
+void ParentServers::Start(int fd) {
   std::lock_guard<std::mutex> l(mu_);
   // The servers of children that are gone are joined here.
   for (auto it = servers_.begin(); it != servers_.end();) {
@@ -301,16 +239,16 @@ void HeldServers::Start(int fd) {
   servers_.push_back({fd, std::move(t), std::move(done)});
 }
 
-void HeldServers::Serve(int fd) {
+void ParentServers::Serve(int fd) {
   std::vector<char> buf(chunk_);
   for (;;) {
-    HeldRequest req{};
+    ChunkRequest req{};
     if (!RecvAll(fd, &req, sizeof(req))) return;  // the child exited or exec'd (or shutdown)
-    HeldAnswer ans{0};
+    ChunkAnswer ans{0};
     if (req.len == 0 || req.len > chunk_) {
       ans.status = EINVAL;
     } else {
-      Status st = read_(reinterpret_cast<const void*>(req.addr), req.len, buf.data());
+      Status st = read_(req.region, reinterpret_cast<const void*>(req.addr), req.len, buf.data());
       if (!st.ok()) ans.status = st.code() ? st.code() : EIO;
     }
     if (!SendAll(fd, &ans, sizeof(ans))) return;
@@ -336,12 +274,8 @@ bool InForkedChild() {
 }
 
 void ServeChild(ChildParts parts) {
-  char* lo = parts.regions.front()->base;
-  char* hi = lo;
-  for (const auto& r : parts.regions) {
-    lo = std::min(lo, r->base);
-    hi = std::max(hi, r->base + r->reserved);
-  }
+  char* lo = parts.span.p;
+  char* hi = lo + parts.span.len;
   Os* os = parts.os;
   auto fail = [&](const char* what, long r) {
     Log(LogLevel::kError,

@@ -92,7 +92,6 @@ Status HeldChunks::Install(Region* r, size_t i, size_t end, const uint32_t* was,
 }
 
 Status HeldChunks::Hold(void* p, size_t len) {
-  ForkGate::Scope fork_scope;  // claims several chunks, waiting for busy ones (chunk_table.h)
   std::shared_ptr<Region> r;
   ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(p, len, &r));
   char* start = static_cast<char*>(p);
@@ -137,7 +136,6 @@ Status HeldChunks::Hold(void* p, size_t len) {
 }
 
 Status HeldChunks::Unhold(void* p, size_t len) {
-  ForkGate::Scope fork_scope;  // claims several chunks, waiting for busy ones (chunk_table.h)
   std::shared_ptr<Region> r;
   ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(p, len, &r));
   if (len == 0) return Status::Ok();

@@ -214,8 +214,7 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
   for (;;) {
     uint32_t w = c.word.load();
     ChunkState s = StateOf(w);
-    // A fork being prepared: retried when it is done (the gate is reopened with a Signal).
-    if (s == kBusy || ForkGate::closed()) return Outcome::kPark;
+    if (s == kBusy) return Outcome::kPark;
     if (s == kFreed) {
       Stray(f.addr, f.wp);
       return Outcome::kDone;
@@ -457,7 +456,6 @@ void Pager::Readahead(const std::shared_ptr<Region>& r, size_t first, size_t str
     const size_t j = first + k * stride;
     if (j >= r->table.n) break;
     if (k == trigger && count >= 4) continue;
-    if (ForkGate::closed()) break;  // a fork is being prepared: no claim would succeed
     Chunk& c = r->table.chunks[j];
     const uint32_t w = c.word.load();
     const ChunkState from = StateOf(w);  // a partial one is completed

@@ -42,13 +42,6 @@ class ExternalCopies {
   // replaced it): the holder may forget its copy, which is still a valid copy of generation `gen`.
   // Called after the transition, from the pager thread or a Write caller.
   virtual void Released(uint64_t region, uint64_t chunk, uint64_t gen) {}
-  // fork (runtime/engine/fork.h): ForkPrepare takes the locks WithBytes takes, so that a forked
-  // child inherits a consistent copy of the holder; ForkParent / ForkChild release them. In the
-  // child, WithBytes then serves the copies held at the fork (their memory is inherited, as the
-  // real runtime's pinned memory is). Called with no chunk claimed anywhere.
-  virtual void ForkPrepare() {}
-  virtual void ForkParent() {}
-  virtual void ForkChild() {}
 };
 
 // Called for every chunk a CPU fault brought back into T1 (region id, chunk index) -- not for the

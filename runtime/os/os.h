@@ -45,7 +45,6 @@ class Os {
   virtual long Close(int fd);
   virtual long Read(int fd, void* buf, size_t len);
   virtual long Write(int fd, const void* buf, size_t len);
-  virtual long Pread(int fd, void* buf, size_t len, off_t off);
   virtual long Pwrite(int fd, const void* buf, size_t len, off_t off);
   virtual long Fallocate(int fd, int mode, off_t off, off_t len);
   virtual long Ftruncate(int fd, off_t len);
@@ -54,8 +53,6 @@ class Os {
   virtual long Fsync(int fd);
   virtual long Poll(struct pollfd* fds, nfds_t n, int timeout_ms);
   virtual long Eventfd(unsigned initval, int flags);
-  // pipe2(2): fds[0] the read end, fds[1] the write end.
-  virtual long Pipe2(int fds[2], int flags);
 
   // io_uring: setup and the submit-and-wait step (liburing's io_uring_queue_init /
   // io_uring_submit_and_wait). Completion entries carry their own -errno results.

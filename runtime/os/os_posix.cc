@@ -95,9 +95,6 @@ long Os::Read(int fd, void* buf, size_t len) {
 long Os::Write(int fd, const void* buf, size_t len) {
   return Ret(write(fd, buf, len));
 }
-long Os::Pread(int fd, void* buf, size_t len, off_t off) {
-  return Ret(pread(fd, buf, len, off));
-}
 long Os::Pwrite(int fd, const void* buf, size_t len, off_t off) {
   return Ret(pwrite(fd, buf, len, off));
 }
@@ -115,9 +112,6 @@ long Os::Rename(const char* from, const char* to) {
 }
 long Os::Fsync(int fd) {
   return Ret(fsync(fd));
-}
-long Os::Pipe2(int fds[2], int flags) {
-  return Ret(pipe2(fds, flags));
 }
 long Os::Poll(struct pollfd* fds, nfds_t n, int timeout_ms) {
   return Ret(poll(fds, n, timeout_ms));

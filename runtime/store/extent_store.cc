@@ -21,7 +21,7 @@ uint64_t RoundUp(uint64_t v) {
 
 }  // namespace
 
-ExtentStore::ExtentStore(Config config, Os* os) : os_(os), config_(std::move(config)), epochs_(os) {
+ExtentStore::ExtentStore(Config config, Os* os) : os_(os), config_(std::move(config)) {
   usage_.limit_bytes = config_.limit;
 }
 
@@ -306,7 +306,6 @@ Status ExtentStore::CheckEntry(StoreHandle h, const Loc& loc, const unsigned cha
 }
 
 void ExtentStore::PutBatch(PutReq* reqs, size_t n) {
-  ReleaseKept(false);
   // Groups of at most a quarter of the arena, so concurrent batches always make progress.
   const uint64_t cap = config_.staging_bytes / 4;
   size_t start = 0;
@@ -563,75 +562,8 @@ void ExtentStore::Free(StoreHandle h) {
     usage_.used_bytes -= loc.alen;
     StatSub(config_.raw_gauge, loc.raw_len);
     StatSub(config_.bytes_gauge, loc.alen);
-    if (epochs_.any() && epochs_.MustKeep(h)) {  // a child forked since may still read it
-      reserved_ += loc.alen;
-      kept_.emplace_back(h, loc);
-      loc.alen = 0;
-    }
   }
-  if (loc.alen) ReleaseExtent(loc, false);
-  ReleaseKept(false);
-}
-
-void ExtentStore::ReleaseKept(bool force) {
-  std::vector<Loc> done;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (kept_.empty()) return;
-    const uint64_t horizon = epochs_.Poll(force);
-    auto keep = std::partition(kept_.begin(), kept_.end(),
-                               [&](const auto& k) { return k.first < horizon; });
-    for (auto it = keep; it != kept_.end(); ++it) done.push_back(it->second);
-    kept_.erase(keep, kept_.end());
-  }
-  for (const Loc& loc : done) ReleaseExtent(loc, /*reserved=*/true);
-}
-
-void ExtentStore::ForkPrepare() {
-  mu_.lock();
-  if (!entries_.empty()) epochs_.Prepare(next_);
-}
-
-void ExtentStore::ForkParent() {
-  epochs_.Parent();
-  mu_.unlock();
-}
-
-void ExtentStore::ForkChild() {
-  epochs_.Child();
-  mu_.unlock();
-}
-
-Status ExtentStore::GetInChild(StoreHandle h,
-                               const std::function<Status(const void*, size_t)>& fn) {
-  Loc loc;
-  int fd;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(h);
-    if (it == entries_.end())
-      return Status::Error(ENOENT, std::string(config_.name) + " store: no such entry");
-    loc = it->second;
-    fd = segments_[loc.seg].fd;
-  }
-  // O_DIRECT: a block-aligned buffer, offset and length (extents are whole blocks).
-  void* buf = aligned_alloc(kBlock, loc.alen);
-  if (!buf) return Status::Error(ENOMEM, std::string(config_.name) + " store: buffer");
-  size_t done = 0;
-  long r = 0;
-  while (done < loc.alen) {
-    r = os_->Pread(fd, static_cast<char*>(buf) + done, loc.alen - done,
-                   static_cast<off_t>(loc.off + done));
-    if (r <= 0) break;
-    done += static_cast<size_t>(r);
-  }
-  Status s = done >= loc.len
-                 ? CheckEntry(h, loc, static_cast<const unsigned char*>(buf))
-                 : Status::Error(EIO, std::string(config_.name) + " store: read: " +
-                                          (r < 0 ? strerror(static_cast<int>(-r)) : "short read"));
-  if (s.ok()) s = fn(buf, loc.len);
-  free(buf);
-  return s;
+  ReleaseExtent(loc, false);
 }
 
 StoreUsage ExtentStore::Usage() const {

@@ -22,13 +22,9 @@
 //
 // Checksums: every entry's CRC32C (of its encoded bytes, as copied into the staging buffer) is kept
 // in the entry table, in process memory, not on the device; every read (Get, GetBatch) checks it
-// before a byte reaches the caller (GetInChild too). A mismatch -- a flipped bit, a zeroed or stale
-// block, a write that never landed -- fails that entry with EBADMSG naming the tier, the entry, its
-// segment and offset (counted in checksum_errors, logged once); the entry stays stored and fails
-// every read.
-//
-// fork: an entry live at a fork keeps its extent until every child of that fork has exited or
-// exec'd (fork_epochs.h); a child reads it with pread (GetInChild), never through the rings.
+// before a byte reaches the caller. A mismatch -- a flipped bit, a zeroed or stale block, a write
+// that never landed -- fails that entry with EBADMSG naming the tier, the entry, its segment and
+// offset (counted in checksum_errors, logged once); the entry stays stored and fails every read.
 //
 // Locking: mu_ guards the entry table, the segments and the usage; I/O runs outside it. The staging
 // pool has its own lock (pool_mu_); the two are never held together. An extent goes back on the
@@ -46,7 +42,6 @@
 #include <vector>
 
 #include "runtime/base/stats.h"
-#include "runtime/store/fork_epochs.h"
 #include "runtime/store/store.h"
 #include "runtime/store/uring.h"
 
@@ -82,12 +77,6 @@ class ExtentStore : public ChunkStore {
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
-  // fork: entries live at a fork keep their extents while a child of that fork lives
-  // (fork_epochs.h); a child reads them with pread on its copies of the segment fds.
-  void ForkPrepare() override;
-  void ForkParent() override;
-  void ForkChild() override;
-  Status GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
 
   // Batched forms (one io_uring submission per group of entries; adjacent entries coalesced).
   struct PutReq {
@@ -181,8 +170,6 @@ class ExtentStore : public ChunkStore {
   // with; else EBADMSG naming the tier, the entry, its segment and offset (counted in
   // checksum_errors, logged once).
   Status CheckEntry(StoreHandle h, const Loc& loc, const unsigned char* p) const;
-  // Frees the kept extents (Free during a fork epoch) no live epoch needs any more.
-  void ReleaseKept(bool force);
 
   // Several rings, so concurrent batches (mover, prefetchers, Gets) do not queue behind one
   // another.
@@ -205,10 +192,6 @@ class ExtentStore : public ChunkStore {
   StoreHandle next_ = 1;                          // guarded by mu_
   uint64_t reserved_ = 0;  // guarded by mu_: extents allocated for writes in flight
   StoreUsage usage_;       // guarded by mu_
-  ForkEpochs epochs_;      // guarded by mu_
-  // guarded by mu_: freed entries whose extents a live fork epoch still needs (counted in
-  // reserved_ until released)
-  std::vector<std::pair<StoreHandle, Loc>> kept_;
   bool started_ = false;
 };
 

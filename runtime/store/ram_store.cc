@@ -84,6 +84,9 @@ void* RamStore::MapLocked(size_t len) {
   void* p =
       os_->Mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0, &err);
   if (p == MAP_FAILED) return nullptr;
+  // A forked child never reads the store: spare every fork copying the extent's page tables (and
+  // all its pages once it is registered, DMA-pinned). A failure only costs that copy.
+  (void)os_->Madvise(p, len, MADV_DONTFORK);
   if (numa_node_ >= 0) {
     unsigned long mask[16] = {};
     mask[numa_node_ / 64] |= 1ul << (numa_node_ % 64);
@@ -555,13 +558,7 @@ Status RamStore::Lease(StoreHandle h, StoreLease* out, bool may_register) {
   unsigned char* base = x.base;
   const size_t size = x.size;
   lock.unlock();
-  // Not inherited by a forked child (the kernel would copy its DMA-pinned pages into the child at
-  // the fork): a child reads its entries through the parent instead (GetInChild: EREMOTE).
-  bool ok = os_->Madvise(base, size, MADV_DONTFORK) == 0;
-  if (ok && !pinner_->Pin(base, size)) {
-    os_->Madvise(base, size, MADV_DOFORK);
-    ok = false;
-  }
+  const bool ok = pinner_->Pin(base, size);
   lock.lock();
   Extent& y = *extents_[ext];
   y.registering = false;
@@ -584,34 +581,6 @@ void RamStore::Unlease(const StoreLease& lease) {
   if (!e.ptr || e.gen != (lease.token >> 32) || e.leases == 0) return;  // a caller bug
   e.leases--;
   UnpinLocked(static_cast<uint32_t>(i - 1), e.gen, lock);
-}
-
-Status RamStore::GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    uint32_t idx;
-    if (!Lookup(h, &idx)) return Status::Error(ENOENT, "RAM store: no such entry");
-    const Extent& x = *extents_[entries_[idx].ext];
-    if (x.registered || x.registering)
-      return Status::Error(EREMOTE,
-                           "RAM store: the entry lies in memory registered for DMA, "
-                           "which a forked child does not inherit");
-  }
-  return Get(h, fn);
-}
-
-bool RamStore::ForkUninherited() const {
-  for (const auto& x : extents_)
-    if (x->base && (x->registered || x->registering)) return true;
-  return false;
-}
-
-bool RamStore::InheritedInChild(StoreHandle h) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  uint32_t idx;
-  if (!Lookup(h, &idx)) return true;
-  const Extent& x = *extents_[entries_[idx].ext];
-  return !(x.registered || x.registering);
 }
 
 uint64_t RamStore::RegisteredBytes() const {

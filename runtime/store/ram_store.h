@@ -51,10 +51,13 @@
 // registered extent is never trimmed (its tail stays mapped, a hole for smaller entries), and
 // when it is retired it goes to the pinner (Release) instead of munmap; it may become the spare
 // and the open extent again, registered. An entry freed while leased keeps its place and its
-// bytes (still counted) until its last lease ends. A registered extent is MADV_DONTFORK (set
-// before Pin, undone if Pin fails): the kernel does not share DMA-pinned pages copy-on-write, so a
-// fork would copy it into the child at once; a forked child gets EREMOTE from GetInChild for its
-// entries and reads those chunks from the parent (fork.h). No driver call is made around a fork.
+// bytes (still counted) until its last lease ends.
+//
+// fork: every extent is MADV_DONTFORK from the moment it is mapped, so a forked child has none of
+// the store's memory (a child never reads the store; it gets its chunks from the parent). The
+// kernel would otherwise copy the extents' page tables into every child, and registered extents
+// entirely (it does not share DMA-pinned pages copy-on-write). A failed madvise is ignored: it
+// only costs that copy.
 //
 // Locking: one mutex (mu_) guards the entry table, the extents, the hole index and the usage.
 // Entry bytes are copied in (Put) and read (Get) outside the lock; during that time the entry is
@@ -94,15 +97,6 @@ class RamStore : public ChunkStore {
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
   void Unlease(const StoreLease& lease) override;
   void SetPinner(StorePinner* pinner) override;
-  // fork: the forking thread holds mu_ across fork(); the extents are private anonymous memory, so
-  // the child's copy is copy-on-write and the parent's later changes never reach it (registered
-  // ones are not inherited: GetInChild says EREMOTE for their entries).
-  void ForkPrepare() override { mu_.lock(); }
-  void ForkParent() override { mu_.unlock(); }
-  void ForkChild() override { mu_.unlock(); }
-  Status GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
-  bool ForkUninherited() const override;
-  bool InheritedInChild(StoreHandle h) const override;
 
   // For tests and measurements: mapped extents, entries moved and extents evacuated by
   // compaction, and the footprint (live lengths rounded up to 16 bytes) the bound refers to.
@@ -161,7 +155,7 @@ class RamStore : public ChunkStore {
   };
   using Hole = std::tuple<uint64_t, uint32_t, uint64_t>;  // (length, extent, offset)
 
-  void* MapLocked(size_t len);  // mmap + mbind; null on failure
+  void* MapLocked(size_t len);  // mmap + mbind + MADV_DONTFORK; null on failure
   // Places `len` footprint bytes for occupant `who`; false with *why set on ENOSPC/ENOMEM.
   bool AllocLocked(uint64_t len, uint32_t who, uint32_t* ext, uint64_t* off, Status* why);
   bool NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why);

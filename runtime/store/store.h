@@ -43,9 +43,7 @@ struct StoreLease {
 // Registers RAM store memory for DMA (the shim: cudaHostRegister), so that a device can read
 // entries in place (ChunkStore::Lease). The store calls Pin from the thread that leases (a copy
 // call: the driver may be called there); Release from any thread that frees entries, so an
-// implementation defers the driver's part of it. The store never calls the pinner around a fork
-// (a fork's prepare handler must not wait on the device); registered memory is not inherited by a
-// forked child (ChunkStore::GetInChild).
+// implementation defers the driver's part of it.
 class StorePinner {
  public:
   virtual ~StorePinner() = default;
@@ -102,28 +100,6 @@ class ChunkStore {
   // Enables leases: `pinner` registers the RAM tier's memory (null: none). Set once, before the
   // first Lease; the pinner must outlive the store.
   virtual void SetPinner(StorePinner* pinner) {}
-
-  // fork (runtime/engine/fork.h). ForkPrepare takes the store's locks: the forking thread holds
-  // them across fork(), so the child inherits a consistent copy of the store. ForkParent and
-  // ForkChild release them. From then on, in the parent, an entry that was live at the fork keeps
-  // its bytes where the child can read them until every child forked then has exited or called
-  // exec (a RAM store's memory is copy-on-write; a block tier defers reusing the entry's extent).
-  virtual void ForkPrepare() {}
-  virtual void ForkParent() {}
-  virtual void ForkChild() {}
-  // Get in a forked child, after ForkChild: the entry as of the fork, read without the store's
-  // threads or io_uring rings (they belong to the parent). EREMOTE: the entry's memory was not
-  // inherited (RAM store memory registered for DMA is MADV_DONTFORK, since the kernel would copy
-  // its pinned pages into every child at the fork); the child reads the chunk from the parent
-  // instead (fork.h). REQUIRES: one caller at a time.
-  virtual Status GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
-    return Get(h, fn);
-  }
-  // Whether a child forked now would get EREMOTE for some entry. REQUIRES: between ForkPrepare
-  // and ForkParent (the store's locks are held by the caller).
-  virtual bool ForkUninherited() const { return false; }
-  // In a forked child: false if GetInChild(h) fails with EREMOTE.
-  virtual bool InheritedInChild(StoreHandle h) const { return true; }
 };
 
 // Builds the store stack named by ZRTIER_STORE_BACKEND ("ram", "ram+zram", "ram+file",

@@ -517,49 +517,4 @@ void TieredStore::WaitIdle() {
   }
 }
 
-void TieredStore::ForkPrepare() {
-  mu_.lock();
-  ram_->ForkPrepare();
-  for (auto& t : lower_) t->ForkPrepare();
-}
-
-void TieredStore::ForkParent() {
-  for (auto it = lower_.rbegin(); it != lower_.rend(); ++it) (*it)->ForkParent();
-  ram_->ForkParent();
-  mu_.unlock();
-}
-
-void TieredStore::ForkChild() {
-  for (auto it = lower_.rbegin(); it != lower_.rend(); ++it) (*it)->ForkChild();
-  ram_->ForkChild();
-  mu_.unlock();
-}
-
-Status TieredStore::GetInChild(StoreHandle h,
-                               const std::function<Status(const void*, size_t)>& fn) {
-  int tier;
-  StoreHandle inner;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(h);
-    if (it == entries_.end()) return Status::Error(ENOENT, "tiered store: no such entry");
-    tier = it->second.tier;
-    inner = it->second.inner;
-  }
-  return TierStore(tier)->GetInChild(inner, fn);
-}
-
-bool TieredStore::InheritedInChild(StoreHandle h) const {
-  int tier;
-  StoreHandle inner;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(h);
-    if (it == entries_.end()) return true;
-    tier = it->second.tier;
-    inner = it->second.inner;
-  }
-  return TierStore(tier)->InheritedInChild(inner);
-}
-
 }  // namespace zrtier

@@ -62,14 +62,6 @@ class TieredStore : public ChunkStore {
   void SetReuseHint(StoreHandle h, uint64_t distance) override;
   // Sums of the tiers (limit: 0 if any tier has none).
   StoreUsage Usage() const override;
-  // fork: mu_, then each tier's locks (RAM, then the lower tiers in order); released in reverse.
-  // A child reads an entry from the tier that held it at the fork, without the prefetch threads.
-  void ForkPrepare() override;
-  void ForkParent() override;
-  void ForkChild() override;
-  Status GetInChild(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
-  bool ForkUninherited() const override { return ram_->ForkUninherited(); }
-  bool InheritedInChild(StoreHandle h) const override;
 
   // Tier that holds the entry now: 0 = RAM, 1.. = lower tiers in order; -1 = no such entry.
   int TierOf(StoreHandle h) const;

@@ -199,10 +199,6 @@ bool PinnedPool::WithBytes(uint64_t region, uint64_t chunk, uint64_t gen,
     std::lock_guard<std::mutex> l(mu_);
     slot = cache_.Find(region, chunk);
     if (slot < 0 || slots_[slot].gen != gen) return false;
-    if (in_child_) {  // nothing else uses the pool in a forked child: no pin, no placement
-      use(SlotPtr(slot));
-      return true;
-    }
     ++slots_[slot].pinned;
     index_.Remove(slot);
   }

@@ -170,14 +170,6 @@ class PinnedPool final : public ExternalCopies {
   // ExternalCopies: the owned slot of (region, chunk) at `gen`, if any, becomes a plain cached
   // copy (keyed for placement, a victim like any other).
   void Released(uint64_t region, uint64_t chunk, uint64_t gen) override;
-  // ExternalCopies, fork: mu_ is held across fork(). In the child, WithBytes reads the slot in
-  // place (the pool's memory is inherited; nothing else uses the pool there).
-  void ForkPrepare() override { mu_.lock(); }
-  void ForkParent() override { mu_.unlock(); }
-  void ForkChild() override {
-    in_child_ = true;
-    mu_.unlock();
-  }
 
   // ---- Placement and prefetch slots (slot_placement.cc) ----
   // Placement by predicted reuse. `oracle` (not owned; null = LRU) is asked, with mu_ held, for the
@@ -276,7 +268,6 @@ class PinnedPool final : public ExternalCopies {
   char* base_;
   size_t slot_size_;
   EventPool events_;
-  bool in_child_ = false;  // a forked child's copy (ForkChild)
   mutable std::mutex mu_;
   std::condition_variable unpinned_;
   std::vector<SlotMeta> slots_;

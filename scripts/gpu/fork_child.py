@@ -1,20 +1,18 @@
 #!/usr/bin/env python3
-"""A forked child reads the pinned memory its parent filled by D2H copies, as of the fork.
+"""A forked child reads the pinned memory its parent filled by D2H copies.
 
 Run with and without LD_PRELOAD=libzrtier.so (scripts/device-check.sh does both, also with small
 limits so that the data sits in T0 slots, the compressed store or a spill file); exits 1 on the
 first mismatch. What DataLoader workers and multiprocessing's fork start method do:
   1. D2H copies into pinned tensors, os.fork(); the parent then overwrites its tensors (D2H and CPU
      stores) before the child reads; the child (CPU only, no CUDA) returns a SHA-256 of each
-     tensor through a pipe, compared with the parent's digest taken at the fork;
-  2. the child writes into the tensors; the parent's bytes stay its own;
+     tensor through a pipe, compared with the parent's digest of its new bytes;
+  2. the child writes into the tensors;
   3. a multiprocessing Pool with the fork start method hashes slices of a pinned tensor.
 With --expect shared (the plain run): plain CUDA pinned memory is a shared mapping, so the child
-reads the parent's later bytes and its writes reach the parent; zrtier gives the child the bytes
-of the fork instead (--expect snapshot), except for buffers pinned in place (zrtier's defaults):
-those the child fetches from the parent at its first touch, so it reads the parent's later bytes
-as with plain pinned memory, while its writes stay its own (--expect first-touch;
-runtime/engine/fork.h).
+reads the parent's later bytes and its writes reach the parent. zrtier (--expect first-touch, the
+default): the child fetches each chunk from the parent at its first touch, so it reads the
+parent's later bytes too, while its writes stay its own (runtime/engine/fork.h).
 """
 import argparse
 import hashlib
@@ -41,14 +39,11 @@ def slice_digest(i):
 def main():
     global _shared
     ap = argparse.ArgumentParser()
-    ap.add_argument("--expect", choices=("snapshot", "shared", "first-touch"), default="snapshot",
-                    help="what the child should see: the bytes of the fork (zrtier), the parent's "
-                         "later bytes with writes shared (plain pinned memory, a shared mapping), "
-                         "or the parent's later bytes with writes of its own (zrtier, pinned in "
-                         "place)")
-    expect = ap.parse_args().expect
-    shared = expect == "shared"
-    reads_later = expect in ("shared", "first-touch")
+    ap.add_argument("--expect", choices=("shared", "first-touch"), default="first-touch",
+                    help="what the child should see: the parent's later bytes with writes shared "
+                         "(plain pinned memory, a shared mapping), or the parent's later bytes "
+                         "with writes of its own (zrtier)")
+    shared = ap.parse_args().expect == "shared"
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(11)
     pinned = []
@@ -94,12 +89,11 @@ def main():
         got += b
     _, status = os.waitpid(pid, 0)
     got = got.decode().split()
-    child_want = parent_now if reads_later else want
-    if status != 0 or got != child_want:
-        print(f"fork child: MISMATCH (status {status}); child {got[:1]} want {child_want[:1]}")
+    if status != 0 or got != parent_now:
+        print(f"fork child: MISMATCH (status {status}); child {got[:1]} want {parent_now[:1]}")
         ok = False
     else:
-        print(f"fork child: read the {'parent' + chr(39) + 's later bytes' if reads_later else 'bytes of the fork'}: ok")
+        print("fork child: read the parent's later bytes: ok")
     sevens = digest(torch.full((N,), 7, dtype=torch.int32))
     parent_after = [digest(t) for t in pinned]
     if parent_after != ([sevens] * COUNT if shared else parent_now):

@@ -1,12 +1,13 @@
-// Covers fork (runtime/engine/fork.h): a forked child reads every region's bytes as of the fork
-// whichever tier held them (T1 pages, an adopted T0-held copy, the RAM store, zram, spill files,
-// pages pinned in place and RAM store memory registered for DMA -- these two fetched from the
-// parent at the first touch, not inherited), its writes stay its own, the parent's writes,
-// evictions and frees after the fork never reach it (pinned and registered chunks: once touched), a
+// Covers fork (runtime/engine/fork.h): a forked child reads every chunk of every region as the
+// parent has it at the child's first touch, whichever tier holds it (T1 pages, an adopted T0-held
+// copy, the RAM store, zram, spill files, pages pinned in place); no page of a region is inherited;
+// the child's writes stay its own, the parent's writes after the child's first touch never reach
+// it; a chunk of a region freed since the fork is SIGBUS, never another region's bytes; a
 // grandchild reads them too, fork+exec works, and forks while threads copy, evict and fault never
 // deadlock.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -15,16 +16,13 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "runtime/engine/chunk_table.h"
 #include "runtime/engine/engine.h"
 #include "runtime/store/file_store.h"
-#include "runtime/store/ram_store.h"
 #include "runtime/store/zram_device.h"
 #include "runtime/store/zram_store.h"
 #include "tests/testutil/child_process.h"
@@ -40,8 +38,7 @@ namespace {
 using testing::MakeTestEngine;
 using testing::TestEngineOptions;
 
-// kRegistered: the RAM store with its extents registered for DMA (leases, as GPU decode makes).
-enum class Tier { kResident, kOwned, kRam, kZram, kFile, kHeld, kRegistered };
+enum class Tier { kResident, kOwned, kRam, kZram, kFile, kHeld };
 
 std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
   switch (info.param) {
@@ -57,8 +54,6 @@ std::string TierName(const ::testing::TestParamInfo<Tier>& info) {
       return "SpillFile";
     case Tier::kHeld:
       return "PinnedInPlace";
-    case Tier::kRegistered:
-      return "RegisteredRamStore";
   }
   return "?";
 }
@@ -107,15 +102,9 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
       Status st = FileStore::Create(dir_, 0, Os::Default(), &f);
       ASSERT_TRUE(st.ok()) << st.ToString();
       store = std::move(f);
-    } else if (GetParam() == Tier::kRegistered) {
-      // 2 MiB extents: the region's entries fill more than one.
-      auto ram = std::make_unique<RamStore>(32 << 20, -1, Os::Default());
-      ram_ = ram.get();
-      store = std::move(ram);
     }
     e_ = MakeTestEngine(TestEngineOptions(), Os::Default(), std::move(store));
     ASSERT_TRUE(e_);
-    if (ram_) e_->SetStorePinner(&pinner_);
     cs_ = e_->chunk_size();
     holder_ = std::make_unique<testing::ExternalHolder>(cs_);
     e_->SetExternalCopies(holder_.get());
@@ -126,9 +115,6 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
   void TearDown() override {
     if (e_ && p_) {
       EXPECT_TRUE(e_->Free(p_).ok());
-    }
-    if (e_ && filler_) {
-      EXPECT_TRUE(e_->Free(filler_).ok());
     }
     e_.reset();
     if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
@@ -167,28 +153,7 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
       EXPECT_TRUE(e_->EvictTo(0).ok());
       EXPECT_EQ(e_->Usage().stored_raw_bytes, (kChunks - 2) * cs_);
     }
-    if (GetParam() == Tier::kRegistered) RegisterStoreCopies();
     return v;
-  }
-
-  // Registers the extents that hold the region's store copies, as the leases of GPU-decoded copies
-  // do: a filler region stored after them seals the last one (the open extent is never
-  // registered), then every chunk's encoding is leased once.
-  void RegisterStoreCopies() {
-    if (!filler_) {
-      RegionInfo f;
-      ASSERT_TRUE(e_->Allocate(8 * cs_, &f).ok());
-      filler_ = static_cast<char*>(f.base);
-    }
-    std::vector<char> v = testing::SampleBytes<char>(SampleKind::kBf16Gaussian, 8 * cs_, 77);
-    memcpy(filler_, v.data(), v.size());
-    ASSERT_TRUE(e_->EvictTo(0).ok());
-    const uint64_t before = ram_->RegisteredBytes();
-    for (size_t i = 0; i < kChunks; ++i) {
-      RegionBackend::EncodingLease l;  // false once registered: not in the GPU format
-      if (e_->LeaseEncoding(p_ + i * cs_, &l)) e_->ReleaseEncoding(l.token);
-    }
-    EXPECT_GT(ram_->RegisteredBytes(), before);
   }
 
   // In a child: the region reads as `want`; then a write of its own is seen there.
@@ -211,26 +176,11 @@ class ForkTest : public ::testing::TestWithParam<Tier> {
   }
 
   std::string dir_;
-  RamStore* ram_ = nullptr;  // kRegistered: the engine's store
-  // Registers nothing (no device) but records what it was asked to; Release unmaps, as the shim's
-  // does.
-  class Pinner final : public StorePinner {
-   public:
-    bool Pin(void* p, size_t n) override {
-      std::lock_guard<std::mutex> l(mu);
-      pinned.emplace_back(p, n);
-      return true;
-    }
-    void Release(void* p, size_t n) override { munmap(p, n); }
-    std::mutex mu;
-    std::vector<std::pair<void*, size_t>> pinned;  // guarded by mu
-  } pinner_;
   std::unique_ptr<Engine> e_;
   std::unique_ptr<testing::ExternalHolder> holder_;
   size_t cs_ = 0;
   RegionInfo r_{};
   char* p_ = nullptr;
-  char* filler_ = nullptr;  // kRegistered: a region stored after the test's
   std::vector<char> want_;
 };
 
@@ -244,65 +194,14 @@ TEST_P(ForkTest, ChildReadsTheBytesOfTheForkAndItsWritesStayItsOwn) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Describe(status);
 }
 
-// The tiers whose chunks read as of the fork (pinned-in-place chunks read as the parent has them at
-// the child's first touch: PinnedForkTest).
-class ForkSnapshotTest : public ForkTest {};
-// Pinned-in-place chunks.
-class PinnedForkTest : public ForkTest {};
+// Every tier: no page is inherited; the child reads a chunk as the parent has it at its first
+// touch.
+class FirstTouchForkTest : public ForkTest {};
 
-TEST_P(ForkSnapshotTest, ParentWritesEvictionsAndFreesAfterTheForkNeverReachTheChild) {
-  int go[2], done[2];
-  pid_t pid = ForkWithPipes(go, done);
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    char b;
-    if (read(go[0], &b, 1) != 1) _exit(252);
-    // Half now, half after the parent's second round.
-    int c = Compare(p_, std::vector<char>(want_.begin(), want_.begin() + kChunks / 2 * cs_), cs_);
-    if (write(done[1], "x", 1) != 1) _exit(253);
-    if (read(go[0], &b, 1) != 1) _exit(252);
-    if (!c) c = Compare(p_, want_, cs_);
-    _exit(c);
-  }
-  close(go[0]);  // a child that dies early makes the parent's read below end, not hang
-  close(done[1]);
-  // New bytes in every chunk: old store entries freed (their extents free for reuse), new ones
-  // put; then again, and the region freed and allocated anew at the same place.
-  std::vector<char> next = Fill(2);
-  ASSERT_EQ(Compare(p_, next, cs_), 0);
-  ASSERT_EQ(write(go[1], "x", 1), 1);
-  char b;
-  if (read(done[0], &b, 1) != 1) ADD_FAILURE() << "the child died before its first check";
-  next = Fill(3);
-  ASSERT_TRUE(e_->Free(p_).ok());
-  RegionInfo again;
-  ASSERT_TRUE(e_->Allocate(kChunks * cs_, &again).ok());
-  p_ = static_cast<char*>(again.base);
-  r_ = again;
-  next = Fill(4);
-  (void)!write(go[1], "x", 1);
-  int status = -1;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << Describe(status) << " (1+N: chunk N differs)";
-  EXPECT_EQ(Compare(p_, next, cs_), 0);
-  close(go[1]);
-  close(done[0]);
-}
-
-// Pinned-in-place chunks, and RAM store extents registered for DMA, are not inherited (no page of
-// them is in the child after the fork: the kernel would copy every pinned page at once); the
-// child fetches each chunk from the parent at its first touch, as the parent has it then; from
-// then on the parent's writes do not reach it.
-TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
-  std::vector<std::pair<void*, size_t>> registered;
-  {
-    std::lock_guard<std::mutex> l(pinner_.mu);
-    registered = pinner_.pinned;
-  }
-  if (GetParam() == Tier::kRegistered) {
-    ASSERT_FALSE(registered.empty());
-  }
+// No page of a region is in the child after the fork; the child fetches each chunk from the
+// parent at its first touch, as the parent has it then; from then on the parent's writes do not
+// reach it.
+TEST_P(FirstTouchForkTest, ChunksAreFetchedFromTheParentAtTheFirstTouch) {
   int go[2], done[2];
   pid_t pid = ForkWithPipes(go, done);
   ASSERT_GE(pid, 0);
@@ -311,10 +210,6 @@ TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
     if (mincore(p_, kChunks * cs_, present.data()) != 0) _exit(250);
     for (unsigned char b : present)
       if (b & 1) _exit(249);  // a page was inherited
-    for (auto [p, n] : registered) {
-      std::vector<unsigned char> v(n / kPage + 1);
-      if (mincore(p, n, v.data()) == 0 || errno != ENOMEM) _exit(246);  // the extent is mapped
-    }
     char b;
     if (read(go[0], &b, 1) != 1) _exit(252);
     // The parent has rewritten chunk 0 by now: the child reads the new bytes, and the rest.
@@ -338,7 +233,48 @@ TEST_P(PinnedForkTest, PinnedChunksAreFetchedAtTheFirstTouch) {
   int status = -1;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << Describe(status) << " (1+N: chunk N+1 differs; 246-250: see the child's checks)";
+      << Describe(status) << " (1+N: chunk N+1 differs; 247-250: see the child's checks)";
+  close(go[1]);
+  close(done[0]);
+}
+
+sigjmp_buf g_jump;
+
+// A chunk the child touched before the parent freed its region keeps the child's copy; one it had
+// not touched is SIGBUS -- never zeros, never the bytes of the region allocated there since.
+TEST_P(FirstTouchForkTest, ARegionFreedSinceTheForkIsSigbusNotAnotherRegionsBytes) {
+  int go[2], done[2];
+  pid_t pid = ForkWithPipes(go, done);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (Compare(p_, std::vector<char>(want_.begin(), want_.begin() + cs_), cs_)) _exit(1);
+    if (write(done[1], "x", 1) != 1) _exit(253);
+    char b;
+    if (read(go[0], &b, 1) != 1) _exit(252);
+    if (Compare(p_, std::vector<char>(want_.begin(), want_.begin() + cs_), cs_)) _exit(2);
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { siglongjmp(g_jump, 1); };
+    sigaction(SIGBUS, &sa, nullptr);
+    if (sigsetjmp(g_jump, 1) == 0) {
+      volatile char c = p_[(kChunks - 1) * cs_ + 100];
+      _exit(c == 0x2B ? 3 : 4);  // the load returned: the new region's bytes, or others
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  close(done[1]);
+  char b;
+  if (read(done[0], &b, 1) != 1) ADD_FAILURE() << "the child died before its first touch";
+  ASSERT_TRUE(e_->Free(p_).ok());
+  RegionInfo again;
+  ASSERT_TRUE(e_->Allocate(kChunks * cs_, &again).ok());
+  p_ = static_cast<char*>(again.base);
+  memset(p_, 0x2B, kChunks * cs_);
+  (void)!write(go[1], "x", 1);
+  int status = -1;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << Describe(status) << " (3: the freed region read as the new one's bytes)";
   close(go[1]);
   close(done[0]);
 }
@@ -362,13 +298,11 @@ TEST_P(ForkTest, ForkThenExecWorks) {
 
 INSTANTIATE_TEST_SUITE_P(Tiers, ForkTest,
                          ::testing::Values(Tier::kResident, Tier::kOwned, Tier::kRam, Tier::kZram,
-                                           Tier::kFile, Tier::kHeld, Tier::kRegistered),
+                                           Tier::kFile, Tier::kHeld),
                          TierName);
-INSTANTIATE_TEST_SUITE_P(Tiers, ForkSnapshotTest,
+INSTANTIATE_TEST_SUITE_P(Tiers, FirstTouchForkTest,
                          ::testing::Values(Tier::kResident, Tier::kOwned, Tier::kRam, Tier::kZram,
-                                           Tier::kFile),
-                         TierName);
-INSTANTIATE_TEST_SUITE_P(Tiers, PinnedForkTest, ::testing::Values(Tier::kHeld, Tier::kRegistered),
+                                           Tier::kFile, Tier::kHeld),
                          TierName);
 
 // Forks while threads store into, read, evict and fault their own chunks: every fork returns

@@ -284,10 +284,11 @@ TEST(Preload, HooksKeepErrno) {
   EXPECT_EQ(errno, 4343);
 }
 
-TEST(Preload, ForkedChildReadsTheBytesOfTheFork) {
-  // DESIGN.md section 8: a child reads the parent's bytes as of the fork, as with real pinned
-  // memory (runtime/engine/fork.h), whether they are in the region's pages or evicted
-  // (ZRTIER_RESIDENT_LIMIT=2M here: most of 8 MiB is compressed); its writes stay its own.
+TEST(Preload, ForkedChildReadsTheParentsBytes) {
+  // DESIGN.md section 8: a child reads the parent's bytes, as with real pinned memory: each chunk
+  // fetched from the parent at the child's first touch (runtime/engine/fork.h), whether it is in
+  // the region's pages or evicted (ZRTIER_RESIDENT_LIMIT=2M here: most of 8 MiB is compressed);
+  // its writes stay its own.
   const size_t n = 8 << 20;
   bool managed = false;
   char* r = PinnedAlloc(n, 0, &managed);

@@ -2,7 +2,8 @@
 // the hard limit (ENOSPC naming ZRTIER_STORE_LIMIT), empty extents returned, occupancy of
 // realistic encoded-chunk sizes within 3 % of the payload, the fragmentation bound under random
 // churn (with and without a limit), compaction of sparse extents while readers hold entries (pinned
-// entries never move), mmap failures, NUMA placement, and CreateStore("ram").
+// entries never move), mmap failures, NUMA placement, extents absent from a forked child, and
+// CreateStore("ram").
 #include "runtime/store/ram_store.h"
 
 #include <gtest/gtest.h>
@@ -592,6 +593,50 @@ TEST(RamStore, PlacesMemoryOnTheNumaNode) {
   EXPECT_TRUE(ReadsBack(&failing, h, a));
 }
 
+// Every extent is MADV_DONTFORK: a child forked after Puts has none of the store's memory mapped
+// (a forked child never reads the store). A failing madvise is not fatal.
+TEST(RamStore, AForkedChildHasNoExtentMapped) {
+  RamStore store(16 << 20, -1, Os::Default());  // 1 MiB extents
+  std::vector<StoreHandle> hs;
+  for (int i = 0; i < 40; ++i) {  // ~3 extents of entries of 70-100 KB; the last one open
+    auto d = EntryBytes(70000 + 777 * i, 300 + i);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), d.size(), 1 << 17, &h).ok());
+    hs.push_back(h);
+  }
+  std::vector<void*> pages;  // the page of each entry's first byte
+  for (StoreHandle h : hs) {
+    Status st = store.Get(h, [&](const void* p, size_t) {
+      pages.push_back(reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095}));
+      return Status::Ok();
+    });
+    ASSERT_TRUE(st.ok());
+  }
+  unsigned char v;
+  for (void* p : pages) ASSERT_EQ(mincore(p, 4096, &v), 0) << "mapped in the parent";
+  int status = testing::InChild([&] {
+    for (size_t i = 0; i < pages.size(); ++i) {
+      unsigned char in_core;
+      if (!(mincore(pages[i], 4096, &in_core) == -1 && errno == ENOMEM))
+        return 1 + static_cast<int>(i);
+    }
+    return 0;
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << testing::DescribeStatus(status) << " (1+i: entry i's page is mapped in the child)";
+  for (StoreHandle h : hs) store.Free(h);
+  EXPECT_EQ(store.CheckInvariants(), "");
+
+  FaultyOs os;
+  os.Fail(OsCall::kMadvise, EINVAL);
+  RamStore failing(0, -1, &os);
+  auto a = EntryBytes(500, 6);
+  StoreHandle h;
+  ASSERT_TRUE(failing.Put(a.data(), a.size(), 500, &h).ok());
+  EXPECT_GE(os.Count(OsCall::kMadvise), 1);
+  EXPECT_TRUE(ReadsBack(&failing, h, a));
+}
+
 TEST(RamStore, CreateStoreBuildsTheRamStore) {
   Options opts;
   ASSERT_TRUE(opts.Set(Opt::kStoreBackend, "ram").ok());
@@ -686,87 +731,6 @@ TEST(RamStore, LeasesRegisterSealedExtentsOnceAndReleaseThemToThePinner) {
   EXPECT_EQ(store.CheckInvariants(), "");
 }
 
-// Extents registered for DMA are not inherited by a forked child (the kernel would copy their
-// pinned pages into it at once): the child's GetInChild says EREMOTE for their entries and reads
-// the others; ForkUninherited says so at the fork. A refused registration leaves the extent
-// inherited.
-TEST(RamStore, RegisteredExtentsAreNotInheritedByAForkedChild) {
-  RamStore store(16 << 20, -1, Os::Default());  // 1 MiB extents
-  RecordingPinner pinner;
-  store.SetPinner(&pinner);
-  std::vector<std::vector<unsigned char>> data;
-  std::vector<StoreHandle> hs;
-  for (int i = 0; i < 40; ++i) {  // ~3 extents of entries of 70-100 KB; the last one open
-    data.push_back(EntryBytes(70000 + 777 * i, 300 + i));
-    StoreHandle h;
-    ASSERT_TRUE(store.Put(data.back().data(), data.back().size(), 1 << 17, &h).ok());
-    hs.push_back(h);
-  }
-  store.ForkPrepare();
-  EXPECT_FALSE(store.ForkUninherited());
-  store.ForkParent();
-  StoreLease l;
-  ASSERT_TRUE(store.Lease(hs[0], &l, true).ok());
-  store.Unlease(l);
-  ASSERT_EQ(pinner.pinned.size(), 1u);
-  store.ForkPrepare();
-  EXPECT_TRUE(store.ForkUninherited());
-  store.ForkParent();
-  // Which entries lie in the registered extent.
-  auto [rp, rn] = pinner.pinned[0];
-  std::vector<bool> in_registered(hs.size());
-  for (size_t i = 0; i < hs.size(); ++i) {
-    (void)store.Get(hs[i], [&](const void* p, size_t) {
-      in_registered[i] = p >= rp && p < static_cast<char*>(rp) + rn;
-      return Status::Ok();
-    });
-  }
-  ASSERT_TRUE(in_registered[0]);
-  ASSERT_FALSE(in_registered.back());
-  store.ForkPrepare();  // as a fork does: the child inherits the lock held, ForkChild releases it
-  int status = testing::InChild([&] {
-    store.ForkChild();
-    std::vector<unsigned char> v(rn / 4096 + 1);
-    if (mincore(rp, rn, v.data()) == 0 || errno != ENOMEM) return 100;  // inherited
-    for (size_t i = 0; i < hs.size(); ++i) {
-      Status st = store.GetInChild(hs[i], [&](const void* p, size_t n) {
-        return n == data[i].size() && memcmp(p, data[i].data(), n) == 0
-                   ? Status::Ok()
-                   : Status::Error(EBADMSG, "bytes differ");
-      });
-      if (in_registered[i] ? st.code() != EREMOTE : !st.ok()) return 1 + static_cast<int>(i);
-      if (store.InheritedInChild(hs[i]) == in_registered[i]) return 50 + static_cast<int>(i);
-    }
-    return 0;
-  });
-  store.ForkParent();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << testing::DescribeStatus(status) << " (1+i: entry i read wrong; 50+i: said wrong; 100: "
-      << "the registered extent was inherited)";
-  // Refused: the next sealed extent stays inherited.
-  size_t other = 0;
-  while (in_registered[other]) ++other;
-  pinner.refuse = true;
-  EXPECT_EQ(store.Lease(hs[other], &l, true).code(), EAGAIN);
-  store.ForkPrepare();
-  status = testing::InChild([&] {
-    store.ForkChild();
-    return store.GetInChild(hs[other],
-                            [&](const void* p, size_t n) {
-                              return memcmp(p, data[other].data(), n) == 0
-                                         ? Status::Ok()
-                                         : Status::Error(EBADMSG, "");
-                            })
-                   .ok()
-               ? 0
-               : 1;
-  });
-  store.ForkParent();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::DescribeStatus(status);
-  for (StoreHandle h : hs) store.Free(h);
-  EXPECT_EQ(store.CheckInvariants(), "");
-}
-
 // An entry freed while leased keeps its bytes where the lease says (and its accounting) until the
 // lease ends, through churn around it; its handle is invalid at once.
 TEST(RamStore, AnEntryFreedWhileLeasedStaysUntilTheLeaseEnds) {
@@ -805,36 +769,6 @@ TEST(RamStore, AnEntryFreedWhileLeasedStaysUntilTheLeaseEnds) {
   EXPECT_EQ(store.CheckInvariants(), "");
   for (StoreHandle h : more) store.Free(h);
   EXPECT_EQ(store.Usage().used_bytes, 0u);
-  EXPECT_EQ(store.CheckInvariants(), "");
-}
-
-// A fork calls no pinner (its prepare handler must not wait on the device): the registered extents
-// stay registered, and leases go on after it without registering again.
-TEST(RamStore, ForkCallsNoPinner) {
-  RamStore store(16 << 20, -1, Os::Default());
-  RecordingPinner pinner;
-  store.SetPinner(&pinner);
-  std::vector<unsigned char> d;
-  std::vector<StoreHandle> hs;
-  for (int i = 0; i < 30; ++i) {
-    d = EntryBytes(80000, 300 + i);
-    StoreHandle h;
-    ASSERT_TRUE(store.Put(d.data(), d.size(), 1 << 17, &h).ok());
-    hs.push_back(h);
-  }
-  StoreLease l;
-  ASSERT_TRUE(store.Lease(hs[0], &l, true).ok());
-  store.Unlease(l);
-  ASSERT_EQ(pinner.pinned.size(), 1u);
-  const uint64_t registered = store.RegisteredBytes();
-  store.ForkPrepare();
-  store.ForkParent();
-  EXPECT_EQ(store.RegisteredBytes(), registered);
-  ASSERT_TRUE(store.Lease(hs[1], &l, true).ok());
-  EXPECT_EQ(pinner.pinned.size(), 1u) << "the same extent, still registered";
-  store.Unlease(l);
-  for (StoreHandle h : hs) store.Free(h);
-  EXPECT_EQ(pinner.released.size(), 1u);
   EXPECT_EQ(store.CheckInvariants(), "");
 }
 

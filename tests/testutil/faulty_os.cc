@@ -60,9 +60,6 @@ long FaultyOs::Read(int fd, void* b, size_t l) {
 long FaultyOs::Write(int fd, const void* b, size_t l) {
   ZR_FAULTY(OsCall::kWrite, Os::Write(fd, b, l));
 }
-long FaultyOs::Pread(int fd, void* b, size_t l, off_t o) {
-  ZR_FAULTY(OsCall::kPread, Os::Pread(fd, b, l, o));
-}
 long FaultyOs::Pwrite(int fd, const void* b, size_t l, off_t o) {
   ZR_FAULTY(OsCall::kPwrite, Os::Pwrite(fd, b, l, o));
 }

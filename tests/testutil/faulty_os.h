@@ -26,7 +26,6 @@ enum class OsCall : int {
   kClose,
   kRead,
   kWrite,
-  kPread,
   kPwrite,
   kFallocate,
   kFtruncate,
@@ -71,7 +70,6 @@ class FaultyOs : public Os {
   long Close(int fd) override;
   long Read(int fd, void* buf, size_t len) override;
   long Write(int fd, const void* buf, size_t len) override;
-  long Pread(int fd, void* buf, size_t len, off_t off) override;
   long Pwrite(int fd, const void* buf, size_t len, off_t off) override;
   long Fallocate(int fd, int mode, off_t off, off_t len) override;
   long Ftruncate(int fd, off_t len) override;
