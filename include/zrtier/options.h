@@ -110,15 +110,15 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "1 = an asynchronous copy from zrtier memory to the GPU may return before its last chunks "   \
     "are decoded: their DMAs wait in the stream on a flag the decode sets (cuStreamWaitValue32); " \
     "0 = the copy call waits for every chunk")                                                   \
-  X(kGpuDecode, "GPU_DECODE", kBool, "0", "", "", "gpu-decode",                                  \
+  X(kGpuDecode, "GPU_DECODE", kBool, "1", "", "", "gpu-decode",                                  \
     "1 = once the decode kernel loads, chunks that the CPU does not touch again after their "     \
     "first write are stored in the GPU format (with ZRTIER_CODEC=auto; every chunk with gpu), "   \
     "and a copy to the GPU of such chunks sends their encoded bytes and decodes them on the GPU, " \
     "in the copy's stream order (per CUDA context, set up at the first such copy: 64 MiB of "     \
-    "device memory, 128 MiB pinned); 0 = the CPU decodes every chunk (the default: "              \
-    "docs/decisions.md, \"The GPU format for chunks the CPU does not reuse\")")                   \
+    "device memory, 64 MiB pinned; docs/decisions.md, \"The GPU format for chunks the CPU does "  \
+    "not reuse\"); 0 = the CPU decodes every chunk")                                             \
   X(kGpuStorePinned, "GPU_STORE_PINNED", kBool, "1", "", "", "gpu-store-pinned",                \
-    "with ZRTIER_GPU_DECODE=1: 1 = the RAM store's memory is registered for DMA as copies read "  \
+    "with GPU decode on: 1 = the RAM store's memory is registered for DMA as copies read "       \
     "it, and a GPU-decoded copy sends encodings straight from there (no copy into staging); "    \
     "0 = the fill workers copy encodings into pinned staging")                                   \
   X(kCrashReport, "CRASH_REPORT", kBool, "0", "", "", "crash-report",                            \

@@ -56,9 +56,11 @@ class GpuDecode {
   // Device memory for staging per context: the encodings of two pieces of 16 MiB of chunks
   // (max_piece_chunks) in flight, with room to spare (device memory is the program's: kept small).
   static constexpr size_t kMaxStagingBytes = 64 << 20;
-  // Pinned host memory for packing per context: a copy's window of eight pieces of 16 MiB
-  // (max_piece_chunks), each taking a chunk of room per GPU chunk before its fills.
-  static constexpr size_t kHostStagingBytes = 128 << 20;
+  // Pinned host memory for packing per context: the encodings not leased from the pinned RAM store
+  // (its open extent, lower tiers, ZRTIER_GPU_STORE_PINNED=0), four pieces of 16 MiB
+  // (max_piece_chunks), each taking a chunk of room per GPU chunk before its fills; a piece that
+  // finds no room is decoded on the CPU. Pinned memory the program did not ask for: kept small.
+  static constexpr size_t kHostStagingBytes = 64 << 20;
 
   // Streams per context that decode launches take in turn (two pieces decode at once).
   static constexpr int kDecodeStreams = 2;
