@@ -1,8 +1,8 @@
 // Arena: one large range of private anonymous address space (ZRTIER_ARENA, MAP_NORESERVE) reserved
 // and registered with userfaultfd ONCE (MISSING + WP), MADV_NOHUGEPAGE, plus a first-fit range
 // allocator that carves chunk-aligned regions out of it. Registering each allocation separately
-// does not scale (UMap hits ENOMEM near 950 registered ranges). The arena is inherited by a
-// forked child (fork.h): the userfaultfd has no EVENT_FORK, so the child's copy is unregistered.
+// does not scale (UMap hits ENOMEM near 950 registered ranges). A forked child does not inherit the
+// arena (fork.h: MADV_DONTFORK at every fork).
 //
 // Thread safety: Reserve/Release may be called from any thread (one internal mutex; allocation is
 // not on any fault path). uffd(), base(), size(), Contains() are immutable after Create.

@@ -17,7 +17,7 @@ check_user() {
   if [[ $mst == 0 ]]; then
     expect_status 0 $dst "$label: demo works, so doctor must pass: $doc"
     expect_contains "$doc" "verdict: " "$label doctor"
-    expect_contains "$doc" "fork: a forked child reads every managed buffer as of the fork" "$label doctor's fork model"
+    expect_contains "$doc" "fork: a forked child reads every managed buffer as the parent has it at the child's first touch" "$label doctor's fork model"
     expect_contains "$doc" "security: statistics blocks are created O_EXCL|O_NOFOLLOW" "$label doctor's security model"
     [[ "$doc" != *"cannot work"* ]] || fail "$label: demo works but doctor says it cannot: $doc"
     [[ "$doc" != *FAIL* ]] || fail "$label: demo works but doctor FAILs: $doc"

@@ -465,10 +465,9 @@ int RunDoctor() {
   printf("libraries: zstd %s (linked)\n", ZSTD_versionString());
   // The models a user relies on without a check to run (README, "Limitations"; ARCHITECTURE).
   printf(
-      "fork: a forked child reads every managed buffer as of the fork, in every tier (a buffer "
-      "pinned in place as the parent has it at the child's first touch, as plain pinned memory), "
-      "and its writes stay its own (plain CUDA pinned memory shares them); the child must not "
-      "use CUDA\n"
+      "fork: a forked child reads every managed buffer as the parent has it at the child's first "
+      "touch, in every tier (as plain pinned memory), and its writes stay its own (plain CUDA "
+      "pinned memory shares them); the child must not use CUDA\n"
       "security: statistics blocks are created O_EXCL|O_NOFOLLOW, mode 0600, and read only as "
       "regular files of their owner; spill files have no name (O_TMPFILE, or unlinked before "
       "use); every zram and spill entry is checked against its CRC32C on every read\n");
