@@ -283,9 +283,13 @@ void Engine::ForkPrepare() {
   fork_span_ = fork_support::LiveSpan(*regions_);
   fork_fds_[0] = fork_fds_[1] = -1;
   if (forked_child_) {
-    // This process's regions are its parent's, fetched at the first touch: the chunks it has
-    // not touched are fetched now, so that its child inherits them as any page.
-    fork_support::FetchAll(*regions_);
+    // This process's regions are its parent's, fetched at the first touch: its child inherits the
+    // chunks it has touched and fetches the others from that parent too. The socket's lock is
+    // held across the fork, so that the child never inherits it locked by the fault server.
+    if (fork_span_.len == 0 || parent_fd_ < 0) return;
+    parent_mu_.lock();
+    fork_locked_parent_ = true;
+    fork_support::Reconnect(parent_fd_, fork_fds_);
     return;
   }
   // No page of the arena is inherited (fork.h); the real runtime may also mark the pages it
@@ -310,8 +314,12 @@ void Engine::ForkParent() {
           });
     }
     parent_servers_->Start(fork_fds_[0]);
+  } else if (fork_fds_[1] >= 0) {
+    close(fork_fds_[1]);  // a forked child's: its child's end
   }
   fork_fds_[0] = fork_fds_[1] = -1;
+  if (fork_locked_parent_) parent_mu_.unlock();
+  fork_locked_parent_ = false;
   fork_map_lock_.unlock();
 }
 
@@ -323,16 +331,18 @@ void Engine::ForkChild() {
   if (parent_servers_) (void)parent_servers_.release();  // its threads do not exist here
   if (parent_fd_ >= 0) close(parent_fd_);
   parent_fd_ = -1;
-  const bool inherited = forked_child_;  // the parent was a forked child: every page was fetched
+  if (fork_locked_parent_) parent_mu_.unlock();  // this thread took it in ForkPrepare
+  fork_locked_parent_ = false;
+  // The parent was a forked child: the span is its mapping, inherited with the chunks it touched.
+  const bool inherited = forked_child_;
   forked_child_ = true;
-  if (fork_fds_[0] >= 0) {
-    close(fork_fds_[0]);
-    parent_fd_ = fork_fds_[1];
-  }
+  if (fork_fds_[0] >= 0) close(fork_fds_[0]);
+  parent_fd_ = fork_fds_[1];
   fork_fds_[0] = fork_fds_[1] = -1;
-  if (inherited || fork_span_.len == 0) return;
-  if (!fork_support::MapInChild(os_, fork_span_)) return;
-  fork_support::ChildParts parts{os_, arena_.get(), chunk_, {}, fork_span_, parent_fd_};
+  if (fork_span_.len == 0) return;
+  if (!inherited && !fork_support::MapInChild(os_, fork_span_)) return;
+  fork_support::ChildParts parts{os_,        arena_.get(), chunk_,     {},
+                                 fork_span_, parent_fd_,   &parent_mu_};
   regions_->ForEachLocked([&](const std::shared_ptr<Region>& r) { parts.regions.push_back(r); });
   fork_support::ServeChild(std::move(parts));
 }

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <vector>
 
@@ -158,6 +159,9 @@ class Engine final : public RegionBackend {
   int fork_fds_[2] = {-1, -1};
   std::unique_ptr<fork_support::ParentServers> parent_servers_;
   bool forked_child_ = false;
+  // In a forked child: guards parent_fd_ (ChildParts::parent_mu); held across a fork of its own.
+  std::mutex parent_mu_;
+  bool fork_locked_parent_ = false;
   int parent_fd_ = -1;
 };
 

@@ -54,10 +54,14 @@ void Child() {
 // A chunk's request from a child and the answer's header, on a stream socket (a chunk is larger
 // than a datagram may be); the answer is the header and, when status is 0, the chunk's bytes.
 struct ChunkRequest {
-  uint64_t region;  // the region's id at the fork
+  uint64_t region;  // the region's id at the fork; kNewConnection: a socket for a grandchild
   uint64_t addr;
   uint64_t len;
 };
+// A child about to fork asks its parent to serve its child too: the request carries that child's
+// end of a new socketpair (SCM_RIGHTS); the answer is the header alone.
+constexpr uint64_t kNewConnection = ~0ull;
+
 struct ChunkAnswer {
   int32_t status;  // 0, or the errno of the parent's read
 };
@@ -82,6 +86,27 @@ bool RecvAll(int fd, void* p, size_t n) {
     c += k, n -= static_cast<size_t>(k);
   }
   return true;
+}
+
+// Receives a request; a descriptor passed with it (SCM_RIGHTS) goes to *passed (else -1).
+bool RecvRequest(int fd, ChunkRequest* req, int* passed) {
+  *passed = -1;
+  char control[CMSG_SPACE(sizeof(int))];
+  iovec iov{req, sizeof(*req)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t k;
+  do {
+    k = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  } while (k < 0 && errno == EINTR);
+  if (k <= 0) return false;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      memcpy(passed, CMSG_DATA(c), sizeof(int));
+  return RecvAll(fd, reinterpret_cast<char*>(req) + k, sizeof(*req) - static_cast<size_t>(k));
 }
 
 // The child's fault server: one thread reading the child's userfaultfd, answering each fault with
@@ -152,6 +177,7 @@ class ChildServer {
   // Asks the parent for the chunk at `p` of region `region` (ParentServers) into buf_. (Sockets
   // are outside Os: a failure here is the parent's absence, reported like any unreadable chunk.)
   Status FetchFromParent(uint64_t region, char* p) {
+    std::lock_guard<std::mutex> lock(*p_.parent_mu);
     const ChunkRequest req{region, reinterpret_cast<uint64_t>(p), p_.chunk};
     ChunkAnswer ans{};
     if (!SendAll(p_.parent_fd, &req, sizeof(req)) || !RecvAll(p_.parent_fd, &ans, sizeof(ans)))
@@ -202,17 +228,52 @@ bool MapInChild(Os* os, Span span) {
   return false;
 }
 
-void FetchAll(const RegionMap& regions) {
-  regions.ForEachLocked([&](const std::shared_ptr<Region>& r) {
-    for (size_t off = 0; off < r->size; off += kPage)
-      (void)*static_cast<volatile char*>(r->base + off);
-  });
+bool Reconnect(int parent_fd, int fds[2]) {
+  ChildSocket(fds);
+  if (fds[0] < 0) return false;
+  const ChunkRequest req{kNewConnection, 0, 0};
+  iovec iov{const_cast<ChunkRequest*>(&req), sizeof(req)};
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fds[0], sizeof(int));
+  ssize_t k;
+  do {
+    k = sendmsg(parent_fd, &msg, MSG_NOSIGNAL);
+  } while (k < 0 && errno == EINTR);
+  ChunkAnswer ans{EIO};
+  const bool ok = k > 0 &&
+                  SendAll(parent_fd, reinterpret_cast<const char*>(&req) + k,
+                          sizeof(req) - static_cast<size_t>(k)) &&
+                  RecvAll(parent_fd, &ans, sizeof(ans)) && ans.status == 0;
+  close(fds[0]);  // the parent has its own copy now (or none: the request failed)
+  fds[0] = -1;
+  if (!ok) {
+    close(fds[1]);
+    fds[1] = -1;
+    Log(LogLevel::kError,
+        "forked child: its parent cannot serve a child of its own; that child cannot read the "
+        "zrtier memory this process has not touched (SIGBUS)");
+  }
+  return ok;
 }
 
 ParentServers::~ParentServers() {
-  std::lock_guard<std::mutex> l(mu_);
-  for (Server& s : servers_) {
-    shutdown(s.fd, SHUT_RDWR);  // the thread's recv returns 0
+  std::vector<Server> servers;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;  // a server's Start from now on closes its socket
+    servers.swap(servers_);
+  }
+  for (Server& s : servers) shutdown(s.fd, SHUT_RDWR);  // the threads' recv returns 0
+  for (Server& s : servers) {
     s.thread.join();
     close(s.fd);
   }
@@ -220,6 +281,10 @@ ParentServers::~ParentServers() {
 
 void ParentServers::Start(int fd) {
   std::lock_guard<std::mutex> l(mu_);
+  if (stopping_) {
+    close(fd);
+    return;
+  }
   // The servers of children that are gone are joined here.
   for (auto it = servers_.begin(); it != servers_.end();) {
     if (!it->done->load()) {
@@ -243,8 +308,22 @@ void ParentServers::Serve(int fd) {
   std::vector<char> buf(chunk_);
   for (;;) {
     ChunkRequest req{};
-    if (!RecvAll(fd, &req, sizeof(req))) return;  // the child exited or exec'd (or shutdown)
+    int passed = -1;
+    // The child exited or exec'd (or shutdown).
+    if (!RecvRequest(fd, &req, &passed)) {
+      if (passed >= 0) close(passed);
+      return;
+    }
     ChunkAnswer ans{0};
+    if (req.region == kNewConnection) {  // the child's child, served from here too
+      if (passed >= 0)
+        Start(passed);
+      else
+        ans.status = EINVAL;
+      if (!SendAll(fd, &ans, sizeof(ans))) return;
+      continue;
+    }
+    if (passed >= 0) close(passed);
     if (req.len == 0 || req.len > chunk_) {
       ans.status = EINVAL;
     } else {

@@ -18,8 +18,9 @@
 //     thread (and waits until it runs) that answers each fault by fetching the chunk from the
 //     parent; an address outside the live regions of the fork, a region the parent has freed
 //     since, a parent that is gone: the page is poisoned (SIGBUS), never zeros.
-//   - A child that forks again first fetches every chunk it has not touched, so that its child
-//     inherits them copy-on-write (its own mapping of the span is ordinary memory).
+//   - A child that forks again hands the parent a socket for its own child (Reconnect): its child
+//     inherits the chunks it touched copy-on-write (its mapping of the span is ordinary memory)
+//     and fetches the others from the first parent, as it would.
 //
 // The child must not use the engine (the shim turns itself off there: runtime/shim/process.cc):
 // its threads do not exist in the child.
@@ -72,14 +73,16 @@ void ChildSocket(int fds[2]);
 // failed (the span is then left unmapped: a touch gets SIGSEGV).
 bool MapInChild(Os* os, Span span);
 
-// In a forked child about to fork again: reads a byte of every page of the live regions, so that
-// the chunks it has not touched are fetched from its parent now and its child inherits them.
-// REQUIRES: the region map's lock (shared) is held.
-void FetchAll(const RegionMap& regions);
+// In a forked child about to fork again, whose socket to its parent is `parent_fd`: makes a
+// socketpair for its child and hands one end to the parent, which serves that child too; fds[1]
+// is the child's end (fds[0] is closed). False (both -1, said once) if that failed.
+// REQUIRES: the caller holds the socket's lock (ChildParts::parent_mu).
+bool Reconnect(int parent_fd, int fds[2]);
 
 // The parent's servers of its children's chunk requests: one thread per child, reading the chunk
 // with `read` (Engine::Read, after checking that the region of the fork is still live) and
-// answering until the child closes its end (exit or exec).
+// answering until the child closes its end (exit or exec); a child that forks starts another for
+// its own child (Reconnect).
 class ParentServers {
  public:
   // Reads `len` bytes at `src` of region `region` into `dst`; an error if that region is gone.
@@ -101,6 +104,7 @@ class ParentServers {
   const ReadFn read_;
   std::mutex mu_;
   std::vector<Server> servers_;  // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_: the destructor runs
 };
 
 // For Engine::ForkChild: what the child's fault server needs.
@@ -111,6 +115,8 @@ struct ChildParts {
   std::vector<std::shared_ptr<Region>> regions;  // the live regions of the fork (non-empty)
   Span span;                                     // LiveSpan of them, mapped afresh
   int parent_fd = -1;  // the socket to the parent's ParentServers; -1: none (every touch: SIGBUS)
+  // Guards parent_fd, which the fault server and a fork of the child's own (Reconnect) both use.
+  std::mutex* parent_mu = nullptr;
 };
 
 // In the child: registers `parts.span` with a new userfaultfd and starts the thread that serves
