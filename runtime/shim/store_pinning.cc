@@ -17,7 +17,8 @@ bool StorePinning::Pin(void* p, size_t n) {
     StatAdd(Stat::store_pinned_bytes, n);
     return true;
   }
-  if (!refused_.exchange(true))
+  // The runtime unloading (the process is exiting) is not a failure to report.
+  if (!refused_.exchange(true) && err != cudaErrorCudartUnloading)
     Log(LogLevel::kWarn,
         "GPU decode: registering the RAM store's memory for DMA failed (cudaHostRegister: %d); "
         "encodings are copied into pinned staging instead (ZRTIER_GPU_STORE_PINNED)",
@@ -34,7 +35,7 @@ void StorePinning::Release(void* p, size_t n) {
 void StorePinning::Unpin(void* p, size_t n) {
   StatSub(Stat::store_pinned_bytes, n);
   const cudaError_t err = api_->cudaHostUnregister(p);
-  if (err != cudaSuccess)
+  if (err != cudaSuccess && err != cudaErrorCudartUnloading)
     ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU decode: cudaHostUnregister of RAM store memory: %d",
                     static_cast<int>(err));
 }

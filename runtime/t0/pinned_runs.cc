@@ -64,10 +64,13 @@ bool PinnedRuns::Pin(PinnedRun* run) {
   if (e != cudaSuccess) {
     broken_.store(true);
     if (api_->cudaGetLastError) api_->cudaGetLastError();  // not the program's error to see
-    ZRTIER_LOG_ONCE(LogLevel::kWarn,
-                    "cudaHostRegister of region pages failed (CUDA error %d): "
-                    "copies go through the T0 pool",
-                    static_cast<int>(e));
+    // The runtime unloading (the process is exiting while the keeper pins) is not a failure to
+    // report: no copy follows.
+    if (e != cudaErrorCudartUnloading)
+      ZRTIER_LOG_ONCE(LogLevel::kWarn,
+                      "cudaHostRegister of region pages failed (CUDA error %d): "
+                      "copies go through the T0 pool",
+                      static_cast<int>(e));
     (void)backend_->Unhold(run->base, run->len);
     return false;
   }

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "runtime/base/stats.h"
@@ -34,9 +35,10 @@ bool Mapped(const char* p) {
 }
 
 int g_refusals = 0;
+cudaError_t g_refusal = cudaErrorMemoryAllocation;
 cudaError_t RefuseRegister(void*, size_t, unsigned) {
   ++g_refusals;
-  return cudaErrorMemoryAllocation;
+  return g_refusal;
 }
 
 class StorePinningTest : public ::testing::Test {
@@ -87,6 +89,27 @@ TEST_F(StorePinningTest, ARefusedRegistrationStopsRegistering) {
   EXPECT_FALSE(pinning.Pin(a, kBytes));
   EXPECT_EQ(g_refusals, 1) << "the driver is asked once";
   EXPECT_FALSE(fakecudaOwns(a));
+  munmap(a, kBytes);
+}
+
+// A refusal says so once on stderr, except the runtime's unloading (the process is exiting).
+TEST_F(StorePinningTest, ARefusalIsReportedUnlessTheRuntimeIsUnloading) {
+  CudaApi api = *RealCudaApi();
+  api.cudaHostRegister = &RefuseRegister;
+  char* a = Mapping();
+  for (cudaError_t refusal : {cudaErrorMemoryAllocation, cudaErrorCudartUnloading}) {
+    g_refusal = refusal;
+    StorePinning pinning(&api, Os::Default());
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(pinning.Pin(a, kBytes));
+    const std::string said = testing::internal::GetCapturedStderr();
+    if (refusal == cudaErrorCudartUnloading) {
+      EXPECT_EQ(said.find("cudaHostRegister"), std::string::npos) << said;
+    } else {
+      EXPECT_NE(said.find("cudaHostRegister: 2"), std::string::npos) << said;
+    }
+  }
+  g_refusal = cudaErrorMemoryAllocation;
   munmap(a, kBytes);
 }
 
