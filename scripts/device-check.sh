@@ -70,6 +70,19 @@ for stage in "${stages[@]}"; do
          LD_PRELOAD=$LIB $py scripts/gpu/cpu_writes.py >"$OUT/cpu_writes_zrtier.log" 2>&1; then
         record "cpu_writes.py: CPU stores reach the GPU" PASS
       else tail -5 "$OUT"/cpu_writes_*.log; record "cpu_writes.py: CPU stores reach the GPU" FAIL; fi
+      # Copies of pinned memory captured in a CUDA graph replay with each replay's bytes
+      # (self-checking): plain, the defaults (pinned in place), and a budget below the buffers
+      # (pages unpinned and compressed before the capture, pinned again by it).
+      for cfg in plain defaults budget; do
+        env=()
+        case $cfg in
+          defaults) env=(LD_PRELOAD=$LIB) ;;
+          budget) env=(LD_PRELOAD=$LIB ZRTIER_MEMORY=96M) ;;
+        esac
+        if env "${env[@]}" timeout -k 5 120 $py scripts/gpu/graph_capture.py >"$OUT/graph_capture_$cfg.log" 2>&1; then
+          record "graph_capture.py ($cfg): captured copies replay" PASS
+        else tail -5 "$OUT/graph_capture_$cfg.log"; record "graph_capture.py ($cfg): captured copies replay" FAIL; fi
+      done
       # fork: a child reads the parent's pinned bytes as they are at its first touch, in every tier
       # (self-checking): pinned in place (defaults), owned T0 slots, the RAM store, a spill file.
       # The plain run checks what plain pinned memory does: a shared mapping, the parent's later

@@ -33,43 +33,44 @@ cudaError_t cudaMemcpyBatchAsync_ptsz(void* const* dsts, const void* const* srcs
 namespace zrtier {
 
 // X(name, required): required entries must resolve for the table to be usable.
-#define ZRTIER_CUDA_API(X)            \
-  X(cudaHostAlloc, true)              \
-  X(cudaMallocHost, true)             \
-  X(cudaFreeHost, true)               \
-  X(cudaHostRegister, true)           \
-  X(cudaHostUnregister, true)         \
-  X(cudaPointerGetAttributes, true)   \
-  X(cudaHostGetDevicePointer, true)   \
-  X(cudaHostGetFlags, true)           \
-  X(cudaMemcpy, true)                 \
-  X(cudaMemcpyAsync, true)            \
-  X(cudaMemcpy2D, true)               \
-  X(cudaMemcpy2DAsync, true)          \
-  X(cudaMemcpy_ptds, false)           \
-  X(cudaMemcpyAsync_ptsz, false)      \
-  X(cudaMemcpy2D_ptds, false)         \
-  X(cudaMemcpy2DAsync_ptsz, false)    \
-  X(cudaMemcpyBatchAsync, false)      \
-  X(cudaMemcpyBatchAsync_ptsz, false) \
-  X(cudaMemsetAsync, true)            \
-  X(cudaEventCreateWithFlags, true)   \
-  X(cudaEventDestroy, true)           \
-  X(cudaEventRecord, true)            \
-  X(cudaEventQuery, true)             \
-  X(cudaEventSynchronize, true)       \
-  X(cudaLaunchHostFunc, true)         \
-  X(cudaStreamSynchronize, true)      \
-  X(cudaStreamCreateWithFlags, false) \
-  X(cudaStreamDestroy, false)         \
-  X(cudaStreamWaitEvent, false)       \
-  X(cudaStreamQuery, false)           \
-  X(cudaStreamIsCapturing, true)      \
-  X(cudaDeviceSynchronize, true)      \
-  X(cudaGetDevice, true)              \
-  X(cudaSetDevice, false)             \
-  X(cudaMalloc, false)                \
-  X(cudaFree, false)                  \
+#define ZRTIER_CUDA_API(X)                      \
+  X(cudaHostAlloc, true)                        \
+  X(cudaMallocHost, true)                       \
+  X(cudaFreeHost, true)                         \
+  X(cudaHostRegister, true)                     \
+  X(cudaHostUnregister, true)                   \
+  X(cudaPointerGetAttributes, true)             \
+  X(cudaHostGetDevicePointer, true)             \
+  X(cudaHostGetFlags, true)                     \
+  X(cudaMemcpy, true)                           \
+  X(cudaMemcpyAsync, true)                      \
+  X(cudaMemcpy2D, true)                         \
+  X(cudaMemcpy2DAsync, true)                    \
+  X(cudaMemcpy_ptds, false)                     \
+  X(cudaMemcpyAsync_ptsz, false)                \
+  X(cudaMemcpy2D_ptds, false)                   \
+  X(cudaMemcpy2DAsync_ptsz, false)              \
+  X(cudaMemcpyBatchAsync, false)                \
+  X(cudaMemcpyBatchAsync_ptsz, false)           \
+  X(cudaMemsetAsync, true)                      \
+  X(cudaEventCreateWithFlags, true)             \
+  X(cudaEventDestroy, true)                     \
+  X(cudaEventRecord, true)                      \
+  X(cudaEventQuery, true)                       \
+  X(cudaEventSynchronize, true)                 \
+  X(cudaLaunchHostFunc, true)                   \
+  X(cudaStreamSynchronize, true)                \
+  X(cudaStreamCreateWithFlags, false)           \
+  X(cudaStreamDestroy, false)                   \
+  X(cudaStreamWaitEvent, false)                 \
+  X(cudaStreamQuery, false)                     \
+  X(cudaStreamIsCapturing, true)                \
+  X(cudaThreadExchangeStreamCaptureMode, false) \
+  X(cudaDeviceSynchronize, true)                \
+  X(cudaGetDevice, true)                        \
+  X(cudaSetDevice, false)                       \
+  X(cudaMalloc, false)                          \
+  X(cudaFree, false)                            \
   X(cudaGetLastError, false)
 
 struct CudaApi {

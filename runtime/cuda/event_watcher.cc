@@ -6,12 +6,15 @@
 #include <thread>
 
 #include "runtime/base/thread_name.h"
+#include "runtime/cuda/capture_mode.h"
 
 namespace zrtier {
 
 EventWatcher::EventWatcher(const CudaApi* api) : api_(api) {
   thread_ = std::thread([this] {
     NameThisThread("zr-events");
+    // Its queries never fail or invalidate a graph the program captures meanwhile.
+    CaptureModeRelaxed relaxed(api_);
     Loop();
   });
 }

@@ -8,6 +8,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/cuda/capture_mode.h"
 
 namespace zrtier {
 
@@ -86,6 +87,7 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
   if (found->failed) return nullptr;
   if (found->staging) return found;
   Target* t = found;
+  CaptureModeRelaxed relaxed(api_);  // allocations while the program may capture a graph
   auto off = [&](const std::string& why) {
     Log(LogLevel::kWarn, "GPU decode unavailable in this CUDA context (%s): the CPU decodes",
         why.c_str());

@@ -6,6 +6,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/cuda/capture_mode.h"
 
 namespace zrtier {
 
@@ -245,12 +246,12 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   if (api_->cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
       cap != cudaStreamCaptureStatusNone) {
-    ZRTIER_LOG_ONCE(LogLevel::kError,
-                    "a copy to or from zrtier memory was issued during CUDA stream capture: zrtier "
-                    "cannot record it into a graph; returning cudaErrorStreamCaptureUnsupported "
-                    "(run with ZRTIER_DISABLE=1, or raise ZRTIER_MIN_ALLOC above these buffers)");
-    return cudaErrorStreamCaptureUnsupported;
+    if (sync) return cudaErrorStreamCaptureUnsupported;  // as the runtime answers a cudaMemcpy
+    return CopyInCapture(dst, src, n, kind, stream, sreg ? &rs : nullptr, dreg ? &rd : nullptr);
   }
+  // The paths below query and wait on events, and may allocate: not stream-ordered calls, which
+  // must not fail or invalidate a graph another thread of the program captures meanwhile.
+  CaptureModeRelaxed relaxed(api_);
   cudaError_t err;
   if (sreg && dreg) {
     err = CopyHostHost(dst, src, n, stream);
@@ -323,8 +324,45 @@ void Shim::DropT0(uint64_t region) {
   pool_->DropRegion(region);
 }
 
+cudaError_t Shim::CopyInCapture(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                                cudaStream_t stream, const RegionInfo* rs, const RegionInfo* rd) {
+  bool other_device = false;
+  if (!rs || !rd) {
+    switch (kind) {
+      case cudaMemcpyHostToDevice:
+        other_device = rs != nullptr;
+        break;
+      case cudaMemcpyDeviceToHost:
+        other_device = rd != nullptr;
+        break;
+      case cudaMemcpyDefault:
+        other_device = IsDevicePointer(rs ? dst : src);
+        break;
+      default:
+        break;
+    }
+  }
+  PinnedRuns::Lease lease;
+  const RegionInfo* r = rs ? rs : rd;
+  if (other_device && cfg_.pin_in_place && budget_ &&
+      runs_->AcquireForCapture(*r, static_cast<const char*>(rs ? src : dst), n, &lease)) {
+    ZRTIER_LOG_ONCE(LogLevel::kInfo,
+                    "a copy of zrtier memory during CUDA graph capture: the pages it reads or "
+                    "writes stay pinned in place while their allocation lives (a graph may replay "
+                    "the copy)");
+    return CopyDirect(dst, src, n, rd != nullptr && rs == nullptr, *r, &lease, stream,
+                      /*captured=*/true);
+  }
+  ZRTIER_LOG_ONCE(LogLevel::kError,
+                  "a copy to or from zrtier memory was issued during CUDA stream capture and its "
+                  "pages cannot be pinned in place (ZRTIER_PIN_IN_PLACE=0, pinning refused, or a "
+                  "copy between host buffers): returning cudaErrorStreamCaptureUnsupported (run "
+                  "with ZRTIER_DISABLE=1, or raise ZRTIER_MIN_ALLOC above these buffers)");
+  return cudaErrorStreamCaptureUnsupported;
+}
+
 cudaError_t Shim::CopyDirect(void* dst, const void* src, size_t n, bool d2h, const RegionInfo& r,
-                             PinnedRuns::Lease* lease, cudaStream_t stream) {
+                             PinnedRuns::Lease* lease, cudaStream_t stream, bool captured) {
   const char* host = static_cast<const char*>(d2h ? dst : src);
   const cudaMemcpyKind kind = d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
   cudaError_t err = cudaSuccess;
@@ -335,14 +373,14 @@ cudaError_t Shim::CopyDirect(void* dst, const void* src, size_t n, bool d2h, con
               : api_->cudaMemcpyAsync(static_cast<char*>(dst) + off, seg.p, seg.len, kind, stream);
     if (err != cudaSuccess) break;
   }
-  runs_->Fence(stream);
+  if (!captured) runs_->Fence(stream);
   lease->End();
   StatAdd(d2h ? Stat::d2h_copies : Stat::h2d_copies, 1);
   StatAdd(d2h ? Stat::d2h_bytes : Stat::h2d_bytes, n);
   StatAdd(d2h ? Stat::d2h_direct_bytes : Stat::h2d_direct_bytes, n);
   // Learned only while some run is not pinned: with everything pinned in place nothing needs a
   // prediction, and the copy pays nothing for one.
-  if (prefetch_ && !runs_->all_pinned()) {
+  if (prefetch_ && !captured && !runs_->all_pinned()) {
     const char* base = static_cast<const char*>(r.base);
     const uint64_t first = (host - base) / ctx_.chunk, last = (host + n - 1 - base) / ctx_.chunk;
     prefetch_->OnAccess(r.id, first, last - first + 1, d2h, stream);

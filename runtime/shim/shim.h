@@ -115,9 +115,17 @@ class Shim {
  private:
   cudaError_t CopyHostHost(void* dst, const void* src, size_t n, cudaStream_t stream);
   // A copy between device memory and pinned-in-place runs of region `r` (the segments of
-  // `lease`): one real copy per run, then the runs' fence. `host` is the region side of the copy.
+  // `lease`): one real copy per run, then the runs' fence (none for a `captured` copy: its runs
+  // are never unpinned). `host` is the region side of the copy.
   cudaError_t CopyDirect(void* dst, const void* src, size_t n, bool d2h, const RegionInfo& r,
-                         PinnedRuns::Lease* lease, cudaStream_t stream);
+                         PinnedRuns::Lease* lease, cudaStream_t stream, bool captured = false);
+  // A copy issued while `stream` captures a CUDA graph (`rs`, `rd`: the regions of src and dst,
+  // null for memory outside the arena): recorded as the real copy of the region's pages pinned
+  // in place, which stay pinned while the region lives (PinnedRuns::AcquireForCapture), since
+  // the graph may replay it at any time. A copy between host buffers, or with pinning in place
+  // off or refused, cannot be recorded: cudaErrorStreamCaptureUnsupported, said once.
+  cudaError_t CopyInCapture(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
+                            cudaStream_t stream, const RegionInfo* rs, const RegionInfo* rd);
   // Region to region (possibly the same one), through a chunk-sized bounce buffer.
   Status CopyRegionToRegion(void* dst, const void* src, size_t n);
   bool IsDevicePointer(const void* p) const;

@@ -2,6 +2,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
+#include "runtime/cuda/capture_mode.h"
 
 namespace zrtier {
 
@@ -12,7 +13,11 @@ StorePinning::~StorePinning() {
 bool StorePinning::Pin(void* p, size_t n) {
   Reap();
   if (refused_.load(std::memory_order_relaxed) || !api_->cudaHostRegister) return false;
-  const cudaError_t err = api_->cudaHostRegister(p, n, cudaHostRegisterPortable);
+  cudaError_t err;
+  {
+    CaptureModeRelaxed relaxed(api_);
+    err = api_->cudaHostRegister(p, n, cudaHostRegisterPortable);
+  }
   if (err == cudaSuccess) {
     StatAdd(Stat::store_pinned_bytes, n);
     return true;
@@ -34,6 +39,7 @@ void StorePinning::Release(void* p, size_t n) {
 
 void StorePinning::Unpin(void* p, size_t n) {
   StatSub(Stat::store_pinned_bytes, n);
+  CaptureModeRelaxed relaxed(api_);
   const cudaError_t err = api_->cudaHostUnregister(p);
   if (err != cudaSuccess && err != cudaErrorCudartUnloading)
     ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU decode: cudaHostUnregister of RAM store memory: %d",

@@ -9,6 +9,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/sort_by_key.h"
 #include "runtime/base/stats.h"
+#include "runtime/cuda/capture_mode.h"
 
 namespace zrtier {
 
@@ -22,6 +23,7 @@ struct PinnedRun {
   std::atomic<int> users{0};
   std::atomic<bool> pinned{false};
   std::atomic<bool> closing{false};
+  std::atomic<bool> captured{false};  // a captured copy uses it: pinned until the region goes
   std::atomic<uint64_t> last_use{0};
   std::mutex mu;
   bool gone = false;  // the region was removed (guarded by mu)
@@ -60,7 +62,11 @@ bool PinnedRuns::Pin(PinnedRun* run) {
     (void)backend_->Unhold(run->base, run->len);  // the chunks held before the error
     return false;
   }
-  const cudaError_t e = api_->cudaHostRegister(run->base, run->len, cudaHostRegisterPortable);
+  cudaError_t e;
+  {
+    CaptureModeRelaxed relaxed(api_);
+    e = api_->cudaHostRegister(run->base, run->len, cudaHostRegisterPortable);
+  }
   if (e != cudaSuccess) {
     broken_.store(true);
     if (api_->cudaGetLastError) api_->cudaGetLastError();  // not the program's error to see
@@ -82,6 +88,7 @@ bool PinnedRuns::Pin(PinnedRun* run) {
 }
 
 void PinnedRuns::Release(PinnedRun* run, bool unhold) {
+  CaptureModeRelaxed relaxed(api_);
   const cudaError_t e = api_->cudaHostUnregister(run->base);
   if (e != cudaSuccess && api_->cudaGetLastError) api_->cudaGetLastError();
   run->pinned.store(false);
@@ -146,6 +153,7 @@ void PinnedRuns::RemoveRegion(uint64_t id) {
     while (run->users.load() > 0) sched_yield();
     // The region is freed next (the backend drops every chunk, held ones included).
     if (run->pinned.load()) Release(run.get(), /*unhold=*/false);
+    if (run->captured.exchange(false)) captured_bytes_.fetch_sub(run->len);
   }
 }
 
@@ -171,6 +179,33 @@ bool PinnedRuns::Acquire(const RegionInfo& r, const char* p, size_t n, Lease* le
     lease->segments_.push_back(Segment{lo, static_cast<size_t>(hi - lo)});
   }
   return !lease->segments_.empty();
+}
+
+bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n, Lease* lease) {
+  std::vector<std::shared_ptr<PinnedRun>> runs;
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = regions_.find(r.id);
+    if (it == regions_.end()) return false;
+    const char* base = static_cast<const char*>(r.base);
+    const size_t first = (p - base) / kRunBytes, last = (p + n - 1 - base) / kRunBytes;
+    for (size_t i = first; i <= last && i < it->second.runs.size(); ++i)
+      runs.push_back(it->second.runs[i]);
+  }
+  for (auto& run : runs) {
+    std::lock_guard<std::mutex> l(run->mu);
+    if (run->gone) return false;
+    // Marked before it is pinned: an Unpin that chose it already leaves it pinned (it checks the
+    // mark under the run's lock).
+    if (!run->captured.exchange(true)) captured_bytes_.fetch_add(run->len);
+    if (!run->pinned.load() && !Pin(run.get())) return false;
+  }
+  // An Unpin that chose a run before it was marked holds it `closing` until it sees the mark.
+  for (int tries = 0; tries < 100000; ++tries) {
+    if (Acquire(r, p, n, lease)) return true;
+    sched_yield();
+  }
+  return false;
 }
 
 void PinnedRuns::Lease::End() {
@@ -204,6 +239,7 @@ void PinnedRuns::Fence(cudaStream_t stream) {
 }
 
 void PinnedRuns::SyncFences() {
+  CaptureModeRelaxed relaxed(api_);  // event waits from zrtier's threads
   std::vector<cudaEvent_t> events;
   bool device = unfenced_.exchange(false);
   {
@@ -229,7 +265,8 @@ size_t PinnedRuns::Unpin(size_t bytes) {
     std::shared_lock<std::shared_mutex> l(mu_);
     for (auto& [id, rr] : regions_)
       for (auto& run : rr.runs)
-        if (run->pinned.load() && !run->closing.load()) runs.push_back(run);
+        if (run->pinned.load() && !run->closing.load() && !run->captured.load())
+          runs.push_back(run);
   }
   SortBySnapshot(runs, LastUse, std::less<uint64_t>());
   std::vector<std::shared_ptr<PinnedRun>> victims;
@@ -237,7 +274,7 @@ size_t PinnedRuns::Unpin(size_t bytes) {
   for (auto& run : runs) {
     if (freed >= bytes) break;
     std::lock_guard<std::mutex> l(run->mu);
-    if (run->gone || !run->pinned.load() || run->closing.load()) continue;
+    if (run->gone || !run->pinned.load() || run->closing.load() || run->captured.load()) continue;
     run->closing.store(true);  // no new lease from here on
     victims.push_back(run);
     freed += run->len;
@@ -246,17 +283,19 @@ size_t PinnedRuns::Unpin(size_t bytes) {
   for (auto& run : victims)
     while (run->users.load() > 0) sched_yield();
   SyncFences();  // every copy issued from the victims has completed
-  size_t released = 0;
+  size_t released = 0, released_bytes = 0;
   for (auto& run : victims) {
     std::lock_guard<std::mutex> l(run->mu);
-    if (!run->gone && run->pinned.load()) {  // else the region was removed meanwhile
+    // Not when the region was removed meanwhile, or a captured copy came to use the run.
+    if (!run->gone && run->pinned.load() && !run->captured.load()) {
       Release(run.get(), /*unhold=*/true);
       ++released;
+      released_bytes += run->len;
     }
     run->closing.store(false);
   }
   StatAdd(Stat::runs_unpinned, released);
-  return freed;
+  return released_bytes;
 }
 
 size_t PinnedRuns::Repin(const std::function<bool(size_t)>& room) {

@@ -10,6 +10,10 @@
 // A region is cut into runs of at most kRunBytes: registration, unregistration and the copies'
 // segments are per run (the driver treats every registration as its own range).
 //
+// A copy issued while its stream captures a CUDA graph pins the runs it touches for good
+// (AcquireForCapture): the graph replays the DMA from or into these pages whenever the program
+// launches it.
+//
 // Copies: Lease() says whether a range lies wholly in pinned runs and keeps them pinned until the
 // lease ends; the caller issues one real copy per segment, then Fence(stream) records the stream's
 // fence event, which Unpin synchronizes before it unregisters anything.
@@ -80,6 +84,13 @@ class PinnedRuns {
   // True, with `lease` holding the runs, if [p, p+n) (inside region `r`) lies wholly in pinned
   // runs; false (nothing held) otherwise.
   bool Acquire(const RegionInfo& r, const char* p, size_t n, Lease* lease);
+  // Acquire for a copy issued while its stream captures a CUDA graph: the runs of the range that
+  // are not pinned are pinned first, whatever the budget, and every run of it is kept pinned until
+  // the region is removed (Unpin passes it over): the graph may replay the copy at any time, from
+  // or into these pages. False when a run cannot be pinned (as for AddRegion).
+  bool AcquireForCapture(const RegionInfo& r, const char* p, size_t n, Lease* lease);
+  // Bytes of the runs kept pinned for captured copies.
+  uint64_t captured_bytes() const { return captured_bytes_.load(std::memory_order_relaxed); }
   // Records the fence of `stream` behind the copies just issued there from pinned runs -- while
   // fencing is on; otherwise only notes that a copy went unfenced (an Unpin then synchronizes the
   // device instead: the per-copy event is only worth its cost while unpinning may come soon).
@@ -88,7 +99,7 @@ class PinnedRuns {
   void SetFencing(bool on) { fencing_.store(on, std::memory_order_relaxed); }
 
   // Unpins the least recently used pinned runs until at least `bytes` are unpinned or none is
-  // left; returns the bytes unpinned.
+  // left (runs kept for captured copies stay); returns the bytes unpinned.
   size_t Unpin(size_t bytes);
   // Pins runs that are not pinned, most recently used regions first, while `room(run bytes)`
   // allows each; returns the bytes pinned.
@@ -127,6 +138,7 @@ class PinnedRuns {
   std::unordered_map<uint64_t, RegionRuns> regions_;
   std::atomic<uint64_t> pinned_bytes_{0};
   std::atomic<uint64_t> total_bytes_{0};
+  std::atomic<uint64_t> captured_bytes_{0};
   std::atomic<bool> broken_{false};
   std::atomic<bool> fencing_{true};
   std::atomic<bool> unfenced_{false};  // a copy was issued without a fence since the last sync

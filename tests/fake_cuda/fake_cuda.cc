@@ -87,11 +87,13 @@ struct Global {
   std::atomic<uint64_t> stream_waits{0};
   std::atomic<uint64_t> stream_waits_blocked{0};
   std::atomic<uint64_t> batch_calls{0};
-  std::atomic<int> batch_error{0};            // fakecudaSetBatchError
-  std::atomic<bool> issue_waits{false};       // fakecudaSetIssueWaitsForStream
-  std::atomic<Stream*> held_stream{nullptr};  // fakecudaHoldCopies
-  std::atomic<uint64_t> copies_held{0};       // fakecudaCopiesHeld
-  std::atomic<uint32_t> devices_touched{0};   // fakecudaDevicesTouched
+  std::atomic<int> batch_error{0};               // fakecudaSetBatchError
+  std::atomic<bool> issue_waits{false};          // fakecudaSetIssueWaitsForStream
+  std::atomic<Stream*> held_stream{nullptr};     // fakecudaHoldCopies
+  std::atomic<uint64_t> copies_held{0};          // fakecudaCopiesHeld
+  std::atomic<uint32_t> devices_touched{0};      // fakecudaDevicesTouched
+  std::atomic<int> captures{0};                  // streams capturing now (fakecudaSetCapturing)
+  std::atomic<bool> capture_invalidated{false};  // fakecudaCaptureInvalidated
 };
 
 Global* G();
@@ -99,6 +101,8 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local bool t_in_host_fn = false;
 thread_local int t_device = 0;  // the calling thread's current device (cudaSetDevice)
 thread_local Stream* t_per_thread = nullptr;
+// cudaThreadExchangeStreamCaptureMode's per-thread mode.
+thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
 
 bool DepsDone(const Task& t) {
   for (const auto& d : t.deps)
@@ -152,6 +156,19 @@ cudaError_t Fail(cudaError_t e) {
       return Fail(cudaErrorNotPermitted);                                         \
     }                                                                             \
     G()->devices_touched.fetch_or(1u << t_device);                                \
+  } while (0)
+
+// A call that is not stream-ordered, made while a stream captures: as the real runtime does for
+// captures begun in the global mode (PyTorch's default), it fails and invalidates the capture
+// unless the calling thread's mode is relaxed (`always`: a call that conflicts with capture in
+// any mode, such as a device-wide synchronize).
+#define CAPTURE_UNSAFE(always)                                          \
+  do {                                                                  \
+    if (G()->captures.load() > 0 &&                                     \
+        ((always) || t_capture_mode != cudaStreamCaptureModeRelaxed)) { \
+      G()->capture_invalidated.store(true);                             \
+      return Fail(cudaErrorStreamCaptureUnsupported);                   \
+    }                                                                   \
   } while (0)
 
 // REQUIRES: g->mu held.
@@ -392,21 +409,37 @@ FAKE_API int fakecudaAllocated(const void* p) {
   return a != nullptr && !a->registered;
 }
 FAKE_API void fakecudaSetCapturing(cudaStream_t stream, int capturing) {
-  std::lock_guard<std::mutex> l(G()->mu);
-  Resolve(stream)->capturing = capturing != 0;
+  Global* g = G();
+  std::lock_guard<std::mutex> l(g->mu);
+  Stream* s = Resolve(stream);
+  if (s->capturing == (capturing != 0)) return;
+  s->capturing = capturing != 0;
+  if (capturing && g->captures.fetch_add(1) == 0) g->capture_invalidated.store(false);
+  if (!capturing) g->captures.fetch_sub(1);
+}
+FAKE_API int fakecudaCaptureInvalidated(void) {
+  return G()->capture_invalidated.load() ? 1 : 0;
+}
+FAKE_API cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (!mode) return Fail(cudaErrorInvalidValue);
+  std::swap(*mode, t_capture_mode);
+  return cudaSuccess;
 }
 
 // ---- memory ----
 FAKE_API cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int flags) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   return HostAllocImpl(p, size, flags);
 }
 FAKE_API cudaError_t cudaMallocHost(void** p, size_t size) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   return HostAllocImpl(p, size, 0);
 }
 FAKE_API cudaError_t cudaFreeHost(void* p) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   if (!p) return cudaSuccess;
   Global* g = G();
   {
@@ -422,6 +455,7 @@ FAKE_API cudaError_t cudaFreeHost(void* p) {
 }
 FAKE_API cudaError_t cudaMalloc(void** p, size_t size) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   if (!p) return Fail(cudaErrorInvalidValue);
   void* m = nullptr;
   if (posix_memalign(&m, 256, size ? size : 1) != 0) return Fail(cudaErrorMemoryAllocation);
@@ -433,6 +467,7 @@ FAKE_API cudaError_t cudaMalloc(void** p, size_t size) {
 }
 FAKE_API cudaError_t cudaFree(void* p) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   if (!p) return cudaSuccess;
   Global* g = G();
   {
@@ -449,6 +484,7 @@ FAKE_API cudaError_t cudaFree(void* p) {
 }
 FAKE_API cudaError_t cudaHostRegister(void* p, size_t size, unsigned int flags) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   if (!p || !size) return Fail(cudaErrorInvalidValue);
   // Like the real driver on a userfaultfd range: registering pages that are not populated fails
   // (the driver's pinning cannot wait for a userfaultfd handler).
@@ -469,6 +505,7 @@ FAKE_API cudaError_t cudaHostRegister(void* p, size_t size, unsigned int flags) 
 }
 FAKE_API cudaError_t cudaHostUnregister(void* p) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   Global* g = G();
   std::lock_guard<std::mutex> l(g->mu);
   auto it = g->allocs.find(reinterpret_cast<uintptr_t>(p));
@@ -726,6 +763,7 @@ FAKE_API cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* d
 }
 FAKE_API cudaError_t cudaDeviceSynchronize(void) {
   ENTER();
+  CAPTURE_UNSAFE(true);
   Global* g = G();
   std::unique_lock<std::mutex> l(g->mu);
   std::vector<std::pair<Stream*, uint64_t>> all;
@@ -776,6 +814,7 @@ FAKE_API cudaError_t cudaEventRecord_ptsz(cudaEvent_t e, cudaStream_t s) {
 }
 FAKE_API cudaError_t cudaEventQuery(cudaEvent_t e) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   if (!e) return Fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> l(G()->mu);
   Event* ev = reinterpret_cast<Event*>(e);
@@ -783,6 +822,7 @@ FAKE_API cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 FAKE_API cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   ENTER();
+  CAPTURE_UNSAFE(false);
   if (!e) return Fail(cudaErrorInvalidResourceHandle);
   std::unique_lock<std::mutex> l(G()->mu);
   Event* ev = reinterpret_cast<Event*>(e);

@@ -23,7 +23,14 @@ int fakecudaOwns(const void* p);
 // registered with cudaHostRegister).
 int fakecudaAllocated(const void* p);
 // Makes cudaStreamIsCapturing report `capturing` for `stream` (0 = the legacy stream).
+// While some stream captures, the calls that are not stream-ordered (host and device allocation,
+// cudaHostRegister/Unregister, event queries and waits, device synchronization) fail with
+// cudaErrorStreamCaptureUnsupported and invalidate the capture, as the real runtime does in the
+// global capture mode -- unless the calling thread's mode is relaxed
+// (cudaThreadExchangeStreamCaptureMode); a device synchronization fails in every mode.
 void fakecudaSetCapturing(cudaStream_t stream, int capturing);
+// 1 if such a call was made since the first stream began capturing (fakecudaSetCapturing).
+int fakecudaCaptureInvalidated(void);
 // Host functions launched (cudaLaunchHostFunc) and stream waits on a host word queued
 // (cuStreamWaitValue32_v2), since the process started.
 uint64_t fakecudaHostFunctionsLaunched(void);

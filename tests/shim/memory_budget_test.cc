@@ -335,5 +335,77 @@ TEST(MemoryBudgetParse, MemAvailable) {
   EXPECT_FALSE(MemoryBudget::ParseMemAvailable("MemTotal: 10 kB\n", &v));
 }
 
+// A copy issued while its stream captures a CUDA graph is the real copy of the pages pinned in
+// place: recorded without a call that would invalidate the capture, and its runs stay pinned --
+// the graph may replay it at any time -- until the region is freed.
+TEST_F(MemoryBudgetTest, ACopyDuringGraphCaptureKeepsItsPagesPinned) {
+  Build(/*memory=*/0);
+  const size_t n = 2 * PinnedRuns::kRunBytes;
+  char* p = Region(n);
+  ASSERT_EQ(shim_->runs()->pinned_bytes(), n);
+  std::vector<char> data = testing::RandomBytes(n, 8), back = testing::RandomBytes(n / 2, 9);
+  memcpy(p, data.data(), n);
+  char* d = testing::DeviceBuffer(n);
+  char* src = testing::DeviceBuffer(n / 2);
+  ASSERT_EQ(cudaMemcpy(src, back.data(), n / 2, cudaMemcpyHostToDevice), cudaSuccess);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  fakecudaSetCapturing(s, 1);
+  // The first run whole, and a copy back into the second.
+  EXPECT_EQ(shim_->Memcpy(d, p, n / 2, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  EXPECT_EQ(shim_->Memcpy(p + n / 2, src, n / 2, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  EXPECT_EQ(shim_->Memcpy(d, p, n / 2, cudaMemcpyHostToDevice, s, true),
+            cudaErrorStreamCaptureUnsupported)
+      << "a synchronous copy is not capturable, with zrtier or without";
+  EXPECT_FALSE(fakecudaCaptureInvalidated());
+  fakecudaSetCapturing(s, 0);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_TRUE(testing::FromDevice(d, n / 2) ==
+              std::vector<char>(data.begin(), data.begin() + n / 2));
+  EXPECT_EQ(memcmp(p + n / 2, back.data(), n / 2), 0);
+  EXPECT_EQ(shim_->runs()->captured_bytes(), n);
+  EXPECT_EQ(shim_->runs()->Unpin(UINT64_MAX), 0u) << "captured runs stay pinned";
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), n);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  EXPECT_EQ(shim_->runs()->captured_bytes(), 0u);
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), 0u);
+  cudaFree(d);
+  cudaFree(src);
+  cudaStreamDestroy(s);
+}
+
+// A run that the budget had unpinned is pinned for a captured copy (its chunks were compressed
+// meanwhile: the copy still reads every byte), from the capturing thread without invalidating
+// the capture; the keeper's own calls meanwhile do not invalidate it either.
+TEST_F(MemoryBudgetTest, AnUnpinnedRunIsPinnedAgainForACapturedCopy) {
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
+  const size_t n = 2 * PinnedRuns::kRunBytes;
+  char* p = Region(n);
+  std::vector<char> data = testing::RandomBytes(n, 10);
+  memcpy(p, data.data(), n);
+  ASSERT_EQ(shim_->runs()->Unpin(UINT64_MAX), n);
+  ASSERT_EQ(shim_->runs()->pinned_bytes(), 0u);
+  char* d = testing::DeviceBuffer(n);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  fakecudaSetCapturing(s, 1);
+  EXPECT_EQ(
+      shim_->Memcpy(d + 4096, p + 4096, PinnedRuns::kRunBytes, cudaMemcpyHostToDevice, s, false),
+      cudaSuccess);
+  // The keeper ticks meanwhile (its registrations, if any, are relaxed too).
+  for (int i = 0; i < 3; ++i) shim_->budget()->Tick();
+  EXPECT_FALSE(fakecudaCaptureInvalidated());
+  fakecudaSetCapturing(s, 0);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(shim_->runs()->captured_bytes(), n) << "both runs the copy touches";
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), n);
+  std::vector<char> got = testing::FromDevice(d + 4096, PinnedRuns::kRunBytes);
+  EXPECT_EQ(memcmp(got.data(), data.data() + 4096, got.size()), 0);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+}
+
 }  // namespace
 }  // namespace zrtier
