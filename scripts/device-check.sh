@@ -51,7 +51,7 @@ for stage in "${stages[@]}"; do
       if timeout -k 10 600 "$chk" >"$OUT/gpu_decode.log" 2>&1; then
         record "gpu_decode_check: GPU decode bit-identical to CPU" PASS
       else tail -20 "$OUT/gpu_decode.log"; record "gpu_decode_check: GPU decode bit-identical to CPU" FAIL; fi
-      grep '^gpu-decode kernel' "$OUT/gpu_decode.log"
+      grep -E '^gpu-(de|en)code kernel' "$OUT/gpu_decode.log"
       gbs=$(sed -n 's/^gpu-decode kernel bf16: .* \([0-9.]*\) GB\/s.*/\1/p' "$OUT/gpu_decode.log")
       line="gpu_decode_check: kernel bf16 ${gbs:-?} GB/s >= 400"
       if [[ -n $gbs ]] && awk "BEGIN{exit !($gbs >= 400)}"; then record "$line" PASS; else record "$line" FAIL; fi ;;

@@ -374,7 +374,7 @@ constexpr uint32_t kSingleTableSegments = 32;
 }  // namespace
 
 size_t GpuMaxEncodedSize(size_t len) {
-  return len + gpufmt::kHeaderSize + gpufmt::kMaxPlanes * gpufmt::kAlign;
+  return static_cast<size_t>(gpufmt::MaxEncodedSize(len));
 }
 
 Status EncodeGpu(const EncodePlan& plan, const uint8_t* src, size_t len, bool crc, uint8_t* dst,

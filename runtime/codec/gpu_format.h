@@ -98,6 +98,11 @@ ZRTIER_HD void Store32(uint8_t* p, uint32_t v) {
   p[2] = static_cast<uint8_t>(v >> 16), p[3] = static_cast<uint8_t>(v >> 24);
 }
 
+// The most bytes an encoding of `len` bytes takes: every plane raw, each section aligned.
+ZRTIER_HD uint64_t MaxEncodedSize(uint64_t len) {
+  return len + kHeaderSize + kMaxPlanes * kAlign;
+}
+
 ZRTIER_HD uint32_t SegmentCount(uint32_t n, int segment_log2) {
   return static_cast<uint32_t>((uint64_t{n} + (uint64_t{1} << segment_log2) - 1) >> segment_log2);
 }

@@ -58,4 +58,29 @@ Status CudaDriver::Check(CUresult r, const char* what) const {
                                 std::to_string(static_cast<int>(r)) + ")");
 }
 
+Status LoadKernel(const void* fatbin, const char* name, const CudaDriver** driver, CUmodule* module,
+                  CUfunction* function) {
+  if (!fatbin)
+    return Status::Error(
+        ENOSYS, std::string("gpu: ") + name + " not built (no nvcc when zrtier was built)");
+  const CudaDriver* d = nullptr;
+  ZRTIER_RETURN_IF_ERROR(CudaDriver::Load(&d));
+  CUcontext ctx = nullptr;
+  ZRTIER_RETURN_IF_ERROR(d->Check(d->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
+  if (!ctx)
+    return Status::Error(EIO,
+                         std::string("gpu: no current CUDA context to load ") + name + " into");
+  CUmodule m = nullptr;
+  ZRTIER_RETURN_IF_ERROR(d->Check(d->cuModuleLoadData(&m, fatbin), "cuModuleLoadData"));
+  CUfunction f = nullptr;
+  if (Status s = d->Check(d->cuModuleGetFunction(&f, m, name), "cuModuleGetFunction"); !s.ok()) {
+    d->cuModuleUnload(m);
+    return s;
+  }
+  *driver = d;
+  *module = m;
+  *function = f;
+  return Status::Ok();
+}
+
 }  // namespace zrtier::gpu

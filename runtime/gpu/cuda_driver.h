@@ -54,4 +54,11 @@ struct CudaDriver {
   Status Check(CUresult r, const char* what) const;
 };
 
+// Loads `fatbin` into the calling thread's current context and finds its kernel `name`: the
+// driver table in *driver, the module (the caller unloads it) and the function. ENOSYS "not built"
+// for a null fatbin; the driver's errors as for CudaDriver::Load and Check; EIO with no current
+// context.
+Status LoadKernel(const void* fatbin, const char* name, const CudaDriver** driver, CUmodule* module,
+                  CUfunction* function);
+
 }  // namespace zrtier::gpu

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "runtime/gpu/decode_fatbin.h"
+#include "runtime/gpu/fatbins.h"
 
 namespace zrtier::gpu {
 
@@ -12,24 +12,11 @@ bool DecodeKernelBuilt() {
 }
 
 Status DecodeModule::Load(std::unique_ptr<DecodeModule>* out) {
-  const Fatbin fatbin = DecodeFatbin();
-  if (!fatbin.data)
-    return Status::Error(ENOSYS, "gpu: decode kernel not built (no nvcc when zrtier was built)");
   const CudaDriver* d = nullptr;
-  ZRTIER_RETURN_IF_ERROR(CudaDriver::Load(&d));
-  CUcontext ctx = nullptr;
-  ZRTIER_RETURN_IF_ERROR(d->Check(d->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
-  if (!ctx)
-    return Status::Error(EIO, "gpu: no current CUDA context to load the decode kernel into");
   CUmodule module = nullptr;
-  ZRTIER_RETURN_IF_ERROR(d->Check(d->cuModuleLoadData(&module, fatbin.data), "cuModuleLoadData"));
   CUfunction function = nullptr;
-  if (Status s = d->Check(d->cuModuleGetFunction(&function, module, kDecodeKernelName),
-                          "cuModuleGetFunction");
-      !s.ok()) {
-    d->cuModuleUnload(module);
-    return s;
-  }
+  ZRTIER_RETURN_IF_ERROR(
+      LoadKernel(DecodeFatbin().data, kDecodeKernelName, &d, &module, &function));
   out->reset(new DecodeModule(d, module, function));
   return Status::Ok();
 }

@@ -1,5 +1,6 @@
 // A stand-in libcuda.so.1 for machines without a GPU: device memory is host memory, and a launch
-// of the decode kernel runs its body (runtime/gpu/decode_device.h) on the CPU, phase by phase.
+// of the decode or encode kernel runs its body (runtime/gpu/decode_device.h, encode_device.h) on
+// the CPU, phase by phase.
 // It lets the gpu_decode_check ctest run the loader (dlopen, the entry points' names) and the whole
 // check program where CI runs. Only the entry points runtime/gpu/cuda_driver.h loads exist.
 // Beside the fake CUDA runtime (tests/fake_cuda/, found by its cudaLaunchHostFunc), a launch runs
@@ -22,12 +23,14 @@
 #include <vector>
 
 #include "runtime/gpu/decode_device.h"
+#include "runtime/gpu/encode_device.h"
 
 namespace {
 
 int g_context;  // the one context's handle points here
 int g_module;
-int g_function;
+int g_function;         // the decode kernel
+int g_encode_function;  // the encode kernel
 
 // The fake runtime's cudaLaunchHostFunc when it is loaded in the process (null otherwise).
 using LaunchHostFunc = cudaError_t (*)(cudaStream_t, cudaHostFn_t, void*);
@@ -60,6 +63,30 @@ struct Launch {
     }
   }
 };
+
+// One launch of the encode kernel, run on the CPU block by block.
+struct EncodeLaunch {
+  const zrtier::gpu::EncodeChunk* chunks;
+  uint32_t count;
+  uint32_t* out_len;
+  unsigned threads;
+  static void Run(void* p) {
+    std::unique_ptr<EncodeLaunch> l(static_cast<EncodeLaunch*>(p));
+    auto sh = std::make_unique<zrtier::gpu::dev::EncodeShared>();
+    for (uint32_t b = 0; b < l->count; ++b)
+      l->out_len[b] = zrtier::gpu::dev::RunEncodeOnCpu(l->chunks[b], l->threads, *sh);
+  }
+};
+
+// Runs `fn(arg)` as a launch: in stream order beside the fake runtime, else at once.
+CUresult Enqueue(CUstream stream, void (*fn)(void*), void* arg) {
+  if (auto launch = FakeRuntimeLaunch())
+    return launch(reinterpret_cast<cudaStream_t>(stream), fn, arg) == cudaSuccess
+               ? CUDA_SUCCESS
+               : CUDA_ERROR_LAUNCH_FAILED;
+  fn(arg);
+  return CUDA_SUCCESS;
+}
 
 double NowMs() {
   using namespace std::chrono;
@@ -117,14 +144,29 @@ CUresult cuModuleUnload(CUmodule) {
   return CUDA_SUCCESS;
 }
 CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
-  if (strcmp(name, zrtier::gpu::kDecodeKernelName) != 0) return CUDA_ERROR_NOT_FOUND;
-  *f = reinterpret_cast<CUfunction>(&g_function);
+  if (strcmp(name, zrtier::gpu::kDecodeKernelName) == 0) {
+    *f = reinterpret_cast<CUfunction>(&g_function);
+  } else if (strcmp(name, zrtier::gpu::kEncodeKernelName) == 0) {
+    *f = reinterpret_cast<CUfunction>(&g_encode_function);
+  } else {
+    return CUDA_ERROR_NOT_FOUND;
+  }
   return CUDA_SUCCESS;
 }
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz, unsigned smem, CUstream stream, void** params,
                         void** extra) {
   using namespace zrtier::gpu;
+  if (f == reinterpret_cast<CUfunction>(&g_encode_function)) {
+    if (gy != 1 || gz != 1 || by != 1 || bz != 1 || bx != kEncodeThreads || smem != 0 || extra ||
+        !params)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (Knob("FAKE_LIBCUDA_LAUNCH_FAIL")) return CUDA_ERROR_LAUNCH_FAILED;
+    return Enqueue(stream, &EncodeLaunch::Run,
+                   new EncodeLaunch{*static_cast<const EncodeChunk* const*>(params[0]),
+                                    std::min(gx, *static_cast<const uint32_t*>(params[1])),
+                                    *static_cast<uint32_t* const*>(params[2]), bx});
+  }
   if (f != reinterpret_cast<CUfunction>(&g_function) || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
       bx != kDecodeThreads || smem != 0 || extra || !params)
     return CUDA_ERROR_INVALID_VALUE;
@@ -139,14 +181,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
                          bx,
                          {}};
   if (select->n) run->select.assign(select->index, select->index + count);
-  if (auto launch = FakeRuntimeLaunch()) {
-    // In stream order, on the fake runtime's worker for the stream (its handles are the runtime's).
-    return launch(reinterpret_cast<cudaStream_t>(stream), &Launch::Run, run) == cudaSuccess
-               ? CUDA_SUCCESS
-               : CUDA_ERROR_LAUNCH_FAILED;
-  }
-  Launch::Run(run);
-  return CUDA_SUCCESS;
+  // In stream order, on the fake runtime's worker for the stream (its handles are the runtime's).
+  return Enqueue(stream, &Launch::Run, run);
 }
 CUresult cuMemAlloc(CUdeviceptr* p, size_t n) {
   void* m = aligned_alloc(256, (n + 255) & ~size_t{255});

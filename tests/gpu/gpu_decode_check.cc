@@ -3,7 +3,10 @@
 // CPU in the GPU chunk format, decodes it on GPU 0 with the embedded kernel through the driver API
 // (runtime/gpu/decode_module.h), compares every byte with the original and with the CPU decoder's
 // output, then times the kernel alone on 1 GiB of decoded bf16 (256 KiB chunks; CUDA events over
-// many launches) and prints its GB/s of output. Exit status 0 only if every byte matched.
+// many launches) and prints its GB/s of output. Then the encode kernel (encode_module.h): sample
+// chunks encoded on the GPU, every encoding decoded by the CPU decoder and compared with the
+// original, its size against the CPU encoder's, and its speed alone in GB/s of input. Exit status
+// 0 only if every byte matched.
 //
 //   gpu_decode_check [--bytes N] [--launches K]   (N: bytes of output timed per kind, default 1
 //   GiB)
@@ -18,7 +21,9 @@
 #include <vector>
 
 #include "runtime/codec/codec.h"
+#include "runtime/codec/gpu_format.h"
 #include "runtime/gpu/decode_module.h"
+#include "runtime/gpu/encode_module.h"
 #include "tools/bench/sample_data.h"
 
 namespace zrtier::gpu {
@@ -156,6 +161,83 @@ Batch Samples(const std::string& name, SampleKind kind, size_t chunk, size_t cou
   return b;
 }
 
+// The batch's chunks encoded on the GPU (`launches` times, timed with events into *ms): the
+// encodings and their lengths (out_len).
+void EncodeOnGpu(const EncodeModule& mod, const Batch& b, int launches,
+                 std::vector<std::vector<uint8_t>>* enc, std::vector<uint32_t>* lens, float* ms) {
+  const uint32_t count = static_cast<uint32_t>(b.chunks.size());
+  std::vector<size_t> src_off, dst_off;
+  size_t src_bytes = 0, dst_bytes = 0;
+  for (const auto& c : b.chunks) {
+    src_off.push_back(src_bytes);
+    dst_off.push_back(dst_bytes);
+    src_bytes = Align16(src_bytes + c.size());
+    dst_bytes = Align16(dst_bytes + gpufmt::MaxEncodedSize(c.size()));
+  }
+  CUdeviceptr src, dst, descs, out_len;
+  CHECK_CU(d->cuMemAlloc(&src, src_bytes));
+  CHECK_CU(d->cuMemAlloc(&dst, dst_bytes));
+  CHECK_CU(d->cuMemAlloc(&descs, sizeof(EncodeChunk) * count));
+  CHECK_CU(d->cuMemAlloc(&out_len, 4 * count));
+  std::vector<EncodeChunk> dv(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    CHECK_CU(d->cuMemcpyHtoD(src + src_off[i], b.chunks[i].data(), b.chunks[i].size()));
+    dv[i] = {src + src_off[i], dst + dst_off[i], static_cast<uint32_t>(b.chunks[i].size()), 0, 0};
+  }
+  CHECK_CU(d->cuMemcpyHtoD(descs, dv.data(), sizeof(EncodeChunk) * count));
+  CUevent start, stop;
+  CHECK_CU(d->cuEventCreate(&start, CU_EVENT_DEFAULT));
+  CHECK_CU(d->cuEventCreate(&stop, CU_EVENT_DEFAULT));
+  if (Status s = mod.Launch(descs, count, out_len, nullptr); !s.ok())  // warm-up
+    fprintf(stderr, "gpu-encode: %s\n", s.ToString().c_str()), exit(2);
+  CHECK_CU(d->cuEventRecord(start, nullptr));
+  for (int l = 0; l < launches; ++l) (void)mod.Launch(descs, count, out_len, nullptr);
+  CHECK_CU(d->cuEventRecord(stop, nullptr));
+  CHECK_CU(d->cuEventSynchronize(stop));
+  CHECK_CU(d->cuEventElapsedTime(ms, start, stop));
+  lens->assign(count, 0);
+  CHECK_CU(d->cuMemcpyDtoH(lens->data(), out_len, 4 * count));
+  enc->assign(count, {});
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t n = (*lens)[i];
+    if (n == 0 || n == kEncodeRefused || n > gpufmt::MaxEncodedSize(b.chunks[i].size())) continue;
+    (*enc)[i].resize(n);
+    CHECK_CU(d->cuMemcpyDtoH((*enc)[i].data(), dst + dst_off[i], n));
+  }
+  d->cuEventDestroy(start);
+  d->cuEventDestroy(stop);
+  for (CUdeviceptr p : {src, dst, descs, out_len}) d->cuMemFree(p);
+}
+
+// Checks the GPU's encodings of `b`: each decodes (CPU decoder) to its original, an all-zero
+// chunk is the empty encoding. Returns the mismatches; *bytes: the encodings' total.
+size_t VerifyEncoded(const Codec& codec, const Batch& b,
+                     const std::vector<std::vector<uint8_t>>& enc,
+                     const std::vector<uint32_t>& lens, size_t* bytes) {
+  std::atomic<size_t> bad{0}, total{0};
+  Parallel(b.chunks.size(), [&](size_t i) {
+    const std::vector<uint8_t>& orig = b.chunks[i];
+    const bool zero = std::all_of(orig.begin(), orig.end(), [](uint8_t v) { return v == 0; });
+    total += lens[i] == kEncodeRefused ? 0 : lens[i];
+    std::vector<uint8_t> out(orig.size(), 0x5a);
+    Status s = Status::Ok();
+    bool ok;
+    if (lens[i] == 0) {
+      ok = zero;
+    } else if (lens[i] == kEncodeRefused || enc[i].empty()) {
+      ok = false;
+    } else {
+      s = codec.Decode(enc[i].data(), enc[i].size(), out.data(), out.size());
+      ok = s.ok() && memcmp(out.data(), orig.data(), orig.size()) == 0;
+    }
+    if (!ok && bad++ < 5)
+      fprintf(stderr, "gpu-encode: %s chunk %zu (%zu bytes): out_len %u, decode %s\n",
+              b.name.c_str(), i, orig.size(), lens[i], s.ToString().c_str());
+  });
+  *bytes = total;
+  return bad;
+}
+
 int Run(size_t timed_bytes, int launches) {
   if (Status s = CudaDriver::Load(&d); !s.ok())
     return fprintf(stderr, "gpu-decode: %s\n", s.ToString().c_str()), 2;
@@ -244,6 +326,45 @@ int Run(size_t timed_bytes, int launches) {
         out_bytes * launches / (ms * 1e-3) / 1e9, bad ? "MISMATCH" : "bit-identical");
     d->cuEventDestroy(start);
     d->cuEventDestroy(stop);
+  }
+  // 3. The encode kernel: every kind, its encodings decoded by the CPU decoder, sizes against the
+  // CPU encoder; then its speed alone (GB/s of input), 256 KiB chunks.
+  std::unique_ptr<EncodeModule> enc_mod;
+  if (Status s = EncodeModule::Load(&enc_mod); !s.ok())
+    return fprintf(stderr, "gpu-encode: %s\n", s.ToString().c_str()), 2;
+  for (const Kind& k : kinds) {
+    for (size_t len : {size_t{256} << 10, size_t{64} << 10, size_t{4096} + 16, size_t{16}}) {
+      Batch b = Samples(k.name, k.kind, len, len > 4096 ? 64 : 8, len + 7);
+      std::vector<std::vector<uint8_t>> enc;
+      std::vector<uint32_t> lens;
+      float ms = 0;
+      EncodeOnGpu(*enc_mod, b, 1, &enc, &lens, &ms);
+      size_t gpu_bytes = 0;
+      const size_t bad = VerifyEncoded(gpu_codec, b, enc, lens, &gpu_bytes);
+      failures += bad;
+      EncodeBatch(gpu_codec, &b);
+      size_t cpu_bytes = 0;
+      for (size_t l : b.enc_len) cpu_bytes += l;
+      printf("gpu-encode check %-9s %7zu-byte chunks x %zu: %s, %zu bytes (CPU encoder %zu)\n",
+             k.name, len, b.chunks.size(), bad ? "MISMATCH" : "decodes bit-identical", gpu_bytes,
+             cpu_bytes);
+    }
+  }
+  for (const Kind& k : {kinds[0], kinds[2], kinds[3]}) {
+    Batch b = Samples(k.name, k.kind, chunk, std::max<size_t>(1, timed_bytes / chunk), 2000);
+    std::vector<std::vector<uint8_t>> enc;
+    std::vector<uint32_t> lens;
+    float ms = 0;
+    EncodeOnGpu(*enc_mod, b, launches, &enc, &lens, &ms);
+    size_t gpu_bytes = 0;
+    const size_t bad = VerifyEncoded(gpu_codec, b, enc, lens, &gpu_bytes);
+    failures += bad;
+    const double in_bytes = double(b.chunks.size()) * chunk;
+    printf(
+        "gpu-encode kernel %s: %.0f MiB in, ratio %.3f, %d launches, %.3f ms each, %.1f GB/s %s\n",
+        k.name, in_bytes / (1 << 20), in_bytes / double(std::max<size_t>(gpu_bytes, 1)), launches,
+        ms / launches, in_bytes * launches / (ms * 1e-3) / 1e9,
+        bad ? "MISMATCH" : "decodes bit-identical");
   }
   printf("gpu-decode: %s\n", failures ? "FAILED (mismatches above)" : "all bytes identical");
   return failures ? 1 : 0;
