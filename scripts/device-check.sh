@@ -70,18 +70,22 @@ for stage in "${stages[@]}"; do
          LD_PRELOAD=$LIB $py scripts/gpu/cpu_writes.py >"$OUT/cpu_writes_zrtier.log" 2>&1; then
         record "cpu_writes.py: CPU stores reach the GPU" PASS
       else tail -5 "$OUT"/cpu_writes_*.log; record "cpu_writes.py: CPU stores reach the GPU" FAIL; fi
-      # Copies of pinned memory captured in a CUDA graph replay with each replay's bytes
-      # (self-checking): plain, the defaults (pinned in place), and a budget below the buffers
-      # (pages unpinned and compressed before the capture, pinned again by it).
-      for cfg in plain defaults budget; do
-        env=()
-        case $cfg in
-          defaults) env=(LD_PRELOAD=$LIB) ;;
-          budget) env=(LD_PRELOAD=$LIB ZRTIER_MEMORY=96M) ;;
-        esac
-        if env "${env[@]}" timeout -k 5 120 $py scripts/gpu/graph_capture.py >"$OUT/graph_capture_$cfg.log" 2>&1; then
-          record "graph_capture.py ($cfg): captured copies replay" PASS
-        else tail -5 "$OUT/graph_capture_$cfg.log"; record "graph_capture.py ($cfg): captured copies replay" FAIL; fi
+      # Copies of pinned memory captured in a CUDA graph replay with each replay's bytes, and
+      # kernels read and write pinned memory through its device pointer (self-checking): plain,
+      # the defaults (pinned in place), and a budget below the buffers (pages unpinned and
+      # compressed before, pinned again by the capture or the device pointer).
+      for check in "graph_capture:captured copies replay" "zero_copy:kernels read and write it"; do
+        for cfg in plain defaults budget; do
+          env=()
+          case $cfg in
+            defaults) env=(LD_PRELOAD=$LIB) ;;
+            budget) env=(LD_PRELOAD=$LIB ZRTIER_MEMORY=96M) ;;
+          esac
+          name="${check%%:*}.py ($cfg): ${check#*:}"
+          if env "${env[@]}" timeout -k 5 120 $py "scripts/gpu/${check%%:*}.py" >"$OUT/${check%%:*}_$cfg.log" 2>&1; then
+            record "$name" PASS
+          else tail -5 "$OUT/${check%%:*}_$cfg.log"; record "$name" FAIL; fi
+        done
       done
       # fork: a child reads the parent's pinned bytes as they are at its first touch, in every tier
       # (self-checking): pinned in place (defaults), owned T0 slots, the RAM store, a spill file.

@@ -151,13 +151,8 @@ cudaError_t Shim::HostRegister(void* p, size_t size, unsigned flags) {
     // region pages for real would break eviction (DESIGN.md section 8), so pin nothing.
     if (static_cast<char*>(p) + size > static_cast<char*>(r.base) + r.size)
       return cudaErrorInvalidValue;
-    if (flags & cudaHostRegisterMapped) {
-      ZRTIER_LOG_ONCE(LogLevel::kError,
-                      "cudaHostRegister(cudaHostRegisterMapped) on zrtier memory: zero-copy access "
-                      "to a zrtier region is impossible (raise ZRTIER_MIN_ALLOC or allocate with "
-                      "cudaHostAllocMapped)");
-      return cudaErrorNotSupported;
-    }
+    if (flags & cudaHostRegisterMapped)
+      return MapForDevice(r) ? cudaSuccess : cudaErrorNotSupported;
     return cudaSuccess;
   }
   return api_->cudaHostRegister(p, size, flags);
@@ -184,16 +179,26 @@ cudaError_t Shim::PointerGetAttributes(cudaPointerAttributes* attr, const void* 
   return api_->cudaPointerGetAttributes(attr, p);
 }
 
+bool Shim::MapForDevice(const RegionInfo& r) {
+  if (cfg_.pin_in_place && budget_ && runs_->PinMapped(r)) {
+    ZRTIER_LOG_ONCE(LogLevel::kInfo,
+                    "zero-copy access to zrtier memory (a device pointer to it was asked for): "
+                    "such allocations stay pinned in place while they live");
+    budget_->Kick();  // the keeper makes room under the budget elsewhere
+    return true;
+  }
+  ZRTIER_LOG_ONCE(LogLevel::kError,
+                  "zero-copy access to zrtier memory (cudaHostGetDevicePointer, "
+                  "cudaHostRegisterMapped) needs its pages pinned in place, which is off or was "
+                  "refused (ZRTIER_PIN_IN_PLACE=0, or a registration failed): returning "
+                  "cudaErrorNotSupported (raise ZRTIER_MIN_ALLOC above this allocation)");
+  return false;
+}
+
 cudaError_t Shim::HostGetDevicePointer(void** dev, void* host, unsigned flags) {
   RegionInfo r;
-  if (host && backend_->Lookup(host, &r)) {
-    ZRTIER_LOG_ONCE(
-        LogLevel::kError,
-        "cudaHostGetDevicePointer on zrtier memory: zero-copy access to a zrtier region "
-        "is impossible; returning cudaErrorNotSupported (allocate with "
-        "cudaHostAllocMapped, or raise ZRTIER_MIN_ALLOC above this allocation)");
-    return cudaErrorNotSupported;
-  }
+  if (host && backend_->Lookup(host, &r) && !MapForDevice(r)) return cudaErrorNotSupported;
+  CaptureModeRelaxed relaxed(api_);
   return api_->cudaHostGetDevicePointer(dev, host, flags);
 }
 

@@ -63,9 +63,13 @@ class Shim {
   // flag; else (or if the backend cannot allocate) the real call.
   cudaError_t HostAlloc(void** p, size_t size, unsigned flags);
   cudaError_t FreeHost(void* p);
+  // In a region: nothing to pin (it is "pinned" already), except with cudaHostRegisterMapped,
+  // which maps the region for the device as HostGetDevicePointer does.
   cudaError_t HostRegister(void* p, size_t size, unsigned flags);
   cudaError_t HostUnregister(void* p);
   cudaError_t PointerGetAttributes(cudaPointerAttributes* attr, const void* p);
+  // In a region: its pages are pinned in place for good and mapped for the device
+  // (MapForDevice), then the real call answers; cudaErrorNotSupported where they cannot be.
   cudaError_t HostGetDevicePointer(void** dev, void* host, unsigned flags);
   cudaError_t HostGetFlags(unsigned* flags, void* host);
 
@@ -119,6 +123,10 @@ class Shim {
   // are never unpinned). `host` is the region side of the copy.
   cudaError_t CopyDirect(void* dst, const void* src, size_t n, bool d2h, const RegionInfo& r,
                          PinnedRuns::Lease* lease, cudaStream_t stream, bool captured = false);
+  // Zero-copy access to region `r` (cudaHostGetDevicePointer, cudaHostRegisterMapped): its runs are
+  // pinned for good and mapped for the device (PinnedRuns::PinMapped). False (said once) when
+  // pinning in place is off or refused.
+  bool MapForDevice(const RegionInfo& r);
   // A copy issued while `stream` captures a CUDA graph (`rs`, `rd`: the regions of src and dst,
   // null for memory outside the arena): recorded as the real copy of the region's pages pinned
   // in place, which stay pinned while the region lives (PinnedRuns::AcquireForCapture), since

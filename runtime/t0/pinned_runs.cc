@@ -24,6 +24,7 @@ struct PinnedRun {
   std::atomic<bool> pinned{false};
   std::atomic<bool> closing{false};
   std::atomic<bool> captured{false};  // a captured copy uses it: pinned until the region goes
+  bool mapped = false;  // registered (or to be) with cudaHostRegisterMapped (guarded by mu)
   std::atomic<uint64_t> last_use{0};
   std::mutex mu;
   bool gone = false;  // the region was removed (guarded by mu)
@@ -62,10 +63,15 @@ bool PinnedRuns::Pin(PinnedRun* run) {
     (void)backend_->Unhold(run->base, run->len);  // the chunks held before the error
     return false;
   }
+  return Register(run);
+}
+
+bool PinnedRuns::Register(PinnedRun* run) {
   cudaError_t e;
   {
     CaptureModeRelaxed relaxed(api_);
-    e = api_->cudaHostRegister(run->base, run->len, cudaHostRegisterPortable);
+    e = api_->cudaHostRegister(
+        run->base, run->len, cudaHostRegisterPortable | (run->mapped ? cudaHostRegisterMapped : 0));
   }
   if (e != cudaSuccess) {
     broken_.store(true);
@@ -206,6 +212,35 @@ bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n,
     sched_yield();
   }
   return false;
+}
+
+bool PinnedRuns::PinMapped(const RegionInfo& r) {
+  std::vector<std::shared_ptr<PinnedRun>> runs;
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = regions_.find(r.id);
+    if (it == regions_.end()) return false;
+    runs = it->second.runs;
+  }
+  for (auto& run : runs) {
+    std::lock_guard<std::mutex> l(run->mu);
+    if (run->gone) return false;
+    if (!run->captured.exchange(true)) captured_bytes_.fetch_add(run->len);
+    if (run->pinned.load() && !run->mapped) {
+      // Registered without the mapping: registered again, once the copies issued from it are done.
+      run->closing.store(true);
+      while (run->users.load() > 0) sched_yield();
+      SyncFences();
+      Release(run.get(), /*unhold=*/false);
+      run->closing.store(false);
+      run->mapped = true;
+      if (!Register(run.get())) return false;  // its chunks are unheld then
+      continue;
+    }
+    run->mapped = true;
+    if (!run->pinned.load() && !Pin(run.get())) return false;
+  }
+  return true;
 }
 
 void PinnedRuns::Lease::End() {

@@ -12,7 +12,8 @@
 //
 // A copy issued while its stream captures a CUDA graph pins the runs it touches for good
 // (AcquireForCapture): the graph replays the DMA from or into these pages whenever the program
-// launches it.
+// launches it. A region whose device pointer the program asks for is pinned for good and mapped for
+// device access (PinMapped).
 //
 // Copies: Lease() says whether a range lies wholly in pinned runs and keeps them pinned until the
 // lease ends; the caller issues one real copy per segment, then Fence(stream) records the stream's
@@ -89,7 +90,13 @@ class PinnedRuns {
   // the region is removed (Unpin passes it over): the graph may replay the copy at any time, from
   // or into these pages. False when a run cannot be pinned (as for AddRegion).
   bool AcquireForCapture(const RegionInfo& r, const char* p, size_t n, Lease* lease);
-  // Bytes of the runs kept pinned for captured copies.
+  // Makes every run of region `r` pinned for good and registered for device access
+  // (cudaHostRegisterMapped): the program was handed a device pointer to the region
+  // (cudaHostGetDevicePointer), and its kernels may read and write the pages at any time. A run
+  // registered without the mapping is registered again, once the copies issued from it are done.
+  // False when a run cannot be pinned (as for AddRegion).
+  bool PinMapped(const RegionInfo& r);
+  // Bytes of the runs kept pinned for captured copies and device access.
   uint64_t captured_bytes() const { return captured_bytes_.load(std::memory_order_relaxed); }
   // Records the fence of `stream` behind the copies just issued there from pinned runs -- while
   // fencing is on; otherwise only notes that a copy went unfenced (an Unpin then synchronizes the
@@ -127,6 +134,9 @@ class PinnedRuns {
   };
   // Holds and registers `run`; false (said once) if either fails.
   bool Pin(PinnedRun* run);
+  // Registers `run`, whose chunks are held (mapped for device access when run->mapped); false
+  // (said once) if the driver refuses, its chunks unheld then.
+  bool Register(PinnedRun* run);
   // Unregisters and unholds `run`. REQUIRES: its users are gone and its fence synchronized.
   void Release(PinnedRun* run, bool unhold);
   // Waits until every fence recorded so far has completed.

@@ -541,7 +541,9 @@ FAKE_API cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned i
   if (!dev) return Fail(cudaErrorInvalidValue);
   std::lock_guard<std::mutex> l(G()->mu);
   const Alloc* a = Find(host, 1);
-  if (!a || a->device) return Fail(cudaErrorInvalidValue);
+  // Registered memory has a device address only when registered mapped (the stricter driver).
+  if (!a || a->device || (a->registered && !(a->flags & cudaHostRegisterMapped)))
+    return Fail(cudaErrorInvalidValue);
   *dev = host;
   return cudaSuccess;
 }

@@ -407,5 +407,32 @@ TEST_F(MemoryBudgetTest, AnUnpinnedRunIsPinnedAgainForACapturedCopy) {
   cudaStreamDestroy(s);
 }
 
+// A device pointer to a region (zero-copy access) pins all of it for good and maps it for the
+// device: a run pinned before is registered again with the mapping, an unpinned one is pinned.
+TEST_F(MemoryBudgetTest, ADevicePointerMapsTheWholeRegionForGood) {
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
+  const size_t n = 2 * PinnedRuns::kRunBytes;
+  char* p = Region(n);
+  std::vector<char> data = testing::RandomBytes(n, 11);
+  memcpy(p, data.data(), n);
+  // The second run unpinned (its chunks compressed by then or not), the first pinned unmapped.
+  ASSERT_EQ(shim_->runs()->Unpin(PinnedRuns::kRunBytes), PinnedRuns::kRunBytes);
+  ASSERT_EQ(shim_->runs()->pinned_bytes(), PinnedRuns::kRunBytes);
+  void* dev = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&dev, p, 0), cudaErrorInvalidValue)
+      << "the fake gives no device address of a run registered without the mapping";
+  ASSERT_EQ(shim_->HostGetDevicePointer(&dev, p + 4096, 0), cudaSuccess);
+  EXPECT_EQ(dev, p + 4096);
+  EXPECT_EQ(shim_->runs()->pinned_bytes(), n);
+  EXPECT_EQ(shim_->runs()->captured_bytes(), n);
+  ASSERT_EQ(cudaHostGetDevicePointer(&dev, p + n - 4096, 0), cudaSuccess) << "mapped";
+  EXPECT_EQ(shim_->runs()->Unpin(UINT64_MAX), 0u) << "pinned for good";
+  EXPECT_EQ(memcmp(p, data.data(), n), 0);
+  ExpectOnDevice(p, data);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  EXPECT_EQ(shim_->runs()->captured_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace zrtier

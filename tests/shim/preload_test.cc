@@ -313,7 +313,26 @@ TEST(Preload, ForkedChildReadsTheParentsBytes) {
   EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
 }
 
-TEST(Preload, ZeroCopyOnARegionFailsClearly) {
+// Zero-copy access (vLLM's CPU offload takes a device pointer to pinned weights): the region is
+// pinned in place and mapped for the device, whatever the resident limit; its bytes stay.
+TEST(Preload, ZeroCopyOnARegionMapsItForTheDevice) {
+  bool managed = false;
+  const size_t n = 4 << 20;  // above the resident limit of this test's environment
+  char* r = PinnedAlloc(n, 0, &managed);
+  ASSERT_TRUE(managed);
+  memset(r, 0x5d, n);
+  void* dev = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&dev, r + 4096, 0), cudaSuccess);
+  EXPECT_EQ(dev, r + 4096) << "the fake's device address of mapped host memory is its own";
+  EXPECT_EQ(cudaHostRegister(r, 4096, 0), cudaSuccess);  // inside a region: pins nothing
+  EXPECT_EQ(cudaHostUnregister(r), cudaSuccess);
+  EXPECT_EQ(cudaHostRegister(r, 4096, cudaHostRegisterMapped), cudaSuccess);
+  for (size_t i = 0; i < n; i += 4096) ASSERT_EQ(r[i], 0x5d) << i;
+  EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
+}
+
+// With pinning in place off, zero-copy access to a region cannot be given: a clear error.
+TEST(NoPinInPlace, ZeroCopyOnARegionFailsClearly) {
   bool managed = false;
   char* r = PinnedAlloc(2 << 20, 0, &managed);
   ASSERT_TRUE(managed);
@@ -321,6 +340,7 @@ TEST(Preload, ZeroCopyOnARegionFailsClearly) {
   std::string err = CaptureStderr(
       [&] { EXPECT_EQ(cudaHostGetDevicePointer(&dev, r, 0), cudaErrorNotSupported); });
   EXPECT_NE(err.find("zero-copy"), std::string::npos) << err;
+  EXPECT_EQ(cudaHostRegister(r, 4096, cudaHostRegisterMapped), cudaErrorNotSupported);
   EXPECT_EQ(cudaHostRegister(r, 4096, 0), cudaSuccess);  // inside a region: pins nothing
   EXPECT_EQ(cudaHostUnregister(r), cudaSuccess);
   EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
