@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "runtime/base/log.h"
@@ -197,8 +198,11 @@ bool Shim::MapForDevice(const RegionInfo& r) {
 
 cudaError_t Shim::HostGetDevicePointer(void** dev, void* host, unsigned flags) {
   RegionInfo r;
-  if (host && backend_->Lookup(host, &r) && !MapForDevice(r)) return cudaErrorNotSupported;
-  CaptureModeRelaxed relaxed(api_);
+  if (host && backend_->Lookup(host, &r)) {
+    if (!MapForDevice(r)) return cudaErrorNotSupported;
+    CaptureModeRelaxed relaxed(api_);
+    return api_->cudaHostGetDevicePointer(dev, host, flags);
+  }
   return api_->cudaHostGetDevicePointer(dev, host, flags);
 }
 
@@ -254,11 +258,13 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
     if (sync) return cudaErrorStreamCaptureUnsupported;  // as the runtime answers a cudaMemcpy
     return CopyInCapture(dst, src, n, kind, stream, sreg ? &rs : nullptr, dreg ? &rd : nullptr);
   }
-  // The paths below query and wait on events, and may allocate: not stream-ordered calls, which
-  // must not fail or invalidate a graph another thread of the program captures meanwhile.
-  CaptureModeRelaxed relaxed(api_);
+  // The paths through T0 slots query and wait on events and may allocate: calls that are not
+  // stream-ordered, which must not fail or invalidate a graph another thread of the program
+  // captures meanwhile. The direct path (only stream-ordered calls) pays nothing for it.
+  std::optional<CaptureModeRelaxed> relaxed;
   cudaError_t err;
   if (sreg && dreg) {
+    relaxed.emplace(api_);
     err = CopyHostHost(dst, src, n, stream);
   } else {
     // One side is a region (host memory); find out what the other side is.
@@ -284,15 +290,18 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
     }
     PinnedRuns::Lease lease;
     if (!other_device) {
+      relaxed.emplace(api_);
       err = CopyHostHost(dst, src, n, stream);
     } else if (sreg ? runs_->Acquire(rs, static_cast<const char*>(src), n, &lease)
                     : runs_->Acquire(rd, static_cast<const char*>(dst), n, &lease)) {
       err = CopyDirect(dst, src, n, dreg, sreg ? rs : rd, &lease, stream);
     } else if (sreg) {
+      relaxed.emplace(api_);
       err = h2d_->Copy(dst, rs, static_cast<const char*>(src), n, stream, sync);
       StatAdd(Stat::h2d_copies, 1);
       StatAdd(Stat::h2d_bytes, n);
     } else {
+      relaxed.emplace(api_);
       err = d2h_->Copy(static_cast<char*>(dst), rd, src, n, stream);
       StatAdd(Stat::d2h_copies, 1);
       StatAdd(Stat::d2h_bytes, n);
