@@ -42,54 +42,20 @@ void Histogram(const uint8_t* p, size_t n, uint32_t* hist) {
 }
 
 // Huffman code lengths (1..kMaxCodeLen) for the symbols with a non-zero count in `hist`, 0 for
-// the others: a Huffman tree built with two queues over the counts in ascending order, its
-// deeper levels folded up to kMaxCodeLen by the JPEG procedure (ISO/IEC 10918-1, K.3 Adjust_BITS),
-// which keeps the Kraft sum at 1; the most frequent symbols get the shortest codes.
+// the others (gpufmt::HuffmanLengths, after sorting them by count).
 void CodeLengths(const uint32_t* hist, uint8_t* lens) {
-  uint16_t order[256];
+  gpufmt::HuffmanWork w;
   int m = 0;
   for (int s = 0; s < 256; ++s)
-    if (hist[s]) order[m++] = static_cast<uint16_t>(s);
+    if (hist[s]) w.order[m++] = static_cast<uint16_t>(s);
   memset(lens, 0, 256);
   if (m == 1) {
-    lens[order[0]] = 1;
+    lens[w.order[0]] = 1;
     return;
   }
-  std::sort(order, order + m,
+  std::sort(w.order, w.order + m,
             [&](uint16_t a, uint16_t b) { return hist[a] != hist[b] ? hist[a] < hist[b] : a < b; });
-  uint64_t freq[511];
-  uint16_t parent[511];
-  uint16_t depth[511];
-  for (int i = 0; i < m; ++i) freq[i] = hist[order[i]];
-  int leaf = 0, inner = m;
-  auto pick = [&](int next) {
-    if (leaf < m && (inner >= next || freq[leaf] <= freq[inner])) return leaf++;
-    return inner++;
-  };
-  for (int next = m; next < 2 * m - 1; ++next) {
-    int a = pick(next), b = pick(next);
-    freq[next] = freq[a] + freq[b];
-    parent[a] = parent[b] = static_cast<uint16_t>(next);
-  }
-  depth[2 * m - 2] = 0;
-  for (int i = 2 * m - 3; i >= 0; --i) depth[i] = static_cast<uint16_t>(depth[parent[i]] + 1);
-  uint32_t bits[257] = {};
-  for (int i = 0; i < m; ++i) ++bits[depth[i]];
-  for (int i = 256; i > kMaxCodeLen;) {
-    if (bits[i] == 0) {
-      --i;
-      continue;
-    }
-    int j = i - 2;
-    while (bits[j] == 0) --j;
-    bits[i] -= 2;
-    bits[i - 1] += 1;
-    bits[j + 1] += 2;
-    bits[j] -= 1;
-  }
-  int next = m - 1;  // the most frequent symbol not yet given a length
-  for (int l = 1; l <= kMaxCodeLen; ++l)
-    for (uint32_t k = 0; k < bits[l]; ++k) lens[order[next--]] = static_cast<uint8_t>(l);
+  gpufmt::HuffmanLengths(hist, m, w, lens);
 }
 
 // Appends the codes of p[0..count) to `out` (MSB-first in 32-bit words, the last word padded with

@@ -162,4 +162,51 @@ ZRTIER_HD TableEntry DecodeTableEntry(const CodeSpec& spec, const uint8_t* symbo
   return 0;
 }
 
+// The work arrays of one plane's Huffman code construction (the CPU encoder's stack, the encode
+// kernel's shared memory).
+struct HuffmanWork {
+  uint32_t freq[511];
+  uint16_t parent[511];
+  uint16_t depth[511];
+  uint16_t order[256];  // the caller's: the symbols with a count, by (count, symbol) ascending
+  uint32_t bits[257];   // codes per length
+};
+
+// Code lengths (1..kMaxCodeLen) of the m >= 2 symbols w.order[0..m) whose counts are in `hist`: a
+// Huffman tree built with two queues over the counts in ascending order, its deeper levels folded
+// up to kMaxCodeLen by the JPEG procedure (ISO/IEC 10918-1, K.3 Adjust_BITS), which keeps the
+// Kraft sum at 1; the most frequent symbols get the shortest codes. Writes lens[s] of those m
+// symbols only.
+ZRTIER_HD void HuffmanLengths(const uint32_t* hist, int m, HuffmanWork& w, uint8_t* lens) {
+  for (int i = 0; i < m; ++i) w.freq[i] = hist[w.order[i]];
+  int leaf = 0, inner = m;
+  for (int next = m; next < 2 * m - 1; ++next) {
+    int ab[2];
+    for (int k = 0; k < 2; ++k)
+      ab[k] = (leaf < m && (inner >= next || w.freq[leaf] <= w.freq[inner])) ? leaf++ : inner++;
+    w.freq[next] = w.freq[ab[0]] + w.freq[ab[1]];
+    w.parent[ab[0]] = w.parent[ab[1]] = static_cast<uint16_t>(next);
+  }
+  w.depth[2 * m - 2] = 0;
+  for (int i = 2 * m - 3; i >= 0; --i) w.depth[i] = static_cast<uint16_t>(w.depth[w.parent[i]] + 1);
+  uint32_t* bits = w.bits;
+  for (int l = 0; l < 257; ++l) bits[l] = 0;
+  for (int i = 0; i < m; ++i) ++bits[w.depth[i]];
+  for (int i = 256; i > kMaxCodeLen;) {
+    if (bits[i] == 0) {
+      --i;
+      continue;
+    }
+    int j = i - 2;
+    while (bits[j] == 0) --j;
+    bits[i] -= 2;
+    bits[i - 1] += 1;
+    bits[j + 1] += 2;
+    bits[j] -= 1;
+  }
+  int next = m - 1;  // the most frequent symbol not yet given a length
+  for (int l = 1; l <= kMaxCodeLen; ++l)
+    for (uint32_t k = 0; k < bits[l]; ++k) lens[w.order[next--]] = static_cast<uint8_t>(l);
+}
+
 }  // namespace zrtier::gpufmt

@@ -101,21 +101,12 @@ struct EncodePlane {
   gpufmt::HuffmanLayout layout;
 };
 
-// The two-queue Huffman construction's work arrays for one plane (CodeLengths in gpu_codec.cc).
-struct HuffmanTree {
-  uint32_t freq[511];
-  uint16_t parent[511];
-  uint16_t depth[511];
-  uint16_t order[256];
-  uint32_t bits[257];  // codes per length
-};
-
 // The CTA's shared memory.
 struct EncodeShared {
   uint32_t hist[gpufmt::kMaxPlanes][256];
   union {
-    uint32_t sample[kSampleHists][256];    // phases 2-3
-    HuffmanTree tree[gpufmt::kMaxPlanes];  // phase 5
+    uint32_t sample[kSampleHists][256];            // phases 2-3
+    gpufmt::HuffmanWork tree[gpufmt::kMaxPlanes];  // phase 5
   } u;
   uint32_t code[gpufmt::kMaxPlanes][256];    // canonical code << 5 | length; 0: no code
   uint8_t symbols[gpufmt::kMaxPlanes][256];  // in canonical order
@@ -180,8 +171,8 @@ ZRTIER_HD float EstimatePlane(const uint32_t* a, const uint32_t* b, uint32_t n) 
   }
   if (total <= 0) return 0;
   const float bits = log2f(total) - sum / total;
-  const float est = static_cast<float>(n) * bits / 8 + static_cast<float>(n) / 256 * 6 + 48 +
-                    symbols;
+  const float est =
+      static_cast<float>(n) * bits / 8 + static_cast<float>(n) / 256 * 6 + 48 + symbols;
   return est < static_cast<float>(n) ? est : static_cast<float>(n);
 }
 
@@ -228,13 +219,13 @@ ZRTIER_HD void PlaneHistograms(const EncodeChunk& c, uint32_t tid, uint32_t nthr
   if (any) SharedOr(&sh.nonzero, 1);
 }
 
-// Phase 5 (thread p, for p < W): the code lengths of gpu_codec.cc's CodeLengths (two queues over
-// the counts in ascending order, depths folded to kMaxCodeLen by JPEG's Adjust_BITS), the
-// canonical codes, and the CPU encoder's rule: coded only if its bound is below n bytes.
+// Phase 5 (thread p, for p < W): the code lengths of the CPU encoder (gpufmt::HuffmanLengths over
+// the symbols sorted by count here by insertion), the canonical codes, and the CPU encoder's rule:
+// coded only if its bound is below n bytes.
 ZRTIER_HD void BuildCode(uint32_t p, EncodeShared& sh) {
   if (sh.refused || !sh.nonzero || p >= sh.width) return;
   const uint32_t* hist = sh.hist[p];
-  HuffmanTree& t = sh.u.tree[p];
+  gpufmt::HuffmanWork& t = sh.u.tree[p];
   EncodePlane& pl = sh.plane[p];
   uint8_t* lens = sh.lens[p];
   for (int s = 0; s < 256; ++s) lens[s] = 0, sh.code[p][s] = 0;
@@ -252,36 +243,7 @@ ZRTIER_HD void BuildCode(uint32_t p, EncodeShared& sh) {
   if (m == 1) {
     lens[t.order[0]] = 1;
   } else {
-    for (int i = 0; i < m; ++i) t.freq[i] = hist[t.order[i]];
-    int leaf = 0, inner = m;
-    for (int next = m; next < 2 * m - 1; ++next) {
-      int ab[2];
-      for (int k = 0; k < 2; ++k)
-        ab[k] = (leaf < m && (inner >= next || t.freq[leaf] <= t.freq[inner])) ? leaf++ : inner++;
-      t.freq[next] = t.freq[ab[0]] + t.freq[ab[1]];
-      t.parent[ab[0]] = t.parent[ab[1]] = static_cast<uint16_t>(next);
-    }
-    t.depth[2 * m - 2] = 0;
-    for (int i = 2 * m - 3; i >= 0; --i)
-      t.depth[i] = static_cast<uint16_t>(t.depth[t.parent[i]] + 1);
-    uint32_t* bits = t.bits;
-    for (int l = 0; l < 257; ++l) bits[l] = 0;
-    for (int i = 0; i < m; ++i) ++bits[t.depth[i]];
-    for (int i = 256; i > gpufmt::kMaxCodeLen;) {
-      if (bits[i] == 0) {
-        --i;
-        continue;
-      }
-      int j = i - 2;
-      while (bits[j] == 0) --j;
-      bits[i] -= 2;
-      bits[i - 1] += 1;
-      bits[j + 1] += 2;
-      bits[j] -= 1;
-    }
-    int next = m - 1;  // the most frequent symbol not yet given a length
-    for (int l = 1; l <= gpufmt::kMaxCodeLen; ++l)
-      for (uint32_t k = 0; k < bits[l]; ++k) lens[t.order[next--]] = static_cast<uint8_t>(l);
+    gpufmt::HuffmanLengths(hist, m, t, lens);
   }
   uint64_t total_bits = 0;
   for (int l = 0; l <= gpufmt::kMaxCodeLen; ++l) pl.counts[l] = 0;

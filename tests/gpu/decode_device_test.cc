@@ -9,12 +9,12 @@
 
 #include <cstring>
 #include <memory>
-#include <new>
 #include <random>
 #include <vector>
 
 #include "runtime/codec/codec.h"
 #include "runtime/codec/gpu_format.h"
+#include "tests/testutil/aligned.h"
 #include "tests/testutil/encode.h"
 #include "tests/testutil/sample_bytes.h"
 #include "tests/testutil/skip.h"
@@ -22,16 +22,8 @@
 namespace zrtier::gpu {
 namespace {
 
+using testing::Aligned;
 using testing::SampleBytes;
-
-// A 16-byte aligned buffer of exactly `n` bytes (ASan sees any access past it).
-struct Aligned {
-  explicit Aligned(size_t n) : size(n), p(new (std::align_val_t(16)) uint8_t[n ? n : 1]) {}
-  ~Aligned() { operator delete[](p, std::align_val_t(16)); }
-  Aligned(const Aligned&) = delete;
-  size_t size;
-  uint8_t* p;
-};
 
 // Runs the kernel's phases for every chunk, with `threads` threads per CTA.
 void RunKernel(const std::vector<DecodeChunk>& chunks, std::vector<uint32_t>* status,

@@ -10,29 +10,21 @@
 
 #include <cstring>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
 #include "runtime/codec/codec.h"
 #include "runtime/codec/gpu_codec.h"
 #include "runtime/codec/gpu_format.h"
+#include "tests/testutil/aligned.h"
 #include "tests/testutil/encode.h"
 #include "tests/testutil/sample_bytes.h"
 
 namespace zrtier::gpu {
 namespace {
 
+using testing::Aligned;
 using testing::SampleBytes;
-
-// A 16-byte aligned buffer of exactly `n` bytes (ASan sees any access past it).
-struct Aligned {
-  explicit Aligned(size_t n) : size(n), p(new (std::align_val_t(16)) uint8_t[n ? n : 1]) {}
-  ~Aligned() { operator delete[](p, std::align_val_t(16)); }
-  Aligned(const Aligned&) = delete;
-  size_t size;
-  uint8_t* p;
-};
 
 // The kernel's phases for one chunk of `src`, into a buffer of MaxEncodedSize bytes (filled with
 // a marker first); returns out_len and the buffer.
