@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "runtime/base/thread_name.h"
@@ -13,8 +14,6 @@ namespace zrtier {
 EventWatcher::EventWatcher(const CudaApi* api) : api_(api) {
   thread_ = std::thread([this] {
     NameThisThread("zr-events");
-    // Its queries never fail or invalidate a graph the program captures meanwhile.
-    CaptureModeRelaxed relaxed(api_);
     Loop();
   });
 }
@@ -46,6 +45,10 @@ void EventWatcher::UseDevice(int device) {
 }
 
 void EventWatcher::Loop() {
+  // The thread's queries and waits never fail or invalidate a graph the program captures
+  // meanwhile. Set once the thread has a device, on the first event: no call of this thread's
+  // makes a context on a device the program does not use.
+  std::optional<CaptureModeRelaxed> relaxed;
   std::vector<Item> watched;
   auto last = std::chrono::steady_clock::now();
   for (;;) {
@@ -60,6 +63,7 @@ void EventWatcher::Loop() {
         l.unlock();
         for (Item& it : watched) {
           UseDevice(it.device);
+          if (!relaxed) relaxed.emplace(api_);
           it.fn(it.event, api_->cudaEventSynchronize(it.event));
         }
         watched.clear();
@@ -69,6 +73,7 @@ void EventWatcher::Loop() {
     bool any = false;
     for (size_t i = 0; i < watched.size();) {
       UseDevice(watched[i].device);
+      if (!relaxed) relaxed.emplace(api_);
       cudaError_t e = api_->cudaEventQuery(watched[i].event);
       if (e == cudaErrorNotReady) {
         ++i;
