@@ -771,6 +771,28 @@ TEST_F(ShimCopyTest, CopyDuringStreamCaptureFailsLoudly) {
   fakecudaSetCapturing(s, 0);
 }
 
+// Copies through T0 slots while another stream of the program captures a graph (in the global
+// mode, PyTorch's default): their event queries and waits -- the copy thread's and the event
+// watcher's -- run in the relaxed mode and invalidate nothing.
+TEST_F(ShimCopyTest, CopiesThroughT0DoNotInvalidateAnotherStreamsCapture) {
+  Make(64);
+  const size_t n = 1 << 20;
+  char *r, *d;
+  auto data = WrittenRegion(n, 3, &r, &d);
+  cudaStream_t s, cap;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&cap), cudaSuccess);
+  fakecudaSetCapturing(cap, 1);
+  EXPECT_EQ(shim_->Memcpy(d, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(shim_->Memcpy(r, d, n, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_FALSE(fakecudaCaptureInvalidated());
+  fakecudaSetCapturing(cap, 0);
+  EXPECT_EQ(ReadDevice(d, n), data);
+  EXPECT_EQ(memcmp(r, data.data(), n), 0);
+}
+
 TEST_F(ShimCopyTest, CopyCrossingARegionEndIsRejected) {
   Make(4);
   char* r = Region(1 << 20);
