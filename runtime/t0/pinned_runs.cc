@@ -159,7 +159,7 @@ void PinnedRuns::RemoveRegion(uint64_t id) {
     while (run->users.load() > 0) sched_yield();
     // The region is freed next (the backend drops every chunk, held ones included).
     if (run->pinned.load()) Release(run.get(), /*unhold=*/false);
-    if (run->captured.exchange(false)) captured_bytes_.fetch_sub(run->len);
+    if (run->captured.exchange(false)) AddCaptured(-static_cast<int64_t>(run->len));
   }
 }
 
@@ -187,6 +187,11 @@ bool PinnedRuns::Acquire(const RegionInfo& r, const char* p, size_t n, Lease* le
   return !lease->segments_.empty();
 }
 
+void PinnedRuns::AddCaptured(int64_t bytes) {
+  captured_bytes_.fetch_add(static_cast<uint64_t>(bytes));
+  StatAdd(Stat::pinned_for_good_bytes, static_cast<uint64_t>(bytes));  // wraps down for bytes < 0
+}
+
 bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n, Lease* lease) {
   std::vector<std::shared_ptr<PinnedRun>> runs;
   {
@@ -203,7 +208,7 @@ bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n,
     if (run->gone) return false;
     // Marked before it is pinned: an Unpin that chose it already leaves it pinned (it checks the
     // mark under the run's lock).
-    if (!run->captured.exchange(true)) captured_bytes_.fetch_add(run->len);
+    if (!run->captured.exchange(true)) AddCaptured(static_cast<int64_t>(run->len));
     if (!run->pinned.load() && !Pin(run.get())) return false;
   }
   // An Unpin that chose a run before it was marked holds it `closing` until it sees the mark.
@@ -225,7 +230,7 @@ bool PinnedRuns::PinMapped(const RegionInfo& r) {
   for (auto& run : runs) {
     std::lock_guard<std::mutex> l(run->mu);
     if (run->gone) return false;
-    if (!run->captured.exchange(true)) captured_bytes_.fetch_add(run->len);
+    if (!run->captured.exchange(true)) AddCaptured(static_cast<int64_t>(run->len));
     if (run->pinned.load() && !run->mapped) {
       // Registered without the mapping: registered again, once the copies issued from it are done.
       run->closing.store(true);

@@ -137,6 +137,8 @@ class PinnedRuns {
   // Registers `run`, whose chunks are held (mapped for device access when run->mapped); false
   // (said once) if the driver refuses, its chunks unheld then.
   bool Register(PinnedRun* run);
+  // Counts `bytes` more (or fewer) pinned for good (captured_bytes and its statistic).
+  void AddCaptured(int64_t bytes);
   // Unregisters and unholds `run`. REQUIRES: its users are gone and its fence synchronized.
   void Release(PinnedRun* run, bool unhold);
   // Waits until every fence recorded so far has completed.

@@ -364,10 +364,12 @@ TEST_F(MemoryBudgetTest, ACopyDuringGraphCaptureKeepsItsPagesPinned) {
               std::vector<char>(data.begin(), data.begin() + n / 2));
   EXPECT_EQ(memcmp(p + n / 2, back.data(), n / 2), 0);
   EXPECT_EQ(shim_->runs()->captured_bytes(), n);
+  EXPECT_EQ(StatGet(Stat::pinned_for_good_bytes), n) << "the statistic says so";
   EXPECT_EQ(shim_->runs()->Unpin(UINT64_MAX), 0u) << "captured runs stay pinned";
   EXPECT_EQ(shim_->runs()->pinned_bytes(), n);
   ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
   EXPECT_EQ(shim_->runs()->captured_bytes(), 0u);
+  EXPECT_EQ(StatGet(Stat::pinned_for_good_bytes), 0u);
   EXPECT_EQ(shim_->runs()->pinned_bytes(), 0u);
   cudaFree(d);
   cudaFree(src);
