@@ -13,7 +13,8 @@
 //   phase 5  BuildCode         thread p < W: plane p's Huffman code, and whether coding it
 //                              shrinks it (the CPU encoder's bound)
 //   phase 6  SegmentWords      every thread: the stream words of its segments of the coded planes
-//   phase 7  Layout            thread 0: the segments' word offsets, the sections, the header
+//   phase 7  Layout            thread 0: the segments' word offsets, the sections, the header;
+//                              the raw bytes instead where they are not larger (kEncodeRawFallback)
 //   phase 8  WriteEncoding     every thread: header, sections, segment offsets and streams
 //   phase 9  (the kernel)      thread 0 writes out_len
 #pragma once
@@ -116,6 +117,7 @@ struct EncodeShared {
   EncodePlane plane[gpufmt::kMaxPlanes];
   uint32_t transform, width, n, segments;
   uint32_t refused, nonzero, out_len;
+  uint32_t raw;  // kEncodeRawFallback taken: dst gets the raw bytes
 };
 
 ZRTIER_HD void LoadGroup(const EncodeChunk& c, uint32_t g, uint32_t* w) {
@@ -131,7 +133,8 @@ ZRTIER_HD void BeginEncode(const EncodeChunk& c, uint32_t tid, uint32_t nthreads
   for (uint32_t i = tid; i < kSampleHists * 256; i += nthreads) s[i] = 0;
   if (tid == 0) {
     sh.refused = c.len < 16 || c.len > kEncodeMaxLen || (c.len & 15) != 0 || (c.src & 15) != 0 ||
-                 (c.dst & 15) != 0;
+                 (c.dst & 15) != 0 || (c.flags & ~kEncodeRawFallback) != 0;
+    sh.raw = 0;
     sh.nonzero = 0;
     sh.out_len = 0;
   }
@@ -304,7 +307,7 @@ ZRTIER_HD void SegmentWords(const EncodeChunk& c, uint32_t tid, uint32_t nthread
 }
 
 // Phase 7 (thread 0).
-ZRTIER_HD void Layout(EncodeShared& sh) {
+ZRTIER_HD void Layout(const EncodeChunk& c, EncodeShared& sh) {
   if (sh.refused || !sh.nonzero) return;
   uint8_t* h = reinterpret_cast<uint8_t*>(sh.header);
   for (uint32_t i = 0; i < gpufmt::kHeaderSize; ++i) h[i] = 0;
@@ -341,6 +344,7 @@ ZRTIER_HD void Layout(EncodeShared& sh) {
     pos = pl.offset + pl.size;
   }
   sh.out_len = pos;
+  sh.raw = pos >= c.len && (c.flags & kEncodeRawFallback) ? 1 : 0;
 }
 
 ZRTIER_HD uint8_t* Out(const EncodeChunk& c, uint32_t off) {
@@ -359,6 +363,14 @@ ZRTIER_HD void PutWord(uint8_t* p, uint32_t v) {
 ZRTIER_HD void WriteEncoding(const EncodeChunk& c, uint32_t tid, uint32_t nthreads,
                              EncodeShared& sh) {
   if (sh.refused || !sh.nonzero) return;
+  if (sh.raw) {
+    for (uint32_t g = tid; g < c.len / 16; g += nthreads) {
+      uint32_t w[4];
+      LoadGroup(c, g, w);
+      Store16(Out(c, 16 * g), w);
+    }
+    return;
+  }
   if (tid == 0) {
     for (uint32_t i = 0; i < gpufmt::kHeaderSize / 4; ++i) PutWord(Out(c, 4 * i), sh.header[i]);
     // The zero bytes between sections.
@@ -435,9 +447,10 @@ ZRTIER_HD void WriteEncoding(const EncodeChunk& c, uint32_t tid, uint32_t nthrea
 }
 
 // The result for out_len (thread 0, after every phase).
-ZRTIER_HD uint32_t EncodeResult(const EncodeShared& sh) {
+ZRTIER_HD uint32_t EncodeResult(const EncodeChunk& c, const EncodeShared& sh) {
   if (sh.refused) return kEncodeRefused;
-  return sh.nonzero ? sh.out_len : 0;
+  if (!sh.nonzero) return 0;
+  return sh.raw ? kEncodeRaw | c.len : sh.out_len;
 }
 
 #if !defined(__CUDACC__)
@@ -450,9 +463,9 @@ inline uint32_t RunEncodeOnCpu(const EncodeChunk& c, uint32_t nthreads, EncodeSh
   for (uint32_t t = 0; t < nthreads; ++t) PlaneHistograms(c, t, nthreads, sh);
   for (uint32_t p = 0; p < gpufmt::kMaxPlanes; ++p) BuildCode(p, sh);
   for (uint32_t t = 0; t < nthreads; ++t) SegmentWords(c, t, nthreads, sh);
-  Layout(sh);
+  Layout(c, sh);
   for (uint32_t t = 0; t < nthreads; ++t) WriteEncoding(c, t, nthreads, sh);
-  return EncodeResult(sh);
+  return EncodeResult(c, sh);
 }
 #endif
 

@@ -24,9 +24,9 @@ extern "C" __global__ void __launch_bounds__(zrtier::gpu::kEncodeThreads)
   __syncthreads();
   dev::SegmentWords(ch, tid, nthreads, sh);
   __syncthreads();
-  if (tid == 0) dev::Layout(sh);
+  if (tid == 0) dev::Layout(ch, sh);
   __syncthreads();
   dev::WriteEncoding(ch, tid, nthreads, sh);
   __syncthreads();
-  if (tid == 0) out_len[blockIdx.x] = dev::EncodeResult(sh);
+  if (tid == 0) out_len[blockIdx.x] = dev::EncodeResult(ch, sh);
 }

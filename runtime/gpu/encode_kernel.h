@@ -12,12 +12,13 @@
 // Reads: chunks[0..count) and, for each chunk, its len bytes at src. Writes: at most
 // gpufmt::MaxEncodedSize(len) bytes at dst -- a GPU-format encoding that the CPU's DecodeGpu and
 // the decode kernel decode to the src bytes; nothing for an all-zero chunk -- and out_len[c], the
-// bytes of the encoding (0: the chunk is all zero, the empty encoding). The transform is chosen per
+// bytes of the encoding (0: the chunk is all zero, the empty encoding; kEncodeRaw | len: the raw
+// bytes, with kEncodeRawFallback). The transform is chosen per
 // chunk from histograms of a sample of it, as the CPU's plan chooses by entropy; a plane is
 // Huffman-coded where that makes it smaller, else stored raw; no checksum (flags 0). A descriptor
 // the kernel cannot encode (len not a multiple of 16 or above kEncodeMaxLen, src or dst not 16-byte
-// aligned) gets out_len kEncodeRefused and nothing written. Chunks must not overlap each other's
-// dst or any src.
+// aligned, an unknown flag) gets out_len kEncodeRefused and nothing written. Chunks must not
+// overlap each other's dst or any src.
 #pragma once
 
 #include <cstdint>
@@ -26,11 +27,11 @@ namespace zrtier::gpu {
 
 // One chunk of a launch. 32 bytes, in memory the device reads.
 struct EncodeChunk {
-  uint64_t src;        // device address of the len bytes; 16-byte aligned
-  uint64_t dst;        // device address of room for gpufmt::MaxEncodedSize(len); 16-byte aligned
-  uint32_t len;        // a multiple of 16, 16 .. kEncodeMaxLen
-  uint32_t reserved;   // 0
-  uint64_t reserved2;  // 0
+  uint64_t src;       // device address of the len bytes; 16-byte aligned
+  uint64_t dst;       // device address of room for gpufmt::MaxEncodedSize(len); 16-byte aligned
+  uint32_t len;       // a multiple of 16, 16 .. kEncodeMaxLen
+  uint32_t flags;     // kEncodeRawFallback or 0
+  uint64_t reserved;  // 0
 };
 static_assert(sizeof(EncodeChunk) == 32, "EncodeChunk is part of the kernel's ABI");
 
@@ -42,5 +43,10 @@ inline constexpr unsigned kEncodeThreads = 512;
 inline constexpr uint32_t kEncodeMaxLen = 512u << 10;
 // out_len of a descriptor the kernel refused.
 inline constexpr uint32_t kEncodeRefused = 0xffffffffu;
+// EncodeChunk::flags: where the encoding would not be smaller than the chunk, write the chunk's
+// len raw bytes at dst instead and set out_len to kEncodeRaw | len (so that a chunk-sized buffer
+// always holds what the kernel wrote: an encoding shorter than len, or the bytes themselves).
+inline constexpr uint32_t kEncodeRawFallback = 1;
+inline constexpr uint32_t kEncodeRaw = 0x80000000u;
 
 }  // namespace zrtier::gpu

@@ -2,8 +2,9 @@
 // another and one thread after another per phase, as the kernel runs it with __syncthreads()
 // between phases: every sample kind and size it takes encodes into the GPU format that the CPU
 // decoder and the decode kernel's body decode to the original bytes, within a few percent of the
-// CPU encoder's size; all-zero chunks give the empty encoding; descriptors it cannot encode are
-// refused without a byte written; the thread count does not change the bytes.
+// CPU encoder's size; all-zero chunks give the empty encoding; with the raw fallback a chunk that
+// does not shrink is written raw; descriptors it cannot encode are refused without a byte
+// written; the thread count does not change the bytes.
 #include "runtime/gpu/encode_device.h"
 
 #include <gtest/gtest.h>
@@ -29,13 +30,13 @@ using testing::SampleBytes;
 // The kernel's phases for one chunk of `src`, into a buffer of MaxEncodedSize bytes (filled with
 // a marker first); returns out_len and the buffer.
 uint32_t RunEncode(const std::vector<uint8_t>& src, std::unique_ptr<Aligned>* out,
-                   uint32_t threads = kEncodeThreads, uint64_t src_shift = 0) {
+                   uint32_t threads = kEncodeThreads, uint64_t src_shift = 0, uint32_t flags = 0) {
   Aligned in(src.size() + src_shift);  // exact: ASan sees a read past the chunk
   memcpy(in.p + src_shift, src.data(), src.size());
   *out = std::make_unique<Aligned>(gpufmt::MaxEncodedSize(src.size()));
   memset((*out)->p, 0x5c, (*out)->size);
   EncodeChunk c{reinterpret_cast<uint64_t>(in.p + src_shift), reinterpret_cast<uint64_t>((*out)->p),
-                static_cast<uint32_t>(src.size()), 0, 0};
+                static_cast<uint32_t>(src.size()), flags, 0};
   auto sh = std::make_unique<dev::EncodeShared>();
   memset(sh.get(), 0xa5, sizeof(*sh));  // shared memory starts with garbage
   return dev::RunEncodeOnCpu(c, threads, *sh);
@@ -112,6 +113,27 @@ TEST(EncodeDevice, DescriptorsItCannotEncodeAreRefused) {
   EXPECT_EQ(RunEncode(SampleBytes(SampleKind::kBf16Gaussian, kEncodeMaxLen + 16, 1), &enc),
             kEncodeRefused)
       << "longer than kEncodeMaxLen";
+}
+
+// With kEncodeRawFallback a chunk that does not shrink is written raw (kEncodeRaw | len): never
+// more than len bytes; a chunk that shrinks is encoded as without the flag; an unknown flag is
+// refused.
+TEST(EncodeDevice, RawFallbackWritesTheBytesOfAChunkThatDoesNotShrink) {
+  std::unique_ptr<Aligned> enc;
+  const std::vector<uint8_t> random = SampleBytes(SampleKind::kRandom, 65536, 9);
+  ASSERT_EQ(RunEncode(random, &enc, kEncodeThreads, 0, kEncodeRawFallback),
+            kEncodeRaw | uint32_t{65536});
+  EXPECT_EQ(0, memcmp(enc->p, random.data(), random.size()));
+  for (size_t i = random.size(); i < enc->size; ++i) ASSERT_EQ(enc->p[i], 0x5c) << i;
+  const std::vector<uint8_t> bf16 = SampleBytes(SampleKind::kBf16Gaussian, 65536, 9);
+  std::unique_ptr<Aligned> plain;
+  const uint32_t n = RunEncode(bf16, &plain);
+  ASSERT_EQ(RunEncode(bf16, &enc, kEncodeThreads, 0, kEncodeRawFallback), n);
+  EXPECT_LT(n, bf16.size());
+  EXPECT_EQ(0, memcmp(enc->p, plain->p, n));
+  EXPECT_EQ(RunEncode(std::vector<uint8_t>(4096, 0), &enc, kEncodeThreads, 0, kEncodeRawFallback),
+            0u);
+  EXPECT_EQ(RunEncode(bf16, &enc, kEncodeThreads, 0, 2), kEncodeRefused) << "an unknown flag";
 }
 
 TEST(EncodeDevice, ThreadCountDoesNotChangeTheBytes) {
