@@ -23,7 +23,8 @@ struct PinnedRun {
   std::atomic<int> users{0};
   std::atomic<bool> pinned{false};
   std::atomic<bool> closing{false};
-  std::atomic<bool> captured{false};  // a captured copy uses it: pinned until the region goes
+  // A captured copy or a device pointer uses it: pinned until the region goes.
+  std::atomic<bool> captured{false};
   bool mapped = false;  // registered (or to be) with cudaHostRegisterMapped (guarded by mu)
   std::atomic<uint64_t> last_use{0};
   std::mutex mu;
@@ -159,7 +160,7 @@ void PinnedRuns::RemoveRegion(uint64_t id) {
     while (run->users.load() > 0) sched_yield();
     // The region is freed next (the backend drops every chunk, held ones included).
     if (run->pinned.load()) Release(run.get(), /*unhold=*/false);
-    if (run->captured.exchange(false)) AddCaptured(-static_cast<int64_t>(run->len));
+    Uncapture(run.get());
   }
 }
 
@@ -192,6 +193,11 @@ void PinnedRuns::AddCaptured(int64_t bytes) {
   StatAdd(Stat::pinned_for_good_bytes, static_cast<uint64_t>(bytes));  // wraps down for bytes < 0
 }
 
+bool PinnedRuns::Uncapture(PinnedRun* run) {
+  if (run->captured.exchange(false)) AddCaptured(-static_cast<int64_t>(run->len));
+  return false;
+}
+
 bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n, Lease* lease) {
   std::vector<std::shared_ptr<PinnedRun>> runs;
   {
@@ -209,7 +215,7 @@ bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n,
     // Marked before it is pinned: an Unpin that chose it already leaves it pinned (it checks the
     // mark under the run's lock).
     if (!run->captured.exchange(true)) AddCaptured(static_cast<int64_t>(run->len));
-    if (!run->pinned.load() && !Pin(run.get())) return false;
+    if (!run->pinned.load() && !Pin(run.get())) return Uncapture(run.get());
   }
   // An Unpin that chose a run before it was marked holds it `closing` until it sees the mark.
   for (int tries = 0; tries < 100000; ++tries) {
@@ -239,11 +245,11 @@ bool PinnedRuns::PinMapped(const RegionInfo& r) {
       Release(run.get(), /*unhold=*/false);
       run->closing.store(false);
       run->mapped = true;
-      if (!Register(run.get())) return false;  // its chunks are unheld then
+      if (!Register(run.get())) return Uncapture(run.get());  // its chunks are unheld then
       continue;
     }
     run->mapped = true;
-    if (!run->pinned.load() && !Pin(run.get())) return false;
+    if (!run->pinned.load() && !Pin(run.get())) return Uncapture(run.get());
   }
   return true;
 }

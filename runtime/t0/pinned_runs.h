@@ -139,6 +139,9 @@ class PinnedRuns {
   bool Register(PinnedRun* run);
   // Counts `bytes` more (or fewer) pinned for good (captured_bytes and its statistic).
   void AddCaptured(int64_t bytes);
+  // Clears `run`'s mark of pinned for good (a run that could not be pinned, or is removed);
+  // returns false. REQUIRES: run->mu held.
+  bool Uncapture(PinnedRun* run);
   // Unregisters and unholds `run`. REQUIRES: its users are gone and its fence synchronized.
   void Release(PinnedRun* run, bool unhold);
   // Waits until every fence recorded so far has completed.
