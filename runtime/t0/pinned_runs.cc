@@ -198,7 +198,7 @@ bool PinnedRuns::Uncapture(PinnedRun* run) {
   return false;
 }
 
-bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n, Lease* lease) {
+bool PinnedRuns::PinForGood(const RegionInfo& r, const char* p, size_t n, bool mapped) {
   std::vector<std::shared_ptr<PinnedRun>> runs;
   {
     std::shared_lock<std::shared_mutex> l(mu_);
@@ -215,29 +215,7 @@ bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n,
     // Marked before it is pinned: an Unpin that chose it already leaves it pinned (it checks the
     // mark under the run's lock).
     if (!run->captured.exchange(true)) AddCaptured(static_cast<int64_t>(run->len));
-    if (!run->pinned.load() && !Pin(run.get())) return Uncapture(run.get());
-  }
-  // An Unpin that chose a run before it was marked holds it `closing` until it sees the mark.
-  for (int tries = 0; tries < 100000; ++tries) {
-    if (Acquire(r, p, n, lease)) return true;
-    sched_yield();
-  }
-  return false;
-}
-
-bool PinnedRuns::PinMapped(const RegionInfo& r) {
-  std::vector<std::shared_ptr<PinnedRun>> runs;
-  {
-    std::shared_lock<std::shared_mutex> l(mu_);
-    auto it = regions_.find(r.id);
-    if (it == regions_.end()) return false;
-    runs = it->second.runs;
-  }
-  for (auto& run : runs) {
-    std::lock_guard<std::mutex> l(run->mu);
-    if (run->gone) return false;
-    if (!run->captured.exchange(true)) AddCaptured(static_cast<int64_t>(run->len));
-    if (run->pinned.load() && !run->mapped) {
+    if (mapped && run->pinned.load() && !run->mapped) {
       // Registered without the mapping: registered again, once the copies issued from it are done.
       run->closing.store(true);
       while (run->users.load() > 0) sched_yield();
@@ -248,10 +226,24 @@ bool PinnedRuns::PinMapped(const RegionInfo& r) {
       if (!Register(run.get())) return Uncapture(run.get());  // its chunks are unheld then
       continue;
     }
-    run->mapped = true;
+    run->mapped = run->mapped || mapped;
     if (!run->pinned.load() && !Pin(run.get())) return Uncapture(run.get());
   }
   return true;
+}
+
+bool PinnedRuns::AcquireForCapture(const RegionInfo& r, const char* p, size_t n, Lease* lease) {
+  if (!PinForGood(r, p, n, /*mapped=*/false)) return false;
+  // An Unpin that chose a run before it was marked holds it `closing` until it sees the mark.
+  for (int tries = 0; tries < 100000; ++tries) {
+    if (Acquire(r, p, n, lease)) return true;
+    sched_yield();
+  }
+  return false;
+}
+
+bool PinnedRuns::PinMapped(const RegionInfo& r) {
+  return PinForGood(r, static_cast<const char*>(r.base), r.size, /*mapped=*/true);
 }
 
 void PinnedRuns::Lease::End() {

@@ -139,6 +139,11 @@ class PinnedRuns {
   bool Register(PinnedRun* run);
   // Counts `bytes` more (or fewer) pinned for good (captured_bytes and its statistic).
   void AddCaptured(int64_t bytes);
+  // Marks the runs of [p, p+n) of region `r` pinned for good and pins those that are not
+  // (whatever the budget); with `mapped`, registered with cudaHostRegisterMapped (a run
+  // registered without it is registered again once its copies are done). False when a run cannot
+  // be pinned (its mark cleared).
+  bool PinForGood(const RegionInfo& r, const char* p, size_t n, bool mapped);
   // Clears `run`'s mark of pinned for good (a run that could not be pinned, or is removed);
   // returns false. REQUIRES: run->mu held.
   bool Uncapture(PinnedRun* run);
