@@ -253,17 +253,16 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
     return cudaErrorInvalidValue;
   }
   cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  if (api_->cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
-      cap != cudaStreamCaptureStatusNone) {
-    if (sync) return cudaErrorStreamCaptureUnsupported;  // as the runtime answers a cudaMemcpy
-    return CopyInCapture(dst, src, n, kind, stream, sreg ? &rs : nullptr, dreg ? &rd : nullptr);
-  }
+  const bool capturing = api_->cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+                         cap != cudaStreamCaptureStatusNone;
+  if (capturing && sync) return cudaErrorStreamCaptureUnsupported;  // as for a cudaMemcpy
   // The paths through T0 slots query and wait on events and may allocate: calls that are not
   // stream-ordered, which must not fail or invalidate a graph another thread of the program
   // captures meanwhile. The direct path (only stream-ordered calls) pays nothing for it.
   std::optional<CaptureModeRelaxed> relaxed;
   cudaError_t err;
   if (sreg && dreg) {
+    if (capturing) return CopyInCapture(dst, src, n, false, nullptr, stream);
     relaxed.emplace(api_);
     err = CopyHostHost(dst, src, n, stream);
   } else {
@@ -288,6 +287,8 @@ cudaError_t Shim::Memcpy(void* dst, const void* src, size_t n, cudaMemcpyKind ki
       default:
         return cudaErrorInvalidMemcpyDirection;
     }
+    if (capturing)
+      return CopyInCapture(dst, src, n, dreg, other_device ? (sreg ? &rs : &rd) : nullptr, stream);
     PinnedRuns::Lease lease;
     if (!other_device) {
       relaxed.emplace(api_);
@@ -338,34 +339,16 @@ void Shim::DropT0(uint64_t region) {
   pool_->DropRegion(region);
 }
 
-cudaError_t Shim::CopyInCapture(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
-                                cudaStream_t stream, const RegionInfo* rs, const RegionInfo* rd) {
-  bool other_device = false;
-  if (!rs || !rd) {
-    switch (kind) {
-      case cudaMemcpyHostToDevice:
-        other_device = rs != nullptr;
-        break;
-      case cudaMemcpyDeviceToHost:
-        other_device = rd != nullptr;
-        break;
-      case cudaMemcpyDefault:
-        other_device = IsDevicePointer(rs ? dst : src);
-        break;
-      default:
-        break;
-    }
-  }
+cudaError_t Shim::CopyInCapture(void* dst, const void* src, size_t n, bool d2h, const RegionInfo* r,
+                                cudaStream_t stream) {
   PinnedRuns::Lease lease;
-  const RegionInfo* r = rs ? rs : rd;
-  if (other_device && cfg_.pin_in_place && budget_ &&
-      runs_->AcquireForCapture(*r, static_cast<const char*>(rs ? src : dst), n, &lease)) {
+  if (r && cfg_.pin_in_place && budget_ &&
+      runs_->AcquireForCapture(*r, static_cast<const char*>(d2h ? dst : src), n, &lease)) {
     ZRTIER_LOG_ONCE(LogLevel::kInfo,
                     "a copy of zrtier memory during CUDA graph capture: the pages it reads or "
                     "writes stay pinned in place while their allocation lives (a graph may replay "
                     "the copy)");
-    return CopyDirect(dst, src, n, rd != nullptr && rs == nullptr, *r, &lease, stream,
-                      /*captured=*/true);
+    return CopyDirect(dst, src, n, d2h, *r, &lease, stream, /*captured=*/true);
   }
   ZRTIER_LOG_ONCE(LogLevel::kError,
                   "a copy to or from zrtier memory was issued during CUDA stream capture and its "

@@ -127,13 +127,13 @@ class Shim {
   // pinned for good and mapped for the device (PinnedRuns::PinMapped). False (said once) when
   // pinning in place is off or refused.
   bool MapForDevice(const RegionInfo& r);
-  // A copy issued while `stream` captures a CUDA graph (`rs`, `rd`: the regions of src and dst,
-  // null for memory outside the arena): recorded as the real copy of the region's pages pinned
-  // in place, which stay pinned while the region lives (PinnedRuns::AcquireForCapture), since
-  // the graph may replay it at any time. A copy between host buffers, or with pinning in place
-  // off or refused, cannot be recorded: cudaErrorStreamCaptureUnsupported, said once.
-  cudaError_t CopyInCapture(void* dst, const void* src, size_t n, cudaMemcpyKind kind,
-                            cudaStream_t stream, const RegionInfo* rs, const RegionInfo* rd);
+  // A copy issued while `stream` captures a CUDA graph, between device memory and region `r`
+  // (`d2h`: dst is the region side): recorded as the real copy of the region's pages pinned in
+  // place, which stay pinned while the region lives (PinnedRuns::AcquireForCapture), since the
+  // graph may replay it at any time. With `r` null (a copy between host buffers), or pinning in
+  // place off or refused, it cannot be recorded: cudaErrorStreamCaptureUnsupported, said once.
+  cudaError_t CopyInCapture(void* dst, const void* src, size_t n, bool d2h, const RegionInfo* r,
+                            cudaStream_t stream);
   // Region to region (possibly the same one), through a chunk-sized bounce buffer.
   Status CopyRegionToRegion(void* dst, const void* src, size_t n);
   bool IsDevicePointer(const void* p) const;
