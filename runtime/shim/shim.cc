@@ -168,13 +168,21 @@ cudaError_t Shim::HostUnregister(void* p) {
 cudaError_t Shim::PointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
   RegionInfo r;
   if (attr && p && backend_->Lookup(p, &r)) {
+    if (runs_->Mapped(r, p)) {
+      // Mapped for device access (the program asked for a device pointer): the driver's answer,
+      // with the device address.
+      CaptureModeRelaxed relaxed(api_);
+      const cudaError_t err = api_->cudaPointerGetAttributes(attr, p);
+      if (err == cudaSuccess && attr->type == cudaMemoryTypeHost) return cudaSuccess;
+      if (api_->cudaGetLastError) api_->cudaGetLastError();
+    }
     memset(attr, 0, sizeof(*attr));
     attr->type = cudaMemoryTypeHost;  // tensor.is_pinned() is true
     int dev = 0;
     if (api_->cudaGetDevice(&dev) != cudaSuccess) dev = 0;
     attr->device = dev;
     attr->hostPointer = const_cast<void*>(p);
-    attr->devicePointer = nullptr;  // no zero-copy mapping exists
+    attr->devicePointer = nullptr;  // not mapped for device access: the pages may move
     return cudaSuccess;
   }
   return api_->cudaPointerGetAttributes(attr, p);

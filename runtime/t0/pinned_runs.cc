@@ -246,6 +246,20 @@ bool PinnedRuns::PinMapped(const RegionInfo& r) {
   return PinForGood(r, static_cast<const char*>(r.base), r.size, /*mapped=*/true);
 }
 
+bool PinnedRuns::Mapped(const RegionInfo& r, const void* p) const {
+  std::shared_ptr<PinnedRun> run;
+  {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = regions_.find(r.id);
+    if (it == regions_.end()) return false;
+    const size_t i = (static_cast<const char*>(p) - static_cast<const char*>(r.base)) / kRunBytes;
+    if (i >= it->second.runs.size()) return false;
+    run = it->second.runs[i];
+  }
+  std::lock_guard<std::mutex> l(run->mu);
+  return run->mapped && run->pinned.load() && !run->gone;
+}
+
 void PinnedRuns::Lease::End() {
   for (auto& run : runs_) run->users.fetch_sub(1);
   runs_.clear();

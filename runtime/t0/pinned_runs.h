@@ -96,6 +96,9 @@ class PinnedRuns {
   // registered without the mapping is registered again, once the copies issued from it are done.
   // False when a run cannot be pinned (as for AddRegion).
   bool PinMapped(const RegionInfo& r);
+  // Whether `p` (inside region `r`) lies in a run that is pinned and registered for device access
+  // (PinMapped): the driver then knows its device address.
+  bool Mapped(const RegionInfo& r, const void* p) const;
   // Bytes of the runs kept pinned for captured copies and device access.
   uint64_t captured_bytes() const { return captured_bytes_.load(std::memory_order_relaxed); }
   // Records the fence of `stream` behind the copies just issued there from pinned runs -- while

@@ -532,7 +532,9 @@ FAKE_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const
   } else {
     attr->type = cudaMemoryTypeHost;
     attr->hostPointer = const_cast<void*>(ptr);
-    attr->devicePointer = const_cast<void*>(ptr);
+    // As cudaHostGetDevicePointer: registered memory has a device address only when mapped.
+    if (!a->registered || (a->flags & cudaHostRegisterMapped))
+      attr->devicePointer = const_cast<void*>(ptr);
   }
   return cudaSuccess;
 }

@@ -321,9 +321,18 @@ TEST(Preload, ZeroCopyOnARegionMapsItForTheDevice) {
   char* r = PinnedAlloc(n, 0, &managed);
   ASSERT_TRUE(managed);
   memset(r, 0x5d, n);
+  cudaPointerAttributes attr;
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, r + 8192), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost);
+  EXPECT_EQ(attr.devicePointer, nullptr) << "not mapped yet: no device address to use";
   void* dev = nullptr;
   ASSERT_EQ(cudaHostGetDevicePointer(&dev, r + 4096, 0), cudaSuccess);
   EXPECT_EQ(dev, r + 4096) << "the fake's device address of mapped host memory is its own";
+  // Mapped now: the attributes carry the device address, as for memory the driver mapped.
+  ASSERT_EQ(cudaPointerGetAttributes(&attr, r + 8192), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost);
+  EXPECT_EQ(attr.hostPointer, r + 8192);
+  EXPECT_EQ(attr.devicePointer, r + 8192);
   EXPECT_EQ(cudaHostRegister(r, 4096, 0), cudaSuccess);  // inside a region: pins nothing
   EXPECT_EQ(cudaHostUnregister(r), cudaSuccess);
   EXPECT_EQ(cudaHostRegister(r, 4096, cudaHostRegisterMapped), cudaSuccess);
