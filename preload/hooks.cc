@@ -1,8 +1,9 @@
 // libzrtier.so: the exported CUDA runtime symbols, each a one-line forwarder into
 // runtime/shim/process.h (DESIGN.md section 6). Symbols are exactly the CUDA names, unversioned
 // (an unversioned definition satisfies libtorch's versioned references to libcudart.so.13), plus
-// the per-thread-default-stream (_ptds/_ptsz) variants of the copy calls, and the synchronize
-// calls (whose thread helps fill an asynchronous copy's pieces before it waits). Nothing runs at
+// the per-thread-default-stream (_ptds/_ptsz) variants of the copy calls, the synchronize calls
+// (whose thread helps fill an asynchronous copy's pieces before it waits) and cudaStreamDestroy
+// (zrtier stops synchronizing a stream the program destroys). Nothing runs at
 // load time; dlsym and driver (cu*) calls are not interposed.
 #include <cuda_runtime_api.h>
 
@@ -30,6 +31,9 @@ ZRTIER_HOOK cudaError_t cudaHostUnregister(void* p) {
 }
 ZRTIER_HOOK cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
   return HookPointerGetAttributes(attr, p);
+}
+ZRTIER_HOOK cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  return HookStreamDestroy(stream);
 }
 ZRTIER_HOOK cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned int flags) {
   return HookHostGetDevicePointer(dev, host, flags);

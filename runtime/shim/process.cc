@@ -246,6 +246,13 @@ cudaError_t HookPointerGetAttributes(cudaPointerAttributes* attr, const void* p)
   return f ? f(attr, p) : Missing("cudaPointerGetAttributes");
 }
 
+cudaError_t HookStreamDestroy(cudaStream_t stream) {
+  ErrnoKeeper keep;
+  if (Shim* s = ActiveShim()) return s->StreamDestroy(stream);
+  auto f = REAL(cudaStreamDestroy);
+  return f ? f(stream) : Missing("cudaStreamDestroy");
+}
+
 cudaError_t HookHostGetDevicePointer(void** dev, void* host, unsigned flags) {
   ErrnoKeeper keep;
   if (Shim* s = ActiveShim()) return s->HostGetDevicePointer(dev, host, flags);

@@ -29,6 +29,7 @@ cudaError_t HookFreeHost(void* p);
 cudaError_t HookHostRegister(void* p, size_t size, unsigned flags);
 cudaError_t HookHostUnregister(void* p);
 cudaError_t HookPointerGetAttributes(cudaPointerAttributes* attr, const void* p);
+cudaError_t HookStreamDestroy(cudaStream_t stream);
 cudaError_t HookHostGetDevicePointer(void** dev, void* host, unsigned flags);
 cudaError_t HookHostGetFlags(unsigned* flags, void* host);
 

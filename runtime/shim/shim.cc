@@ -188,6 +188,11 @@ cudaError_t Shim::PointerGetAttributes(cudaPointerAttributes* attr, const void* 
   return api_->cudaPointerGetAttributes(attr, p);
 }
 
+cudaError_t Shim::StreamDestroy(cudaStream_t stream) {
+  runs_->ForgetStream(stream);
+  return api_->cudaStreamDestroy(stream);
+}
+
 bool Shim::MapForDevice(const RegionInfo& r) {
   if (cfg_.pin_in_place && budget_ && runs_->PinMapped(r)) {
     ZRTIER_LOG_ONCE(LogLevel::kInfo,

@@ -68,6 +68,8 @@ class Shim {
   cudaError_t HostRegister(void* p, size_t size, unsigned flags);
   cudaError_t HostUnregister(void* p);
   cudaError_t PointerGetAttributes(cudaPointerAttributes* attr, const void* p);
+  // cudaStreamDestroy: zrtier forgets the stream first (PinnedRuns::ForgetStream).
+  cudaError_t StreamDestroy(cudaStream_t stream);
   // In a region: its pages are pinned in place for good and mapped for the device
   // (MapForDevice), then the real call answers; cudaErrorNotSupported where they cannot be.
   cudaError_t HostGetDevicePointer(void** dev, void* host, unsigned flags);

@@ -268,7 +268,14 @@ void PinnedRuns::Lease::End() {
 
 void PinnedRuns::Fence(cudaStream_t stream) {
   if (!fencing_.load(std::memory_order_relaxed)) {
-    if (!unfenced_.load(std::memory_order_relaxed)) unfenced_.store(true);
+    const uintptr_t v = reinterpret_cast<uintptr_t>(stream) + 1;
+    for (auto& slot : unfenced_)
+      if (slot.load(std::memory_order_relaxed) == v) return;
+    for (auto& slot : unfenced_) {
+      uintptr_t empty = 0;
+      if (slot.compare_exchange_strong(empty, v) || empty == v) return;
+    }
+    if (!unfenced_overflow_.load(std::memory_order_relaxed)) unfenced_overflow_.store(true);
     return;
   }
   std::lock_guard<std::mutex> l(fence_mu_);
@@ -290,10 +297,24 @@ void PinnedRuns::Fence(cudaStream_t stream) {
   }
 }
 
+void PinnedRuns::ForgetStream(cudaStream_t stream) {
+  std::lock_guard<std::mutex> l(sync_mu_);
+  const uintptr_t v = reinterpret_cast<uintptr_t>(stream) + 1;
+  for (auto& slot : unfenced_) {
+    uintptr_t was = v;
+    if (slot.compare_exchange_strong(was, 0)) unfenced_overflow_.store(true);
+  }
+}
+
 void PinnedRuns::SyncFences() {
   CaptureModeRelaxed relaxed(api_);  // event waits from zrtier's threads
+  std::lock_guard<std::mutex> sync_lock(sync_mu_);
   std::vector<cudaEvent_t> events;
-  bool device = unfenced_.exchange(false);
+  bool device = unfenced_overflow_.exchange(false);
+  std::vector<cudaStream_t> streams;
+  for (auto& slot : unfenced_)
+    if (const uintptr_t v = slot.exchange(0))
+      streams.push_back(reinterpret_cast<cudaStream_t>(v - 1));
   {
     std::lock_guard<std::mutex> l(fence_mu_);
     for (auto& [s, e] : fences_) {
@@ -301,6 +322,18 @@ void PinnedRuns::SyncFences() {
         events.push_back(e);
       else
         device = true;
+    }
+  }
+  for (cudaStream_t stream : streams) {
+    if (device) break;
+    // A stream that captures now cannot be synchronized (its copies before the capture began are
+    // waited for by the device synchronize instead, which ends that capture: the rare case of a
+    // stream that copied unfenced from a run just before it started capturing).
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (api_->cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone || api_->cudaStreamSynchronize(stream) != cudaSuccess) {
+      if (api_->cudaGetLastError) api_->cudaGetLastError();
+      device = true;
     }
   }
   if (device) {

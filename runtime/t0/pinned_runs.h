@@ -102,9 +102,13 @@ class PinnedRuns {
   // Bytes of the runs kept pinned for captured copies and device access.
   uint64_t captured_bytes() const { return captured_bytes_.load(std::memory_order_relaxed); }
   // Records the fence of `stream` behind the copies just issued there from pinned runs -- while
-  // fencing is on; otherwise only notes that a copy went unfenced (an Unpin then synchronizes the
-  // device instead: the per-copy event is only worth its cost while unpinning may come soon).
+  // fencing is on; otherwise only notes the stream as unfenced (an Unpin then synchronizes it, or
+  // the whole device past kUnfencedStreams streams: the per-copy event is only worth its cost
+  // while unpinning may come soon).
   void Fence(cudaStream_t stream);
+  // The program destroys `stream`: it is synchronized no more (had it copied unfenced, the next
+  // Unpin synchronizes the device instead). Waits for a sync of it in progress.
+  void ForgetStream(cudaStream_t stream);
   // Whether copies record fences (the memory budget turns it on near its limit).
   void SetFencing(bool on) { fencing_.store(on, std::memory_order_relaxed); }
 
@@ -164,11 +168,18 @@ class PinnedRuns {
   std::atomic<uint64_t> captured_bytes_{0};
   std::atomic<bool> broken_{false};
   std::atomic<bool> fencing_{true};
-  std::atomic<bool> unfenced_{false};  // a copy was issued without a fence since the last sync
-  std::atomic<int> device_{-1};        // the device of the first AddRegion's caller
-  int bound_device_ = -1;              // the device BindDevice last set (its one thread only)
-  std::atomic<uint64_t> tick_{0};      // the use clock of the runs (one tick per lease)
-  std::mutex fence_mu_;                // guards fences_
+  // The streams copies were issued on without a fence since the last sync, each stored as its
+  // handle + 1 (0: empty; the legacy default stream is handle 0), and whether more streams than
+  // that were (the sync then synchronizes the device). A stream synchronize, unlike a device one,
+  // leaves a graph that another stream captures valid. Programs copy on a few streams.
+  static constexpr int kUnfencedStreams = 8;
+  std::atomic<uintptr_t> unfenced_[kUnfencedStreams] = {};
+  std::atomic<bool> unfenced_overflow_{false};
+  std::mutex sync_mu_;  // held by SyncFences and ForgetStream: no sync of a destroyed stream
+  std::atomic<int> device_{-1};    // the device of the first AddRegion's caller
+  int bound_device_ = -1;          // the device BindDevice last set (its one thread only)
+  std::atomic<uint64_t> tick_{0};  // the use clock of the runs (one tick per lease)
+  std::mutex fence_mu_;            // guards fences_
   std::vector<std::pair<cudaStream_t, cudaEvent_t>> fences_;  // the last fence per stream
 };
 

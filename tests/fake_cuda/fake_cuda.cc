@@ -54,6 +54,7 @@ struct Stream {
   bool legacy = false;
   bool blocking = true;  // false for cudaStreamNonBlocking
   bool capturing = false;
+  bool destroyed = false;  // cudaStreamDestroy: synchronizing it is an error
   std::deque<Task> queue;
   uint64_t submitted = 0;
   uint64_t completed = 0;
@@ -332,6 +333,11 @@ cudaError_t SyncStream(cudaStream_t stream) {
   Global* g = G();
   std::unique_lock<std::mutex> l(g->mu);
   Stream* s = Resolve(stream);
+  if (s->destroyed) return Fail(cudaErrorInvalidResourceHandle);
+  if (s->capturing) {  // illegal in every mode: it ends the capture
+    g->capture_invalidated.store(true);
+    return Fail(cudaErrorStreamCaptureUnsupported);
+  }
   WaitFor(l, s, s->submitted);
   return cudaSuccess;
 }
@@ -674,6 +680,10 @@ FAKE_API cudaError_t cudaStreamDestroy(cudaStream_t s) {
   ENTER();
   // Pending work still completes (as in CUDA); the worker and the Stream object are kept so events
   // recorded on it stay valid.
+  std::lock_guard<std::mutex> l(G()->mu);
+  Stream* st = Resolve(s);
+  if (st->destroyed) return Fail(cudaErrorInvalidResourceHandle);
+  if (s && s != cudaStreamLegacy && s != cudaStreamPerThread) st->destroyed = true;
   return cudaSuccess;
 }
 FAKE_API cudaError_t cudaStreamSynchronize(cudaStream_t s) {

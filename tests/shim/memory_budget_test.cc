@@ -409,6 +409,52 @@ TEST_F(MemoryBudgetTest, AnUnpinnedRunIsPinnedAgainForACapturedCopy) {
   cudaStreamDestroy(s);
 }
 
+// Copies issued without fences (far from the limit) are waited for, when their run is unpinned, by
+// synchronizing the streams they went on, not the device: a graph that another stream captures
+// meanwhile stays valid. A stream the program destroyed is not synchronized (the device is).
+TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnTheirStreams) {
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
+  const size_t n = 2 * PinnedRuns::kRunBytes;
+  char* p = Region(n);
+  std::vector<char> data = testing::RandomBytes(n, 12);
+  memcpy(p, data.data(), n);
+  char* d = testing::DeviceBuffer(n);
+  shim_->runs()->SetFencing(false);
+  cudaStream_t s, cap, gone;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking), cudaSuccess);
+  // Held in the stream until released: the unpin must wait for it.
+  fakecudaHoldCopies(s, 1);
+  ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  fakecudaSetCapturing(cap, 1);
+  std::atomic<size_t> unpinned{0};
+  std::thread unpin([&] { unpinned = shim_->runs()->Unpin(PinnedRuns::kRunBytes); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(unpinned.load(), 0u) << "waits for the copy still in its stream";
+  fakecudaHoldCopies(s, 0);
+  unpin.join();
+  EXPECT_EQ(unpinned.load(), PinnedRuns::kRunBytes);
+  EXPECT_FALSE(fakecudaCaptureInvalidated()) << "a stream synchronize, not a device one";
+  EXPECT_TRUE(testing::FromDevice(d, n) == data);
+  fakecudaSetCapturing(cap, 0);
+  // A copy on a stream destroyed since: the device is synchronized instead.
+  shim_->runs()->Repin([](size_t) { return true; });
+  ASSERT_EQ(shim_->runs()->pinned_bytes(), n);
+  ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, gone, false), cudaSuccess);
+  ASSERT_EQ(shim_->StreamDestroy(gone), cudaSuccess);
+  fakecudaSetCapturing(cap, 1);
+  EXPECT_EQ(shim_->runs()->Unpin(UINT64_MAX), n);
+  EXPECT_TRUE(fakecudaCaptureInvalidated()) << "the device synchronize ends the capture";
+  fakecudaSetCapturing(cap, 0);
+  EXPECT_EQ(memcmp(p, data.data(), n), 0);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  cudaFree(d);
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(cap);
+}
+
 // A device pointer to a region (zero-copy access) pins all of it for good and maps it for the
 // device: a run pinned before is registered again with the mapping, an unpinned one is pinned.
 TEST_F(MemoryBudgetTest, ADevicePointerMapsTheWholeRegionForGood) {

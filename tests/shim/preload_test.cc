@@ -270,6 +270,24 @@ TEST(Preload, PassThroughCases) {
   EXPECT_EQ(cudaFreeHost(wc), cudaSuccess);
 }
 
+// cudaStreamDestroy is interposed (zrtier forgets the stream) and reaches the runtime.
+TEST(Preload, StreamDestroyReachesTheRuntime) {
+  bool managed = false;
+  const size_t n = 2 << 20;
+  char* r = PinnedAlloc(n, 0, &managed);
+  ASSERT_TRUE(managed);
+  char* d = Device(n);
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(d, r, n, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorInvalidResourceHandle) << "the fake destroyed it";
+  cudaGetLastError();
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(r), cudaSuccess);
+}
+
 TEST(Preload, HooksKeepErrno) {
   bool managed = false;
   errno = 4242;
