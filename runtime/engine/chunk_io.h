@@ -94,6 +94,11 @@ class ChunkIo {
   }
   // Whether any chunk has been encoded in the GPU format (by SetGpuFormat or a gpu codec).
   bool gpu_encoded() const { return gpu_encoded_.load(std::memory_order_relaxed); }
+  // A chunk encoded elsewhere (the GPU encode kernel) is stored in the GPU format.
+  void NoteGpuEncoded() {
+    if (!gpu_encoded_.load(std::memory_order_relaxed))
+      gpu_encoded_.store(true, std::memory_order_relaxed);
+  }
   // Decodes the store entry of chunk `c` into `dst` (a whole chunk); `what` prefixes an error.
   // With `gpu` non-null: an entry in the GPU chunk format (gpu_format.h) of at most one chunk is
   // copied as it is where gpu->Place says (unless it declines), for the GPU to decode, and

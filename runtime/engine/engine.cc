@@ -186,6 +186,10 @@ Status Engine::Write(void* dst, const void* src, size_t len) {
   return region_io_->Write(dst, src, len);
 }
 
+Status Engine::WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
+  return region_io_->WriteEncoded(chunk_start, enc, enc_len);
+}
+
 void Engine::PrepareRead(const void* p, size_t len) {
   region_io_->Reprotect(p, len, true);
 }

@@ -88,6 +88,8 @@ class Engine final : public RegionBackend {
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
                    GpuEncodingSink* gpu = nullptr) override;
   Status Write(void* dst, const void* src, size_t len) override;
+  bool TakesEncodings() const override { return true; }
+  Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) override;
   bool LeaseEncoding(const void* chunk_start, EncodingLease* out) override;
   void SetStorePinner(StorePinner* pinner) override;
   void SetGpuFormat(bool on) override;

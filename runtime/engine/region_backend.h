@@ -136,6 +136,14 @@ class RegionBackend {
   // partially covered chunks are merged with their current content. Every chunk gets a new
   // generation.
   virtual Status Write(void* dst, const void* src, size_t len) = 0;
+  // Write of the whole chunk at `chunk_start` given as its GPU-format encoding (the GPU encode
+  // kernel's output, encode_kernel.h; enc_len 0: all zero): a chunk that is not resident is stored
+  // as it is, never decoded; a resident one (or one the store refuses) is decoded and written in
+  // place. TakesEncodings: whether WriteEncoded is there (default: ENOTSUP, nothing written).
+  virtual bool TakesEncodings() const { return false; }
+  virtual Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
+    return Status::Error(ENOTSUP, "this region backend does not take encodings");
+  }
 
   // Batched protection hints for copies of many chunks (they change no bytes; the default does
   // nothing). PrepareRead write-protects the dirty chunks wholly inside [p, p+len) so that a

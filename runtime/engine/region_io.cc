@@ -218,6 +218,32 @@ Status RegionIo::WriteStored(Region* r, size_t i, const char* s, bool* stored) {
   size_t enc_len = 0;
   char* enc = nullptr;
   if (!e_.io->Encode(c, s, &enc, &enc_len).ok()) return Status::Ok();  // installed instead
+  return StoreEncoded(r, i, enc, enc_len, s, stored);
+}
+
+Status RegionIo::WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(chunk_start, e_.chunk, &r));
+  const size_t i = r->table.IndexOf(static_cast<char*>(chunk_start));
+  if (r->table.AddressOf(i) != chunk_start)
+    return Status::Error(EINVAL, "WriteEncoded: not a chunk start");
+  if (enc_len) e_.io->NoteGpuEncoded();
+  if (!IsResident(r->table.chunks[i].word.load())) {
+    bool stored = false;
+    ZRTIER_RETURN_IF_ERROR(
+        StoreEncoded(r.get(), i, static_cast<const char*>(enc), enc_len, nullptr, &stored));
+    if (stored) return Status::Ok();
+  }
+  // Resident (the CPU wrote it, or T1 had room), or the store refused it: the bytes are needed.
+  char* raw = tl_raw.Get(e_.chunk);
+  ZRTIER_RETURN_IF_ERROR(e_.io->codec().Decode(enc, enc_len, raw, e_.chunk));
+  return Write(chunk_start, raw, e_.chunk);
+}
+
+Status RegionIo::StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_len, const char* s,
+                              bool* stored) {
+  *stored = false;
+  Chunk& c = r->table.chunks[i];
   StoreHandle h = 0;
   if (enc_len) {
     Status st = e_.io->store()->Put(enc, enc_len, e_.chunk, &h);
@@ -241,6 +267,14 @@ Status RegionIo::WriteStored(Region* r, size_t i, const char* s, bool* stored) {
   if (IsResident(w)) {  // faulted in meanwhile: written in place
     if (enc_len) e_.io->store()->Free(h);
     *stored = true;
+    if (!s) {
+      char* raw = tl_raw.Get(e_.chunk);
+      if (Status st = e_.io->codec().Decode(enc, enc_len, raw, e_.chunk); !st.ok()) {
+        c.EndBusy(StateOf(w));  // unchanged
+        return st;
+      }
+      s = raw;
+    }
     return WriteChunk(r, i, w, 0, e_.chunk, s);
   }
   ChunkState was = StateOf(w);

@@ -15,6 +15,7 @@
 #include "runtime/engine/region_backend.h"
 #include "runtime/shim/fill_workers.h"
 #include "runtime/shim/gpu_decode.h"
+#include "runtime/shim/gpu_encode.h"
 #include "runtime/shim/live_regions.h"
 #include "runtime/shim/pending_d2h.h"
 #include "runtime/shim/prefetch_link.h"
@@ -34,6 +35,7 @@ struct CopyContext {
   LiveRegions* regions = nullptr;
   ShimPrefetch* prefetch = nullptr;  // null: copies are neither learned nor prefetched
   GpuDecode* gpu = nullptr;          // null: the CPU decodes every chunk
+  GpuEncode* encode = nullptr;       // null: D2H bytes cross raw (the CPU encodes what is stored)
   StorePinning* pinning = nullptr;   // null: GPU-decoded copies take no store leases
   size_t chunk = 0;                  // the backend's chunk size (= the pool's slot size)
   size_t max_piece_chunks = 0;       // chunks per issued piece (a quarter of the pool at most)

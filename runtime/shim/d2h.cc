@@ -54,6 +54,7 @@ struct D2HPath::Task {
     char* chunk_start;
     uint64_t index;
     uint64_t gen = 0;  // the chunk's generation after the publish (0: not published)
+    int enc = -1;      // the chunk's index in the piece's GPU encode (-1: its bytes crossed raw)
   };
   std::vector<Op> ops;
   // The work items, (first op, ops it adopts): a run of whole consecutive chunks adopted at once
@@ -61,10 +62,31 @@ struct D2HPath::Task {
   // piece whose chunks one item adopts wakes one worker, not every sleeping one.
   std::vector<std::pair<size_t, size_t>> items;
   uint64_t first_chunk = 0, last_chunk = 0;  // the piece's chunks, marked pending until published
-  bool adopt = true;       // publish whole chunks by adoption (else every op is written)
-  bool last = false;       // the copy's last piece: the stream's end waits for its publish
-  bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
+  bool adopt = true;         // publish whole chunks by adoption (else every op is written)
+  bool last = false;         // the copy's last piece: the stream's end waits for its publish
+  bool cancelled = false;    // the DMAs failed or were not all queued: publish nothing
+  GpuEncode::Piece encoded;  // the GPU encode of the ops with enc >= 0
 };
+
+void D2HPath::WriteEncodedOp(Task* t, size_t i) {
+  Task::Op& op = t->ops[i];
+  const uint32_t out = ctx_.encode->OutLen(t->encoded, static_cast<uint32_t>(op.enc));
+  if (out == gpu::kEncodeRefused) {
+    // Validated when described: cannot happen unless the kernel failed; the bytes are lost.
+    Log(LogLevel::kError,
+        "GPU encode refused a chunk of a device-to-host copy into %p: its bytes were not published",
+        static_cast<void*>(op.dst));
+    return;
+  }
+  if (out & gpu::kEncodeRaw) return WriteOp(t, i);  // did not shrink: the slot holds the bytes
+  Status st = ctx_.backend->WriteEncoded(op.dst, op.src, out);
+  if (!st.ok()) {
+    Log(LogLevel::kError, "publishing a GPU-encoded chunk into %p failed: %s",
+        static_cast<void*>(op.dst), st.ToString().c_str());
+    return;
+  }
+  StatAdd(Stat::d2h_gpu_encoded_bytes, op.len);
+}
 
 void D2HPath::WriteOp(Task* t, size_t i) {
   Task::Op& op = t->ops[i];
@@ -98,7 +120,7 @@ void D2HPath::PlanItems(Task* t) {
   t->items.clear();
   for (size_t i = 0; i < n;) {
     size_t e = i;
-    while (t->adopt && e < n && e - i < kAdoptRun && t->ops[e].full &&
+    while (t->adopt && e < n && e - i < kAdoptRun && t->ops[e].full && t->ops[e].enc < 0 &&
            (e == i || t->ops[e].index == t->ops[e - 1].index + 1))
       ++e;
     t->items.emplace_back(i, e - i);
@@ -115,6 +137,7 @@ void D2HPath::EndPiece(Task* t) {
     slots.push_back(op.slot);
   }
   ctx_.pool->PublishRun(g->region, items.data(), items.size());
+  if (t->encoded) ctx_.encode->End(&t->encoded);
   // Published: an H2D of these chunks may read the region from now on. Cleared per piece, off the
   // copy's end (a 1 GiB copy has thousands of marks to clear, one hash erase each).
   ctx_.pending->Mark(g->region, t->first_chunk, t->last_chunk, -1);
@@ -135,6 +158,8 @@ void D2HPath::StartPublish(Task* t) {
     uint64_t t0 = MonotonicNs();
     if (adopt > 0) {
       AdoptOps(t, i, adopt);
+    } else if (t->ops[i].enc >= 0) {
+      WriteEncodedOp(t, i);
     } else {
       WriteOp(t, i);
     }
@@ -239,6 +264,7 @@ class D2HPath::Copier {
   char* base_;
   uint64_t first_, last_;
   bool adopt_ = false;
+  bool encode_ = false;  // whole chunks bound for the store may be encoded on the GPU
   size_t min_chunks_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
   int after_slot_ = -1;
   std::vector<int> slots_;
@@ -296,6 +322,7 @@ bool D2HPath::Copier::ChooseAdoption() const {
 
 cudaError_t D2HPath::Copier::Run() {
   adopt_ = ChooseAdoption();
+  encode_ = ctx_.encode && ctx_.backend->TakesEncodings();
   // Adopted pieces start at a quarter of max_piece_chunks (the first DMA starts early), double up
   // to kGrowth x, and halve again towards the end of the copy: every DMA of its own costs the copy
   // engine a gap, while the last piece's publish is not overlapped with anything (the stream ends
@@ -353,7 +380,12 @@ void D2HPath::Copier::IssuePiece(uint64_t first_index, const int* slots, size_t 
   auto* task = new Task();
   task->group = group_;
   task->adopt = adopt_;
+  // Whole chunks bound for the store -- the resident budget has no room for the rest of the copy
+  // -- are encoded on the GPU first, where it can: their DMAs carry the kernel's outputs.
+  const bool encode = encode_ && ctx_.backend->ResidentRoom() < static_cast<size_t>(end_ - cur_) &&
+                      ctx_.encode->Begin(src_ + (cur_ - dst_), got, &task->encoded);
   DmaBatch dmas(ctx_.api, cudaMemcpyDeviceToHost);
+  DmaBatch encoded(ctx_.api, cudaMemcpyDeviceToHost);
   for (size_t i = 0; i < got; ++i) {
     char* start = base_ + (first_index + i) * chunk;
     char* lo = std::max(cur_, start);
@@ -362,10 +394,31 @@ void D2HPath::Copier::IssuePiece(uint64_t first_index, const int* slots, size_t 
     char* slot_lo = ctx_.pool->SlotPtr(slots[i]) + (lo - start);
     task->ops.push_back(
         Task::Op{lo, slot_lo, len, slots[i], lo == start && len == chunk, start, first_index + i});
-    dmas.Add(slot_lo, src_ + (lo - dst_), len);
+    const char* out = encode && task->ops.back().full
+                          ? ctx_.encode->Add(&task->encoded, src_ + (lo - dst_))
+                          : nullptr;
+    if (out) {
+      task->ops.back().enc = static_cast<int>(task->encoded.count - 1);
+      encoded.Add(slot_lo, out, len);
+    } else {
+      dmas.Add(slot_lo, src_ + (lo - dst_), len);
+    }
   }
-  StatAdd(Stat::d2h_dma_ops, dmas.size());
+  if (encode && task->encoded.count &&
+      ctx_.encode->Launch(&task->encoded, stream_) != cudaSuccess) {
+    // Not launched: those chunks cross raw.
+    for (Task::Op& op : task->ops)
+      if (op.enc >= 0) {
+        op.enc = -1;
+        dmas.Add(const_cast<char*>(op.src), src_ + (op.dst - dst_), op.len);
+      }
+  }
+  const bool launched = task->encoded.launched;
+  StatAdd(Stat::d2h_dma_ops, dmas.size() + (launched ? encoded.size() : 0));
   err_ = dmas.Issue(stream_);
+  if (err_ == cudaSuccess && launched) err_ = encoded.Issue(stream_);
+  if (task->encoded.launched) ctx_.encode->Commit(&task->encoded, stream_);
+  if (task->encoded && !task->encoded.launched) ctx_.encode->End(&task->encoded);
   ctx_.pending->Mark(r_.id, first_index, first_index + got - 1, +1);
   task->first_chunk = first_index;
   task->last_chunk = first_index + got - 1;

@@ -125,6 +125,7 @@ void BuildShimLocked() {
   cfg.async_h2d = opts.Bool(Opt::kH2dAsync);
   cfg.gpu_decode = opts.Bool(Opt::kGpuDecode);
   cfg.gpu_store_pinned = opts.Bool(Opt::kGpuStorePinned);
+  cfg.gpu_encode = opts.Bool(Opt::kGpuEncode);
   cfg.pin_in_place = opts.Bool(Opt::kPinInPlace);
   cfg.keep_budget = true;  // the auto budget protects the machine with or without pinning
   cfg.budget.memory = opts.Size(Opt::kMemory);

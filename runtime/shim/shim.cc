@@ -44,6 +44,9 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
   }
   gpu_ = std::make_unique<GpuDecode>(api_, pool_.get(), cfg_.gpu_decode);
   ctx_.gpu = gpu_.get();
+  encode_ =
+      std::make_unique<GpuEncode>(api_, pool_->events(), backend_->chunk_size(), cfg_.gpu_encode);
+  if (cfg_.gpu_encode) ctx_.encode = encode_.get();
   if (cfg_.gpu_decode && cfg_.gpu_store_pinned) {
     pinning_ = std::make_unique<StorePinning>(api_, Os::Default());  // unmaps RAM store extents
     backend_->SetStorePinner(pinning_.get());
@@ -67,12 +70,16 @@ Shim::Shim(const CudaApi* api, std::unique_ptr<RegionBackend> backend,
       });
     // The GPU decode's staging ring is pinned host memory the budget counts.
     gpu_->SetPinnedObserver([budget = budget_.get()](int64_t n) { budget->AddPinned(n); });
+    encode_->SetPinnedObserver([budget = budget_.get()](int64_t n) { budget->AddPinned(n); });
     budget_->Start();
   }
 }
 
 Shim::~Shim() {
-  if (budget_) gpu_->SetPinnedObserver(nullptr);
+  if (budget_) {
+    gpu_->SetPinnedObserver(nullptr);
+    encode_->SetPinnedObserver(nullptr);
+  }
   budget_.reset();  // the keeper stops first: nothing is pinned or unpinned from here on
   workers_->SetIdleWork(nullptr);
   prefetch_.reset();
@@ -82,7 +89,8 @@ Shim::~Shim() {
   watcher_.reset();
   write_back_->Wait();
   workers_.reset();
-  d2h_.reset();  // deletes the finished publish groups
+  d2h_.reset();     // deletes the finished publish groups
+  encode_.reset();  // its staging ring's events are the pool's
   flags_.reset();
   backend_->SetExternalCopies(nullptr);
   gpu_.reset();  // its descriptors are per slot of the pool

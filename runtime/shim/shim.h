@@ -40,6 +40,7 @@ struct ShimConfig {
   bool async_h2d = true;
   bool gpu_decode = false;       // ZRTIER_GPU_DECODE (GpuDecode)
   bool gpu_store_pinned = true;  // ZRTIER_GPU_STORE_PINNED (StorePinning), with gpu_decode
+  bool gpu_encode = false;       // ZRTIER_GPU_ENCODE (GpuEncode)
   // The options the prefetch link reads (ZRTIER_POLICY, ZRTIER_PREFETCH_AHEAD, ZRTIER_SPREAD,
   // ZRTIER_WORKERS); null = no learning, no prefetching.
   const Options* policy = nullptr;
@@ -160,6 +161,7 @@ class Shim {
   std::unique_ptr<PinnedRuns> runs_;
   std::unique_ptr<MemoryBudget> budget_;  // null: no keeper (see ShimConfig::pin_in_place)
   std::unique_ptr<GpuDecode> gpu_;        // ctx_.gpu; its descriptors live in pool_
+  std::unique_ptr<GpuEncode> encode_;     // ctx_.encode when ZRTIER_GPU_ENCODE is on
 };
 
 }  // namespace zrtier

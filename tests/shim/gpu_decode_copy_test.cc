@@ -1,11 +1,14 @@
-// GPU decode of host-to-device copies (runtime/shim/gpu_decode.h) over the fake CUDA runtime and
+// GPU decode of host-to-device copies (runtime/shim/gpu_decode.h) and GPU encode of
+// device-to-host ones (gpu_encode.h) over the fake CUDA runtime and
 // the stand-in libcuda.so.1 (tests/gpu/fake_libcuda.cc, which runs the kernel's body on the
 // stream's worker): chunks stored in the GPU format reach the destination decoded, in stream
 // order behind earlier work and before later work (with slow launches), exact to the byte, with
 // resident, zero and partial chunks mixed in; encodings sent straight from the pinned RAM store;
 // with the auto codec, chunks the CPU does not reuse stored in the GPU format once the kernel
 // loads (at the first allocation); a kernel that does not load or launch leaves the copy to the CPU
-// with the same bytes; and ZRTIER_GPU_DECODE=0 keeps the CPU path.
+// with the same bytes; and ZRTIER_GPU_DECODE=0 keeps the CPU path. Device-to-host copies bound for
+// the store are encoded in stream order and stored as they land, or cross raw when the kernel
+// cannot load or launch.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -28,6 +31,12 @@
 namespace zrtier {
 namespace {
 
+// Sleeps on the stream's worker: the work queued behind it runs later than the call that queued
+// it, so work run at call time instead of in stream order shows.
+void CUDART_CB SleepOnStream(void*) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 class GpuDecodeCopyTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -39,9 +48,11 @@ class GpuDecodeCopyTest : public ::testing::Test {
     ASSERT_TRUE(st.ok()) << st.ToString() << " (run with LD_LIBRARY_PATH at the fake libcuda)";
   }
   // `store_limit` (the RAM store's extents are 1/16 of it), `pinned`: ZRTIER_GPU_STORE_PINNED,
-  // `keeper`: run the memory budget's keeper (the auto budget), `codec`: ZRTIER_CODEC.
+  // `keeper`: run the memory budget's keeper (the auto budget), `codec`: ZRTIER_CODEC, `encode`:
+  // ZRTIER_GPU_ENCODE, `resident`: ZRTIER_RESIDENT_LIMIT ("0": none).
   void Build(bool gpu_decode, const char* store_limit = nullptr, bool pinned = true,
-             bool keeper = false, const char* codec = "gpu") {
+             bool keeper = false, const char* codec = "gpu", bool encode = false,
+             const char* resident = "0") {
     shim_.reset();
     Options opts;
     if (store_limit) {
@@ -49,7 +60,7 @@ class GpuDecodeCopyTest : public ::testing::Test {
     }
     ASSERT_TRUE(opts.Set(Opt::kArena, "4G").ok());
     ASSERT_TRUE(opts.Set(Opt::kChunk, "64K").ok());
-    ASSERT_TRUE(opts.Set(Opt::kResidentLimit, "0").ok());
+    ASSERT_TRUE(opts.Set(Opt::kResidentLimit, resident).ok());
     ASSERT_TRUE(opts.Set(Opt::kCodec, codec).ok());
     std::unique_ptr<Engine> engine;
     Status st = Engine::Create(opts, Os::Default(), nullptr, &engine);
@@ -63,6 +74,7 @@ class GpuDecodeCopyTest : public ::testing::Test {
     cfg.gpu_decode = gpu_decode;
     cfg.gpu_store_pinned = pinned;
     cfg.keep_budget = keeper;
+    cfg.gpu_encode = encode;
     shim_ = std::make_unique<Shim>(RealCudaApi(), std::move(engine), std::move(pool), cfg);
   }
   void TearDown() override { shim_.reset(); }
@@ -101,16 +113,49 @@ class GpuDecodeCopyTest : public ::testing::Test {
     EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
   }
 
+  // A device-to-host copy on a stream, after a sleep and the work that writes its source, of
+  // kRoundTripChunks chunks less a page (bf16, chunk 9 zero, chunk 13 random bytes) into a new
+  // region, then back to the GPU: exact bytes there and on the CPU. Returns the bytes the GPU
+  // encoded (d2h_gpu_encoded_bytes); *cpu_encoded (if set): the bytes the CPU encoded meanwhile,
+  // up to the device-to-host copy's end.
+  static constexpr size_t kRoundTripChunks = 48;
+  uint64_t DeviceToHostAndBack(uint64_t* cpu_encoded = nullptr) {
+    const size_t chunks = kRoundTripChunks, n = chunks * chunk_ - 4096;
+    std::vector<char> want(chunks * chunk_);
+    FillSample(SampleKind::kBf16Gaussian, 21, want.data(), want.size());
+    memset(want.data() + 9 * chunk_, 0, chunk_);
+    FillSample(SampleKind::kRandom, 22, want.data() + 13 * chunk_, chunk_);
+    want.resize(n);
+    char* src = testing::DeviceBuffer(n);
+    void* p = nullptr;
+    EXPECT_EQ(shim_->HostAlloc(&p, chunks * chunk_, 0), cudaSuccess);
+    char* r = static_cast<char*>(p);
+    cudaStream_t s;
+    EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    const uint64_t gpu0 = StatGet(Stat::d2h_gpu_encoded_bytes);
+    const uint64_t cpu0 = StatGet(Stat::bytes_encoded);
+    EXPECT_EQ(cudaMemsetAsync(src, 0x77, n, s), cudaSuccess);
+    EXPECT_EQ(cudaLaunchHostFunc(s, SleepOnStream, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(src, want.data(), n, cudaMemcpyHostToDevice, s), cudaSuccess);
+    EXPECT_EQ(shim_->Memcpy(r, src, n, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const uint64_t on_gpu = StatGet(Stat::d2h_gpu_encoded_bytes) - gpu0;
+    if (cpu_encoded) *cpu_encoded = StatGet(Stat::bytes_encoded) - cpu0;
+    // Back to the GPU (decoded there where stored in the GPU format), then read by the CPU.
+    char* back = testing::DeviceBuffer(n);
+    EXPECT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_TRUE(testing::FromDevice(back, n) == want);
+    EXPECT_EQ(memcmp(r, want.data(), n), 0);
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+    EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+    return on_gpu;
+  }
+
   Engine* engine_ = nullptr;
   size_t chunk_ = 0;
   std::unique_ptr<Shim> shim_;
 };
-
-// Sleeps on the stream's worker: the work queued behind it runs later than the call that queued
-// it, so work run at call time instead of in stream order shows.
-void CUDART_CB SleepOnStream(void*) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-}
 
 TEST_F(GpuDecodeCopyTest, StoredChunksDecodeOnTheGpuInStreamOrder) {
   // Slow launches: work queued on the stream after the copy that did not wait for its decodes
@@ -221,6 +266,33 @@ TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
   }
 }
 
+// With ZRTIER_GPU_ENCODE and a resident budget far below the copy, a device-to-host copy's whole
+// chunks are encoded on the GPU, in stream order after the work that wrote the source (slow
+// launches, a sleep before that work), and stored as they land: a GPU-decoded copy back and the
+// CPU read every byte; a zero chunk and one that does not shrink (random bytes, raw from the
+// kernel) are among them, and a partial chunk at the end crosses raw. The CPU encodes none of the
+// chunks the GPU did. Without the option, nothing is encoded on the GPU.
+TEST_F(GpuDecodeCopyTest, DeviceToHostChunksBoundForTheStoreAreEncodedOnTheGpu) {
+  testing::ScopedEnv slow("FAKE_LIBCUDA_LAUNCH_SLEEP_MS", "20");
+  for (bool encode : {true, false}) {
+    SCOPED_TRACE(encode ? "encode" : "no encode");
+    Build(true, nullptr, true, false, "gpu", encode, "256K");
+    const uint64_t launches0 = StatGet(Stat::d2h_gpu_launches);
+    uint64_t cpu = 0;
+    const uint64_t on_gpu = DeviceToHostAndBack(&cpu);
+    if (encode) {
+      // Every whole chunk but the random one; the CPU encodes that one and the partial one at most.
+      EXPECT_EQ(on_gpu, (kRoundTripChunks - 2) * chunk_);
+      EXPECT_LE(cpu, 2 * chunk_);
+      EXPECT_GT(StatGet(Stat::d2h_gpu_launches), launches0);
+    } else {
+      EXPECT_EQ(on_gpu, 0u);
+      // The publish encodes on the CPU what goes past the resident budget.
+      EXPECT_GE(cpu, (kRoundTripChunks - 8) * chunk_);
+    }
+  }
+}
+
 // With the auto codec, chunks are stored in the GPU format once the decode kernel is loaded (at
 // the first allocation), except the chunks the CPU touches again after their first write: those
 // are stored in the auto format when written again and their copies decode on the CPU. Every
@@ -276,6 +348,9 @@ TEST_F(GpuDecodeCopyTest, AKernelThatCannotLoadOrLaunchLeavesTheCopyToTheCpu) {
     testing::ScopedEnv fail(knob, "1");
     Build(true);
     CopyOnTheCpu();
+    // The encode kernel likewise: the device-to-host copy's bytes cross raw.
+    Build(true, nullptr, true, false, "gpu", /*encode=*/true, "256K");
+    EXPECT_EQ(DeviceToHostAndBack(), 0u);
   }
 }
 

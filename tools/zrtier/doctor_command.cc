@@ -27,6 +27,7 @@
 
 #include "runtime/gpu/cuda_driver.h"
 #include "runtime/gpu/decode_module.h"
+#include "runtime/gpu/fatbins.h"
 #include "runtime/os/os.h"
 #include "runtime/os/uffd_compat.h"
 #include "tools/top/format.h"
@@ -419,6 +420,30 @@ void CheckGpuDecode(Doctor* d) {
                                codec + "; set ZRTIER_CODEC=gpu)");
 }
 
+// Which path encodes what a D2H copy sends to the compressed store: the encode kernel, on the
+// copy's stream, when ZRTIER_GPU_ENCODE is on, the kernel is built in and libcuda.so.1 loads;
+// else the CPU.
+void CheckGpuEncode(Doctor* d) {
+  Options opts = Options::FromEnvironment([](const std::string&) {});
+  if (!gpu::EncodeFatbin().data) {
+    d->Line(Level::kOk, "GPU encode",
+            "CPU path: this build holds no encode kernel (nvcc was not found when it was built)");
+    return;
+  }
+  if (!opts.Bool(Opt::kGpuEncode)) {
+    d->Line(Level::kOk, "GPU encode", "CPU path (ZRTIER_GPU_ENCODE=0, the default)");
+    return;
+  }
+  const gpu::CudaDriver* driver = nullptr;
+  if (Status st = gpu::CudaDriver::Load(&driver); !st.ok()) {
+    d->Line(Level::kOk, "GPU encode", "CPU path: " + st.ToString());
+    return;
+  }
+  d->Line(Level::kOk, "GPU encode",
+          "GPU path: device-to-host copies bound for the compressed store are encoded on the GPU, "
+          "on their stream (a context the kernel cannot load into uses the CPU)");
+}
+
 void CheckShm(Doctor* d) {
   std::string dir = StatsDir();
   if (access(dir.c_str(), W_OK) == 0)
@@ -460,6 +485,7 @@ int RunDoctor() {
   CheckNuma(&d);
   CheckCuda(&d);
   CheckGpuDecode(&d);
+  CheckGpuEncode(&d);
   CheckShm(&d);
   CheckSpillDir(&d);
   printf("libraries: zstd %s (linked)\n", ZSTD_versionString());
