@@ -89,6 +89,17 @@ cudaError_t MallocFreeHost(void* p) {
 }
 }  // namespace
 
+bool OnCurrentDevice(const CudaApi* api, const void* p) {
+  cudaPointerAttributes a{};
+  if (api->cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    if (api->cudaGetLastError) api->cudaGetLastError();
+    return false;
+  }
+  int device = -1;
+  return a.type == cudaMemoryTypeDevice && api->cudaGetDevice(&device) == cudaSuccess &&
+         a.device == device;
+}
+
 const CudaApi* HostMemoryCudaApi() {
   static const CudaApi api = [] {
     CudaApi a;

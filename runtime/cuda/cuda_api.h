@@ -89,6 +89,10 @@ Status ResolveCudaApi(CudaApi* api);
 const CudaApi* RealCudaApi();
 Status CudaApiStatus();
 
+// Whether `p` is device memory of the calling thread's current device (a query error is cleared,
+// not left for the program's next cudaGetLastError).
+bool OnCurrentDevice(const CudaApi* api, const void* p);
+
 // A table for using the T0 pool without a GPU (benchmarks, tests): cudaHostAlloc and
 // cudaFreeHost are malloc and free; every other entry is null. Never null.
 const CudaApi* HostMemoryCudaApi();

@@ -169,17 +169,7 @@ GpuDecode::Target* GpuDecode::Usable(const void* dst) {
     if (!LoadIn(&ctx)) return nullptr;
     t = SetUp(ctx);
   }
-  if (!t) return nullptr;
-  cudaPointerAttributes a{};
-  if (api_->cudaPointerGetAttributes(&a, dst) != cudaSuccess) {
-    if (api_->cudaGetLastError) api_->cudaGetLastError();
-    return nullptr;
-  }
-  int device = -1;
-  if (a.type != cudaMemoryTypeDevice || api_->cudaGetDevice(&device) != cudaSuccess ||
-      a.device != device)
-    return nullptr;
-  return t;
+  return t && OnCurrentDevice(api_, dst) ? t : nullptr;
 }
 
 void GpuDecode::CheckStatus(int slot) {

@@ -122,15 +122,7 @@ bool GpuEncode::Begin(const void* src, size_t max, Piece* piece) {
     free_.push_back(record);
     return false;
   };
-  cudaPointerAttributes a{};
-  if (api_->cudaPointerGetAttributes(&a, src) != cudaSuccess) {
-    if (api_->cudaGetLastError) api_->cudaGetLastError();
-    return give_back();
-  }
-  int device = -1;
-  if (a.type != cudaMemoryTypeDevice || api_->cudaGetDevice(&device) != cudaSuccess ||
-      a.device != device)
-    return give_back();
+  if (!OnCurrentDevice(api_, src)) return give_back();
   const size_t n =
       std::min({max, static_cast<size_t>(kRecordChunks), t->ring->max_reserve() / chunk_});
   if (n == 0) return give_back();
