@@ -1,6 +1,8 @@
 // Memory stays bounded: N GiB (ZRTIER_TEST_MEMORY_GIB, default 1) of bf16 weights written by CPU
 // stores into a region with a resident limit of N/8 cost at most limit + N/1.40 + 3 % of N, both
-// by the engine's own accounting and by the process RSS, and read back exactly.
+// by the engine's own accounting and by the process RSS (RSS not under AddressSanitizer, whose
+// quarantine keeps freed heap memory resident: up to 256 MiB that are not zrtier's), and read back
+// exactly.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,6 +27,18 @@ uint64_t RssBytes() {
   fclose(f);
   return static_cast<uint64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
 
 double Mib(uint64_t b) {
   return b / 1048576.0;
@@ -88,7 +102,7 @@ TEST(MemoryTest, Bf16WithResidentLimitStaysUnderTheBound) {
         Mib(engine_bytes), Mib(rss), Mib(bound));
     EXPECT_LE(u.resident_bytes, limit + limit / 64 + 4 * cs) << when;
     EXPECT_LE(engine_bytes, bound) << when;
-    EXPECT_LE(rss, bound) << when;
+    if (!kAsan) EXPECT_LE(rss, bound) << when;
   };
   check("after writing", bound_write);
 
