@@ -102,7 +102,9 @@ TEST(MemoryTest, Bf16WithResidentLimitStaysUnderTheBound) {
         Mib(engine_bytes), Mib(rss), Mib(bound));
     EXPECT_LE(u.resident_bytes, limit + limit / 64 + 4 * cs) << when;
     EXPECT_LE(engine_bytes, bound) << when;
-    if (!kAsan) EXPECT_LE(rss, bound) << when;
+    if (!kAsan) {
+      EXPECT_LE(rss, bound) << when;
+    }
   };
   check("after writing", bound_write);
 
