@@ -176,9 +176,10 @@ cudaError_t Shim::HostUnregister(void* p) {
 cudaError_t Shim::PointerGetAttributes(cudaPointerAttributes* attr, const void* p) {
   RegionInfo r;
   if (attr && p && backend_->Lookup(p, &r)) {
-    if (runs_->Mapped(r, p)) {
-      // Mapped for device access (the program asked for a device pointer): the driver's answer,
-      // with the device address.
+    // Mapped for device access (the program asked for a device pointer): the driver's answer,
+    // with the device address. Only looked up once some run is pinned for good: PyTorch asks for
+    // the attributes of every tensor it checks for pinning.
+    if (runs_->captured_bytes() && runs_->Mapped(r, p)) {
       CaptureModeRelaxed relaxed(api_);
       const cudaError_t err = api_->cudaPointerGetAttributes(attr, p);
       if (err == cudaSuccess && attr->type == cudaMemoryTypeHost) return cudaSuccess;
