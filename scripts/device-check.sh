@@ -73,8 +73,10 @@ for stage in "${stages[@]}"; do
       # Copies of pinned memory captured in a CUDA graph replay with each replay's bytes, and
       # kernels read and write pinned memory through its device pointer (self-checking): plain,
       # the defaults (pinned in place), and a budget below the buffers (pages unpinned and
-      # compressed before, pinned again by the capture or the device pointer).
-      for check in "graph_capture:captured copies replay" "zero_copy:kernels read and write it"; do
+      # compressed before, pinned again by the capture or the device pointer). cudaHostGetFlags on a
+      # region answers as on the driver's own allocation.
+      for check in "graph_capture:captured copies replay" "zero_copy:kernels read and write it" \
+                   "host_flags:cudaHostGetFlags as the driver"; do
         for cfg in plain defaults budget; do
           env=()
           case $cfg in

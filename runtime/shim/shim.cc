@@ -111,6 +111,10 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
       regions_.Add(r);
+      if (flags) {
+        std::lock_guard<std::mutex> lock(host_flags_mu_);
+        host_flags_[r.id] = flags;
+      }
       // Chunks the CPU does not reuse are stored in the GPU format from the first allocation on
       // where the decode kernel loads (copies load it otherwise): a program's weights are stored
       // before their first copy.
@@ -141,6 +145,10 @@ cudaError_t Shim::FreeHost(void* p) {
     api_->cudaDeviceSynchronize();
     h2d_->DrainDeferred();  // every deferred fill has run by now, unless the device is gone
     regions_.Remove(r.id);  // waits for prefetches and write-backs reading it
+    {
+      std::lock_guard<std::mutex> lock(host_flags_mu_);
+      host_flags_.erase(r.id);
+    }
     runs_->RemoveRegion(r.id);
     Status st = backend_->Free(p);
     pool_->DropRegion(r.id);  // after the engine let go of the region's owned slots
@@ -231,13 +239,35 @@ cudaError_t Shim::HostGetDevicePointer(void** dev, void* host, unsigned flags) {
 cudaError_t Shim::HostGetFlags(unsigned* flags, void* host) {
   RegionInfo r;
   if (host && backend_->Lookup(host, &r)) {
-    ZRTIER_LOG_ONCE(
-        LogLevel::kError,
-        "cudaHostGetFlags on zrtier memory: a zrtier region has no real host-allocation "
-        "flags (it cannot be mapped); returning cudaErrorNotSupported");
-    return cudaErrorNotSupported;
+    if (!flags) return cudaErrorInvalidValue;
+    unsigned alloc_flags = 0;
+    {
+      std::lock_guard<std::mutex> lock(host_flags_mu_);
+      auto it = host_flags_.find(r.id);
+      if (it != host_flags_.end()) alloc_flags = it->second;
+    }
+    *flags = RealHostFlags(alloc_flags);
+    return cudaSuccess;
   }
   return api_->cudaHostGetFlags(flags, host);
+}
+
+unsigned Shim::RealHostFlags(unsigned alloc_flags) {
+  // The driver may add flags of its own (e.g. mapped, where every pinned allocation is): the
+  // answer is the driver's for an allocation like the region's.
+  std::atomic<int64_t>& cached = real_host_flags_[(alloc_flags & cudaHostAllocPortable) ? 1 : 0];
+  int64_t known = cached.load(std::memory_order_relaxed);
+  if (known >= 0) return static_cast<unsigned>(known);
+  CaptureModeRelaxed relaxed(api_);
+  void* page = nullptr;
+  unsigned answer = alloc_flags;
+  if (api_->cudaHostAlloc(&page, 4096, alloc_flags) == cudaSuccess) {
+    unsigned real = 0;
+    if (api_->cudaHostGetFlags(&real, page) == cudaSuccess) answer = real;
+    api_->cudaFreeHost(page);
+  }
+  cached.store(answer, std::memory_order_relaxed);
+  return answer;
 }
 
 bool Shim::Involves(const void* p, size_t n) const {

@@ -733,8 +733,24 @@ TEST_F(ShimCopyTest, PointerQueriesOnRegions) {
   EXPECT_EQ(a.hostPointer, r + 100);
   void* dev = nullptr;
   EXPECT_EQ(shim_->HostGetDevicePointer(&dev, r, 0), cudaErrorNotSupported);
-  unsigned flags = 0;
-  EXPECT_EQ(shim_->HostGetFlags(&flags, r), cudaErrorNotSupported);
+  // cudaHostGetFlags answers as the driver does for a real allocation with the region's flags.
+  unsigned flags = 99, real_flags = 98;
+  void* real = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&real, 4096, 0), cudaSuccess);
+  ASSERT_EQ(cudaHostGetFlags(&real_flags, real), cudaSuccess);
+  EXPECT_EQ(shim_->HostGetFlags(&flags, r + 4096), cudaSuccess);
+  EXPECT_EQ(flags, real_flags);
+  void* portable = nullptr;
+  ASSERT_EQ(shim_->HostAlloc(&portable, 2 << 20, cudaHostAllocPortable), cudaSuccess);
+  ASSERT_EQ(cudaFreeHost(real), cudaSuccess);
+  ASSERT_EQ(cudaHostAlloc(&real, 4096, cudaHostAllocPortable), cudaSuccess);
+  ASSERT_EQ(cudaHostGetFlags(&real_flags, real), cudaSuccess);
+  EXPECT_EQ(real_flags, unsigned{cudaHostAllocPortable});
+  EXPECT_EQ(shim_->HostGetFlags(&flags, portable), cudaSuccess);
+  EXPECT_EQ(flags, real_flags);
+  EXPECT_EQ(shim_->HostGetFlags(nullptr, portable), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFreeHost(real), cudaSuccess);
+  EXPECT_EQ(shim_->FreeHost(portable), cudaSuccess);
   EXPECT_EQ(shim_->HostRegister(r + 4096, 8192, 0), cudaSuccess);
   EXPECT_EQ(shim_->HostUnregister(r + 4096), cudaSuccess);
   EXPECT_EQ(shim_->HostRegister(r, 8192, cudaHostRegisterMapped), cudaErrorNotSupported);

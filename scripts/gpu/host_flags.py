@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""cudaHostGetFlags on pinned memory: zrtier's regions answer as the driver does.
+
+Run with and without LD_PRELOAD=libzrtier.so (scripts/device-check.sh does both); exits 1 on a
+difference. For each way of allocating pinned memory (cudaMallocHost, cudaHostAlloc with flags 0
+and cudaHostAllocPortable) it asks cudaHostGetFlags of a 4 KiB allocation (below
+ZRTIER_MIN_ALLOC: the driver's own) and of a 64 MiB one (a zrtier region under LD_PRELOAD), at the
+start and in the middle, and requires the same error code and flags. Prints the answers.
+"""
+import ctypes
+import sys
+
+import torch
+
+
+def cudart():
+    """The runtime as the program's own calls resolve it (zrtier's hooks first)."""
+    glob = ctypes.CDLL(None)
+    if hasattr(glob, "cudaHostGetFlags"):
+        return glob
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "libcudart.so" in line:
+                return ctypes.CDLL(line.split()[-1])
+    raise RuntimeError("libcudart is not loaded")
+
+
+def main():
+    torch.cuda.init()
+    torch.empty(1, device="cuda")  # the runtime's context
+    rt = cudart()
+    ok = True
+    ways = [("cudaMallocHost", None), ("cudaHostAlloc(0)", 0), ("cudaHostAlloc(Portable)", 1)]
+    for name, flags in ways:
+        answers = []
+        for size in (4096, 64 << 20):
+            p = ctypes.c_void_p()
+            if flags is None:
+                err = rt.cudaMallocHost(ctypes.byref(p), ctypes.c_size_t(size))
+            else:
+                err = rt.cudaHostAlloc(ctypes.byref(p), ctypes.c_size_t(size), ctypes.c_uint(flags))
+            if err != 0:
+                print(f"{name} of {size} bytes failed: error {err}")
+                return 1
+            for off in (0, size // 2):
+                got = ctypes.c_uint(12345)
+                e = rt.cudaHostGetFlags(ctypes.byref(got), ctypes.c_void_p(p.value + off))
+                answers.append((size, off, e, got.value if e == 0 else None))
+            rt.cudaFreeHost(p)
+        print(f"{name}: " + ", ".join(f"{s} B at +{o}: error {e} flags {f}" for s, o, e, f in answers))
+        if len({(e, f) for _, _, e, f in answers}) != 1:
+            print(f"{name}: the answers differ")
+            ok = False
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
