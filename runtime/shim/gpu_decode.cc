@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <string>
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
@@ -17,12 +18,14 @@ GpuDecode::GpuDecode(const CudaApi* api, PinnedPool* pool, bool enabled)
       pool_(pool),
       enabled_(enabled && gpu::DecodeKernelBuilt() && api->cudaMalloc && api->cudaFree),
       pid_(getpid()) {
-  if (!enabled)
-    why_off_ = "off (ZRTIER_GPU_DECODE=0)";
-  else if (!gpu::DecodeKernelBuilt())
-    why_off_ = "off: the library holds no decode kernel (no nvcc when zrtier was built)";
-  else if (!enabled_)
-    why_off_ = "off: the CUDA runtime lacks cudaMalloc/cudaFree";
+  if (enabled && !gpu::DecodeKernelBuilt())
+    Log(LogLevel::kInfo,
+        "GPU decode off: the library holds no decode kernel (no nvcc when zrtier "
+        "was built); the CPU decodes");
+  else if (enabled && !enabled_)
+    Log(LogLevel::kInfo,
+        "GPU decode off: the CUDA runtime lacks cudaMalloc/cudaFree; the CPU "
+        "decodes");
 }
 
 // The process's Shim is never destroyed (process.h), so this runs in tests, with the runtime up.
@@ -47,7 +50,6 @@ GpuDecode::Target* GpuDecode::Find(CUcontext ctx) {
   if (Status st = gpu::DecodeModule::Load(&t->module); !st.ok()) {
     Log(LogLevel::kWarn, "GPU decode unavailable in this CUDA context (%s): the CPU decodes",
         st.ToString().c_str());
-    if (why_off_.empty()) why_off_ = "off: " + st.ToString();
     t->failed = true;
   } else {
     loaded_.store(true, std::memory_order_relaxed);
@@ -60,7 +62,6 @@ bool GpuDecode::LoadIn(CUcontext* ctx) {
   if (!driver_) {
     Status st = gpu::CudaDriver::Load(&driver_);
     if (!st.ok()) {
-      if (why_off_.empty()) why_off_ = "off: " + st.ToString();
       ZRTIER_LOG_ONCE(LogLevel::kWarn, "GPU decode unavailable (%s): the CPU decodes",
                       st.ToString().c_str());
       return false;
@@ -91,7 +92,6 @@ GpuDecode::Target* GpuDecode::SetUp(CUcontext ctx) {
   auto off = [&](const std::string& why) {
     Log(LogLevel::kWarn, "GPU decode unavailable in this CUDA context (%s): the CPU decodes",
         why.c_str());
-    if (why_off_.empty()) why_off_ = "off: " + why;
     t->failed = true;
     return nullptr;
   };
@@ -218,19 +218,6 @@ cudaError_t GpuDecode::Launch(Target* t, const int* slots, uint32_t count, cudaS
   }
   StatAdd(Stat::h2d_gpu_launches, 1);
   return cudaSuccess;
-}
-
-std::string GpuDecode::Describe() const {
-  std::lock_guard<std::mutex> l(mu_);
-  for (auto& t : targets_)
-    if (t->module && t->staging) return "on (decode kernel loaded)";
-  for (auto& t : targets_)
-    if (t->module && !t->failed)
-      return "on (decode kernel loaded; staging set up at the first copy of a chunk in the GPU "
-             "format)";
-  return why_off_.empty() ? "not used yet (the kernel loads at the first allocation or copy with a "
-                            "current context)"
-                          : why_off_;
 }
 
 }  // namespace zrtier

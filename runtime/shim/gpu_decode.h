@@ -40,7 +40,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <vector>
 
 #include "runtime/cuda/cuda_api.h"
@@ -123,9 +122,6 @@ class GpuDecode {
     on_pinned_ = std::move(observer);
   }
 
-  // One line for the log and `zrtier doctor`: "on (...)" or why the CPU decodes.
-  std::string Describe() const;
-
  private:
   // Under mu_: the driver loaded and the calling thread's current context in *ctx; false if none.
   bool LoadIn(CUcontext* ctx);
@@ -144,7 +140,6 @@ class GpuDecode {
   const gpu::CudaDriver* driver_ = nullptr;  // set once under mu_
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Target>> targets_;  // guarded by mu_ (stable addresses)
-  std::string why_off_;                           // guarded by mu_: the first reason
   // Mapped pinned arrays, one entry per slot, allocated with the first target.
   gpu::DecodeChunk* desc_ = nullptr;
   uint32_t* status_ = nullptr;
