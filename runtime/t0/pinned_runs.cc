@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <bit>
 #include <functional>
 #include <string>
 
@@ -266,8 +267,23 @@ void PinnedRuns::Lease::End() {
   segments_.clear();
 }
 
+void PinnedRuns::NoteDevice(std::atomic<uint64_t>* devices) {
+  int dev = -1;
+  if (api_->cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    if (!unfenced_overflow_.load(std::memory_order_relaxed)) unfenced_overflow_.store(true);
+    return;
+  }
+  const uint64_t bit = uint64_t{1} << dev;
+  if (!(devices->load(std::memory_order_relaxed) & bit)) devices->fetch_or(bit);
+}
+
 void PinnedRuns::Fence(cudaStream_t stream) {
   if (!fencing_.load(std::memory_order_relaxed)) {
+    // The default streams are the calling thread's current device's (the per-thread one also the
+    // calling thread's own, which no other thread can synchronize): noted by device.
+    if (stream == nullptr || stream == cudaStreamLegacy) return NoteDevice(&legacy_devices_);
+    if (stream == cudaStreamPerThread) return NoteDevice(&sync_devices_);
     const uintptr_t v = reinterpret_cast<uintptr_t>(stream) + 1;
     for (auto& slot : unfenced_)
       if (slot.load(std::memory_order_relaxed) == v) return;
@@ -275,8 +291,7 @@ void PinnedRuns::Fence(cudaStream_t stream) {
       uintptr_t empty = 0;
       if (slot.compare_exchange_strong(empty, v) || empty == v) return;
     }
-    if (!unfenced_overflow_.load(std::memory_order_relaxed)) unfenced_overflow_.store(true);
-    return;
+    return NoteDevice(&sync_devices_);
   }
   std::lock_guard<std::mutex> l(fence_mu_);
   cudaEvent_t ev = nullptr;
@@ -302,7 +317,7 @@ void PinnedRuns::ForgetStream(cudaStream_t stream) {
   const uintptr_t v = reinterpret_cast<uintptr_t>(stream) + 1;
   for (auto& slot : unfenced_) {
     uintptr_t was = v;
-    if (slot.compare_exchange_strong(was, 0)) unfenced_overflow_.store(true);
+    if (slot.compare_exchange_strong(was, 0)) NoteDevice(&sync_devices_);
   }
 }
 
@@ -310,7 +325,9 @@ void PinnedRuns::SyncFences() {
   CaptureModeRelaxed relaxed(api_);  // event waits from zrtier's threads
   std::lock_guard<std::mutex> sync_lock(sync_mu_);
   std::vector<cudaEvent_t> events;
-  bool device = unfenced_overflow_.exchange(false);
+  bool here = unfenced_overflow_.exchange(false);  // a device synchronize on this thread's device
+  uint64_t devices = sync_devices_.exchange(0);
+  uint64_t legacy = legacy_devices_.exchange(0);
   std::vector<cudaStream_t> streams;
   for (auto& slot : unfenced_)
     if (const uintptr_t v = slot.exchange(0))
@@ -321,25 +338,49 @@ void PinnedRuns::SyncFences() {
       if (e)
         events.push_back(e);
       else
-        device = true;
+        here = true;
     }
   }
-  for (cudaStream_t stream : streams) {
-    if (device) break;
-    // A stream that captures now cannot be synchronized (its copies before the capture began are
-    // waited for by the device synchronize instead, which ends that capture: the rare case of a
-    // stream that copied unfenced from a run just before it started capturing).
+  // A stream that captures now cannot be synchronized (its copies before the capture began are
+  // waited for by a device synchronize instead, which ends that capture: the rare case of a stream
+  // that copied unfenced from a run just before it started capturing).
+  auto sync_stream = [&](cudaStream_t stream) {
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (api_->cudaStreamIsCapturing(stream, &cap) != cudaSuccess ||
-        cap != cudaStreamCaptureStatusNone || api_->cudaStreamSynchronize(stream) != cudaSuccess) {
-      if (api_->cudaGetLastError) api_->cudaGetLastError();
-      device = true;
+    if (api_->cudaStreamIsCapturing(stream, &cap) == cudaSuccess &&
+        cap == cudaStreamCaptureStatusNone && api_->cudaStreamSynchronize(stream) == cudaSuccess)
+      return true;
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    return false;
+  };
+  for (cudaStream_t stream : streams)
+    if (!sync_stream(stream)) here = true;
+  // The default streams and device synchronizations, each on its device (a multi-GPU program
+  // copies on the default stream of each); the thread's current device is set back after.
+  legacy &= ~devices;
+  if ((devices | legacy) && api_->cudaSetDevice) {
+    int saved = -1;
+    if (api_->cudaGetDevice(&saved) != cudaSuccess) saved = -1;
+    int current = saved;
+    auto on = [&](int d) {
+      if (d == current) return true;
+      if (api_->cudaSetDevice(d) != cudaSuccess) {
+        if (api_->cudaGetLastError) api_->cudaGetLastError();
+        return false;
+      }
+      current = d;
+      return true;
+    };
+    for (uint64_t m = legacy; m; m &= m - 1) {
+      const int d = std::countr_zero(m);
+      if (!on(d) || !sync_stream(cudaStreamLegacy)) devices |= uint64_t{1} << d;
     }
+    for (uint64_t m = devices; m; m &= m - 1)
+      if (on(std::countr_zero(m))) api_->cudaDeviceSynchronize();
+    if (saved >= 0) on(saved);
+  } else if (devices | legacy) {
+    here = true;
   }
-  if (device) {
-    api_->cudaDeviceSynchronize();
-    return;
-  }
+  if (here) api_->cudaDeviceSynchronize();
   for (cudaEvent_t e : events) api_->cudaEventSynchronize(e);
 }
 

@@ -102,12 +102,14 @@ class PinnedRuns {
   // Bytes of the runs kept pinned for captured copies and device access.
   uint64_t captured_bytes() const { return captured_bytes_.load(std::memory_order_relaxed); }
   // Records the fence of `stream` behind the copies just issued there from pinned runs -- while
-  // fencing is on; otherwise only notes the stream as unfenced (an Unpin then synchronizes it, or
-  // the whole device past kUnfencedStreams streams: the per-copy event is only worth its cost
-  // while unpinning may come soon).
+  // fencing is on; otherwise only notes the stream as unfenced (the per-copy event is only worth
+  // its cost while unpinning may come soon): an Unpin then synchronizes it; a default stream (the
+  // legacy one, or the per-thread one, which only its thread can synchronize) is noted with the
+  // calling thread's current device, and the Unpin synchronizes that device's legacy stream or
+  // the device itself (as for more than kUnfencedStreams streams).
   void Fence(cudaStream_t stream);
   // The program destroys `stream`: it is synchronized no more (had it copied unfenced, the next
-  // Unpin synchronizes the device instead). Waits for a sync of it in progress.
+  // Unpin synchronizes the calling thread's device instead). Waits for a sync of it in progress.
   void ForgetStream(cudaStream_t stream);
   // Whether copies record fences (the memory budget turns it on near its limit).
   void SetFencing(bool on) { fencing_.store(on, std::memory_order_relaxed); }
@@ -158,6 +160,8 @@ class PinnedRuns {
   void Release(PinnedRun* run, bool unhold);
   // Waits until every fence recorded so far has completed.
   void SyncFences();
+  // Sets the calling thread's current device in *devices (or unfenced_overflow_).
+  void NoteDevice(std::atomic<uint64_t>* devices);
 
   const CudaApi* api_;
   RegionBackend* backend_;
@@ -168,12 +172,17 @@ class PinnedRuns {
   std::atomic<uint64_t> captured_bytes_{0};
   std::atomic<bool> broken_{false};
   std::atomic<bool> fencing_{true};
-  // The streams copies were issued on without a fence since the last sync, each stored as its
-  // handle + 1 (0: empty; the legacy default stream is handle 0), and whether more streams than
-  // that were (the sync then synchronizes the device). A stream synchronize, unlike a device one,
-  // leaves a graph that another stream captures valid. Programs copy on a few streams.
+  // The streams (not the default ones) copies were issued on without a fence since the last sync,
+  // each stored as its handle + 1 (0: empty); more streams than that are noted by device. A stream
+  // synchronize, unlike a device one, leaves a graph that another stream captures valid. Programs
+  // copy on a few streams.
   static constexpr int kUnfencedStreams = 8;
   std::atomic<uintptr_t> unfenced_[kUnfencedStreams] = {};
+  // Devices (bit d: device d) whose unfenced copies a device synchronize waits for, and whose
+  // legacy default stream took unfenced copies; a device the bits cannot name (or unknown) sets
+  // unfenced_overflow_: a device synchronize on the syncing thread's current device.
+  std::atomic<uint64_t> sync_devices_{0};
+  std::atomic<uint64_t> legacy_devices_{0};
   std::atomic<bool> unfenced_overflow_{false};
   std::mutex sync_mu_;  // held by SyncFences and ForgetStream: no sync of a destroyed stream
   std::atomic<int> device_{-1};    // the device of the first AddRegion's caller

@@ -455,6 +455,67 @@ TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnTheirStreams) {
   cudaStreamDestroy(cap);
 }
 
+// A copy on the per-thread default stream: the unpin, on another thread, cannot synchronize that
+// stream (cudaStreamPerThread names its own there) and synchronizes the device.
+TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnThePerThreadStream) {
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
+  const size_t n = 2 * PinnedRuns::kRunBytes;
+  char* p = Region(n);
+  std::vector<char> data = testing::RandomBytes(n, 13);
+  memcpy(p, data.data(), n);
+  char* d = testing::DeviceBuffer(n);
+  shim_->runs()->SetFencing(false);
+  fakecudaHoldCopies(cudaStreamPerThread, 1);  // this thread's per-thread stream
+  ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, cudaStreamPerThread, false),
+            cudaSuccess);
+  std::atomic<size_t> unpinned{0};
+  std::thread unpin([&] { unpinned = shim_->runs()->Unpin(PinnedRuns::kRunBytes); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(unpinned.load(), 0u) << "waits for the copy still in this thread's stream";
+  fakecudaHoldCopies(cudaStreamPerThread, 0);
+  unpin.join();
+  EXPECT_EQ(unpinned.load(), PinnedRuns::kRunBytes);
+  EXPECT_TRUE(testing::FromDevice(d, n) == data);
+  EXPECT_EQ(memcmp(p, data.data(), n), 0);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  cudaFree(d);
+}
+
+// A copy on the legacy default stream of another device than the region's first one: the unpin
+// synchronizes that device's default stream, and the syncing thread keeps its current device.
+TEST_F(MemoryBudgetTest, UnpinningSynchronizesTheDefaultStreamOfTheCopysDevice) {
+  setenv("FAKE_CUDA_DEVICES", "2", 1);
+  meminfo_.SetAvailable(8 * kGiB);
+  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
+  const size_t n = 2 * PinnedRuns::kRunBytes;
+  char* p = Region(n);  // on device 0
+  std::vector<char> data = testing::RandomBytes(n, 14);
+  memcpy(p, data.data(), n);
+  char* d = testing::DeviceBuffer(n);
+  shim_->runs()->SetFencing(false);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  size_t unpinned = 0;
+  int device_after = -1;
+  uint32_t touched = 0;
+  std::thread unpin([&] {
+    fakecudaResetDevicesTouched();
+    unpinned = shim_->runs()->Unpin(PinnedRuns::kRunBytes);
+    touched = fakecudaDevicesTouched();
+    cudaGetDevice(&device_after);
+  });
+  unpin.join();
+  EXPECT_EQ(unpinned, PinnedRuns::kRunBytes);
+  EXPECT_TRUE(touched & 2u) << "synchronized on device 1 (devices touched: " << touched << ")";
+  EXPECT_EQ(device_after, 0);
+  EXPECT_TRUE(testing::FromDevice(d, n) == data);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  cudaFree(d);
+  unsetenv("FAKE_CUDA_DEVICES");
+}
+
 // A device pointer to a region (zero-copy access) pins all of it for good and maps it for the
 // device: a run pinned before is registered again with the mapping, an unpinned one is pinned.
 TEST_F(MemoryBudgetTest, ADevicePointerMapsTheWholeRegionForGood) {
