@@ -48,7 +48,8 @@ PinnedRuns::~PinnedRuns() {
   }
   for (uint64_t id : ids) RemoveRegion(id);
   std::lock_guard<std::mutex> l(fence_mu_);
-  for (auto& [stream, ev] : fences_) api_->cudaEventDestroy(ev);
+  for (const Fenced& f : fences_)
+    if (f.event) api_->cudaEventDestroy(f.event);
 }
 
 bool PinnedRuns::Pin(PinnedRun* run) {
@@ -279,11 +280,13 @@ void PinnedRuns::NoteDevice(std::atomic<uint64_t>* devices) {
 }
 
 void PinnedRuns::Fence(cudaStream_t stream) {
+  // The per-thread default stream is the calling thread's own (no other thread can synchronize
+  // it, and one event for the handle would be recorded by every thread): noted by device.
+  if (stream == cudaStreamPerThread) return NoteDevice(&sync_devices_);
+  const bool legacy = stream == nullptr || stream == cudaStreamLegacy;
   if (!fencing_.load(std::memory_order_relaxed)) {
-    // The default streams are the calling thread's current device's (the per-thread one also the
-    // calling thread's own, which no other thread can synchronize): noted by device.
-    if (stream == nullptr || stream == cudaStreamLegacy) return NoteDevice(&legacy_devices_);
-    if (stream == cudaStreamPerThread) return NoteDevice(&sync_devices_);
+    // The legacy stream is the calling thread's current device's: noted by device.
+    if (legacy) return NoteDevice(&legacy_devices_);
     const uintptr_t v = reinterpret_cast<uintptr_t>(stream) + 1;
     for (auto& slot : unfenced_)
       if (slot.load(std::memory_order_relaxed) == v) return;
@@ -293,23 +296,22 @@ void PinnedRuns::Fence(cudaStream_t stream) {
     }
     return NoteDevice(&sync_devices_);
   }
+  // The legacy stream's fence is per device (an event records only on its own device's streams).
+  int device = -1;
+  if (legacy && api_->cudaGetDevice(&device) != cudaSuccess) device = -1;
+  if (legacy) stream = cudaStreamLegacy;
   std::lock_guard<std::mutex> l(fence_mu_);
-  cudaEvent_t ev = nullptr;
-  for (auto& [s, e] : fences_)
-    if (s == stream) ev = e;
-  if (!ev) {
-    if (api_->cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
-      if (api_->cudaGetLastError) api_->cudaGetLastError();
-      ev = nullptr;
-    }
-    fences_.emplace_back(stream, ev);
-  }
-  if (!ev || api_->cudaEventRecord(ev, stream) != cudaSuccess) {
-    if (api_->cudaGetLastError) api_->cudaGetLastError();
-    // No fence for this stream: Unpin synchronizes the whole device instead.
-    for (auto& [s, e] : fences_)
-      if (s == stream) e = nullptr;
-  }
+  auto it = std::find_if(fences_.begin(), fences_.end(),
+                         [&](const Fenced& f) { return f.stream == stream && f.device == device; });
+  if (it == fences_.end()) it = fences_.insert(fences_.end(), Fenced{stream, device, nullptr});
+  if (!it->event &&
+      api_->cudaEventCreateWithFlags(&it->event, cudaEventDisableTiming) != cudaSuccess)
+    it->event = nullptr;
+  if (it->event && api_->cudaEventRecord(it->event, stream) == cudaSuccess) return;
+  if (api_->cudaGetLastError) api_->cudaGetLastError();
+  // This copy has no fence (the event still fences the copies before it): the Unpin synchronizes
+  // the device instead.
+  NoteDevice(&sync_devices_);
 }
 
 void PinnedRuns::ForgetStream(cudaStream_t stream) {
@@ -334,12 +336,8 @@ void PinnedRuns::SyncFences() {
       streams.push_back(reinterpret_cast<cudaStream_t>(v - 1));
   {
     std::lock_guard<std::mutex> l(fence_mu_);
-    for (auto& [s, e] : fences_) {
-      if (e)
-        events.push_back(e);
-      else
-        here = true;
-    }
+    for (const Fenced& f : fences_)
+      if (f.event) events.push_back(f.event);
   }
   // A stream that captures now cannot be synchronized (its copies before the capture began are
   // waited for by a device synchronize instead, which ends that capture: the rare case of a stream

@@ -103,10 +103,11 @@ class PinnedRuns {
   uint64_t captured_bytes() const { return captured_bytes_.load(std::memory_order_relaxed); }
   // Records the fence of `stream` behind the copies just issued there from pinned runs -- while
   // fencing is on; otherwise only notes the stream as unfenced (the per-copy event is only worth
-  // its cost while unpinning may come soon): an Unpin then synchronizes it; a default stream (the
-  // legacy one, or the per-thread one, which only its thread can synchronize) is noted with the
-  // calling thread's current device, and the Unpin synchronizes that device's legacy stream or
-  // the device itself (as for more than kUnfencedStreams streams).
+  // its cost while unpinning may come soon): an Unpin then synchronizes it. The legacy stream is
+  // fenced per device; unfenced, it is noted with the calling thread's current device (the Unpin
+  // synchronizes that device's legacy stream). The per-thread stream, which only its own thread
+  // can name, a copy whose fence cannot be recorded and more than kUnfencedStreams streams are
+  // noted so too: the Unpin synchronizes that device.
   void Fence(cudaStream_t stream);
   // The program destroys `stream`: it is synchronized no more (had it copied unfenced, the next
   // Unpin synchronizes the calling thread's device instead). Waits for a sync of it in progress.
@@ -189,7 +190,14 @@ class PinnedRuns {
   int bound_device_ = -1;          // the device BindDevice last set (its one thread only)
   std::atomic<uint64_t> tick_{0};  // the use clock of the runs (one tick per lease)
   std::mutex fence_mu_;            // guards fences_
-  std::vector<std::pair<cudaStream_t, cudaEvent_t>> fences_;  // the last fence per stream
+  // The last fence per stream: a named stream (device -1) or the legacy stream of a device
+  // (cudaStreamLegacy); event null: it could not be made.
+  struct Fenced {
+    cudaStream_t stream;
+    int device;
+    cudaEvent_t event;
+  };
+  std::vector<Fenced> fences_;
 };
 
 }  // namespace zrtier
