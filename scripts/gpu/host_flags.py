@@ -12,23 +12,13 @@ import sys
 
 import torch
 
-
-def cudart():
-    """The runtime as the program's own calls resolve it (zrtier's hooks first)."""
-    glob = ctypes.CDLL(None)
-    if hasattr(glob, "cudaHostGetFlags"):
-        return glob
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "libcudart.so" in line:
-                return ctypes.CDLL(line.split()[-1])
-    raise RuntimeError("libcudart is not loaded")
+from cudart import cudart
 
 
 def main():
     torch.cuda.init()
     torch.empty(1, device="cuda")  # the runtime's context
-    rt = cudart()
+    rt = cudart("cudaHostGetFlags")
     ok = True
     ways = [("cudaMallocHost", None), ("cudaHostAlloc(0)", 0), ("cudaHostAlloc(Portable)", 1)]
     for name, flags in ways:

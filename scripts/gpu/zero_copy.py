@@ -14,19 +14,9 @@ import sys
 
 import torch
 
+from cudart import cudart
+
 N = 16 << 20  # int32 elements: 64 MiB per buffer, far above ZRTIER_MIN_ALLOC
-
-
-def cudart():
-    """cudaHostGetDevicePointer as the program's own calls resolve it (zrtier's hook first)."""
-    glob = ctypes.CDLL(None)
-    if hasattr(glob, "cudaHostGetDevicePointer"):
-        return glob
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "libcudart.so" in line:
-                return ctypes.CDLL(line.split()[-1])
-    raise RuntimeError("libcudart is not loaded")
 
 
 class View:
@@ -39,7 +29,7 @@ class View:
 
 def main():
     torch.cuda.init()
-    rt = cudart()
+    rt = cudart("cudaHostGetDevicePointer")
     g = torch.Generator().manual_seed(5)
     other = torch.randint(-1000, 1000, (N,), dtype=torch.int32, generator=g).pin_memory()
     host = torch.randint(-1000, 1000, (N,), dtype=torch.int32, generator=g).pin_memory()
