@@ -246,28 +246,12 @@ cudaError_t Shim::HostGetFlags(unsigned* flags, void* host) {
       auto it = host_flags_.find(r.id);
       if (it != host_flags_.end()) alloc_flags = it->second;
     }
-    *flags = RealHostFlags(alloc_flags);
+    // As the driver answers for an allocation of its own on a system with unified addressing
+    // (every one CUDA 13 supports): mapped besides the flags asked for.
+    *flags = alloc_flags | cudaHostAllocMapped;
     return cudaSuccess;
   }
   return api_->cudaHostGetFlags(flags, host);
-}
-
-unsigned Shim::RealHostFlags(unsigned alloc_flags) {
-  // The driver may add flags of its own (e.g. mapped, where every pinned allocation is): the
-  // answer is the driver's for an allocation like the region's.
-  std::atomic<int64_t>& cached = real_host_flags_[(alloc_flags & cudaHostAllocPortable) ? 1 : 0];
-  int64_t known = cached.load(std::memory_order_relaxed);
-  if (known >= 0) return static_cast<unsigned>(known);
-  CaptureModeRelaxed relaxed(api_);
-  void* page = nullptr;
-  unsigned answer = alloc_flags;
-  if (api_->cudaHostAlloc(&page, 4096, alloc_flags) == cudaSuccess) {
-    unsigned real = 0;
-    if (api_->cudaHostGetFlags(&real, page) == cudaSuccess) answer = real;
-    api_->cudaFreeHost(page);
-  }
-  cached.store(answer, std::memory_order_relaxed);
-  return answer;
 }
 
 bool Shim::Involves(const void* p, size_t n) const {

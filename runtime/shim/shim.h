@@ -16,7 +16,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -77,8 +76,8 @@ class Shim {
   // In a region: its pages are pinned in place for good and mapped for the device
   // (MapForDevice), then the real call answers; cudaErrorNotSupported where they cannot be.
   cudaError_t HostGetDevicePointer(void** dev, void* host, unsigned flags);
-  // In a region: what the driver answers for a real allocation made with the region's flags
-  // (asked once per flag value, of a page allocated for the question), else the real call.
+  // In a region: what the driver answers for a large allocation of its own made with the region's
+  // flags (those flags and cudaHostAllocMapped), else the real call.
   cudaError_t HostGetFlags(unsigned* flags, void* host);
 
   // True if [p, p+n) touches a region (cheap; used by the hooks to pass other copies through).
@@ -145,9 +144,6 @@ class Shim {
   // Region to region (possibly the same one), through a chunk-sized bounce buffer.
   Status CopyRegionToRegion(void* dst, const void* src, size_t n);
   bool IsDevicePointer(const void* p) const;
-  // The driver's cudaHostGetFlags answer for host memory allocated with `alloc_flags` (0 or
-  // cudaHostAllocPortable, the flags a region can have); `alloc_flags` itself when it cannot ask.
-  unsigned RealHostFlags(unsigned alloc_flags);
 
   const CudaApi* api_;
   ShimConfig cfg_;
@@ -163,7 +159,6 @@ class Shim {
   LiveRegions regions_;
   std::mutex host_flags_mu_;
   std::unordered_map<uint64_t, unsigned> host_flags_;  // region id -> cudaHostAlloc flags, if not 0
-  std::atomic<int64_t> real_host_flags_[2] = {-1, -1};  // RealHostFlags(0 / Portable); -1: not yet
   CopyContext ctx_;
   std::unique_ptr<WriteBack> write_back_;
   std::unique_ptr<H2DPath> h2d_;

@@ -561,7 +561,8 @@ FAKE_API cudaError_t cudaHostGetFlags(unsigned int* flags, void* host) {
   std::lock_guard<std::mutex> l(G()->mu);
   const Alloc* a = Find(host, 1);
   if (!a || a->device) return Fail(cudaErrorInvalidValue);
-  *flags = a->flags;
+  // As the driver with unified addressing: an allocation of its own is mapped too.
+  *flags = a->flags | (a->registered ? 0u : unsigned{cudaHostAllocMapped});
   return cudaSuccess;
 }
 
