@@ -7,11 +7,14 @@
 //   phase 1  BeginEncode       every thread: zeroes the histograms; thread 0 checks the descriptor
 //   phase 2  SampleHistograms  every thread: histograms of a sample of the 16-byte groups (every
 //                              eighth at most), for the planes of every transform
-//   phase 3  ChooseTransform   thread 0: the transform whose planes' estimated sizes sum least
+//   phase 3  SampleEstimates   every thread: partial sums of the sampled histograms' entropies
+//            ChooseTransform   thread 0: the transform whose planes' estimated sizes sum least
 //   phase 4  PlaneHistograms   every thread: whole-chunk histograms of the chosen planes, and
 //                              whether any byte is non-zero
-//   phase 5  BuildCode         thread p < W: plane p's Huffman code, and whether coding it
-//                              shrinks it (the CPU encoder's bound)
+//   phase 5  SortSymbols       every thread: each plane's symbols ranked by (count, symbol)
+//            BuildCode         one thread per plane p < W (the kernel: thread 32 p): plane p's
+//                              Huffman code, and whether coding it shrinks it (the CPU
+//                              encoder's bound)
 //   phase 6  SegmentWords      every thread: the stream words of its segments of the coded planes
 //   phase 7  Layout            thread 0: the segments' word offsets, the sections, the header;
 //                              the raw bytes instead where they are not larger (kEncodeRawFallback)
@@ -102,11 +105,24 @@ struct EncodePlane {
   gpufmt::HuffmanLayout layout;
 };
 
+// The size estimates of phase 3: kNone's plane (histograms 0 + 1), then one per histogram.
+inline constexpr int kEstimates = 1 + kSampleHists;
+// Symbols per partial sum of an estimate: a warp's 32 lanes cover the 256 symbols.
+inline constexpr int kEstimateLanes = 32;
+
+// Partial sums over kEstimateLanes-th of a histogram (EstimatePlane's terms).
+struct EstimatePart {
+  float total, sum, symbols;
+};
+
 // The CTA's shared memory.
 struct EncodeShared {
   uint32_t hist[gpufmt::kMaxPlanes][256];
   union {
-    uint32_t sample[kSampleHists][256];            // phases 2-3
+    struct {
+      uint32_t sample[kSampleHists][256];
+      EstimatePart part[kEstimates][kEstimateLanes];
+    } est;                                         // phases 2-3
     gpufmt::HuffmanWork tree[gpufmt::kMaxPlanes];  // phase 5
   } u;
   uint32_t code[gpufmt::kMaxPlanes][256];    // canonical code << 5 | length; 0: no code
@@ -129,7 +145,7 @@ ZRTIER_HD void BeginEncode(const EncodeChunk& c, uint32_t tid, uint32_t nthreads
                            EncodeShared& sh) {
   uint32_t* h = &sh.hist[0][0];
   for (uint32_t i = tid; i < gpufmt::kMaxPlanes * 256; i += nthreads) h[i] = 0;
-  uint32_t* s = &sh.u.sample[0][0];
+  uint32_t* s = &sh.u.est.sample[0][0];
   for (uint32_t i = tid; i < kSampleHists * 256; i += nthreads) s[i] = 0;
   if (tid == 0) {
     sh.refused = c.len < 16 || c.len > kEncodeMaxLen || (c.len & 15) != 0 || (c.src & 15) != 0 ||
@@ -152,26 +168,42 @@ ZRTIER_HD void SampleHistograms(const EncodeChunk& c, uint32_t tid, uint32_t nth
       const uint32_t u = w[k];
       for (int half = 0; half < 2; ++half) {
         const uint32_t h = (u >> (16 * half)) & 0xffff;
-        SharedAdd(&sh.u.sample[0][h & 0xff], 1);
-        SharedAdd(&sh.u.sample[1][h >> 8], 1);
-        SharedAdd(&sh.u.sample[2][PlaneByte(kBf16, 0, h)], 1);
-        SharedAdd(&sh.u.sample[3][PlaneByte(kBf16, 1, h)], 1);
+        SharedAdd(&sh.u.est.sample[0][h & 0xff], 1);
+        SharedAdd(&sh.u.est.sample[1][h >> 8], 1);
+        SharedAdd(&sh.u.est.sample[2][PlaneByte(kBf16, 0, h)], 1);
+        SharedAdd(&sh.u.est.sample[3][PlaneByte(kBf16, 1, h)], 1);
       }
-      for (int p = 0; p < 4; ++p) SharedAdd(&sh.u.sample[4 + p][PlaneByte(kFp32, p, u)], 1);
+      for (int p = 0; p < 4; ++p) SharedAdd(&sh.u.est.sample[4 + p][PlaneByte(kFp32, p, u)], 1);
     }
   }
 }
 
-// Estimated bytes of a plane of `n` symbols whose sample histogram is a (+ b when given): the
+// Phase 3, every thread: thread e * kEstimateLanes + lane sums estimate e's terms over symbols
+// lane, lane + kEstimateLanes, ... (estimate 0 is histograms 0 + 1, estimate e > 0 histogram
+// e - 1), so that no thread walks a whole histogram.
+ZRTIER_HD void SampleEstimates(uint32_t tid, uint32_t nthreads, EncodeShared& sh) {
+  if (sh.refused) return;
+  for (uint32_t i = tid; i < kEstimates * kEstimateLanes; i += nthreads) {
+    const uint32_t e = i / kEstimateLanes, lane = i % kEstimateLanes;
+    const uint32_t* a = sh.u.est.sample[e == 0 ? 0 : e - 1];
+    const uint32_t* b = e == 0 ? sh.u.est.sample[1] : nullptr;
+    float total = 0, sum = 0, symbols = 0;
+    for (uint32_t s = lane; s < 256; s += kEstimateLanes) {
+      const float v = static_cast<float>(a[s] + (b ? b[s] : 0));
+      total += v;
+      if (v > 0) sum += v * log2f(v), symbols += 1;
+    }
+    sh.u.est.part[e][lane] = EstimatePart{total, sum, symbols};
+  }
+}
+
+// Estimated bytes of a plane of `n` symbols whose sample histogram's partial sums are `part`: the
 // order-0 entropy, each segment's offset and padding (~6 bytes) and the code's counts and symbols;
 // at most n (raw).
-ZRTIER_HD float EstimatePlane(const uint32_t* a, const uint32_t* b, uint32_t n) {
+ZRTIER_HD float EstimatePlane(const EstimatePart* part, uint32_t n) {
   float total = 0, sum = 0, symbols = 0;
-  for (int s = 0; s < 256; ++s) {
-    const float v = static_cast<float>(a[s] + (b ? b[s] : 0));
-    total += v;
-    if (v > 0) sum += v * log2f(v), symbols += 1;
-  }
+  for (int l = 0; l < kEstimateLanes; ++l)
+    total += part[l].total, sum += part[l].sum, symbols += part[l].symbols;
   if (total <= 0) return 0;
   const float bits = log2f(total) - sum / total;
   const float est =
@@ -179,17 +211,16 @@ ZRTIER_HD float EstimatePlane(const uint32_t* a, const uint32_t* b, uint32_t n) 
   return est < static_cast<float>(n) ? est : static_cast<float>(n);
 }
 
-// Phase 3 (thread 0).
+// Phase 3 (thread 0, after SampleEstimates).
 ZRTIER_HD void ChooseTransform(const EncodeChunk& c, EncodeShared& sh) {
   if (sh.refused) return;
   const uint32_t len = c.len;
-  const float none = EstimatePlane(sh.u.sample[0], sh.u.sample[1], len);
-  const float bytes2 = EstimatePlane(sh.u.sample[0], nullptr, len / 2) +
-                       EstimatePlane(sh.u.sample[1], nullptr, len / 2);
-  const float bf16 = EstimatePlane(sh.u.sample[2], nullptr, len / 2) +
-                     EstimatePlane(sh.u.sample[3], nullptr, len / 2);
+  const EstimatePart(*part)[kEstimateLanes] = sh.u.est.part;
+  const float none = EstimatePlane(part[0], len);
+  const float bytes2 = EstimatePlane(part[1], len / 2) + EstimatePlane(part[2], len / 2);
+  const float bf16 = EstimatePlane(part[3], len / 2) + EstimatePlane(part[4], len / 2);
   float fp32 = 0;
-  for (int p = 0; p < 4; ++p) fp32 += EstimatePlane(sh.u.sample[4 + p], nullptr, len / 4);
+  for (int p = 0; p < 4; ++p) fp32 += EstimatePlane(part[5 + p], len / 4);
   // The fewest planes among equal estimates.
   int best = kNone;
   float best_size = none;
@@ -222,27 +253,38 @@ ZRTIER_HD void PlaneHistograms(const EncodeChunk& c, uint32_t tid, uint32_t nthr
   if (any) SharedOr(&sh.nonzero, 1);
 }
 
-// Phase 5 (thread p, for p < W): the code lengths of the CPU encoder (gpufmt::HuffmanLengths over
-// the symbols sorted by count here by insertion), the canonical codes, and the CPU encoder's rule:
-// coded only if its bound is below n bytes.
+// Phase 5, every thread: thread p * 256 + s clears symbol s's code in plane p and, if s occurs,
+// puts it at its rank among the plane's occurring symbols by (count, symbol) ascending -- the
+// order of the CPU encoder's stable sort -- in the plane's HuffmanWork::order.
+ZRTIER_HD void SortSymbols(uint32_t tid, uint32_t nthreads, EncodeShared& sh) {
+  if (sh.refused || !sh.nonzero) return;
+  for (uint32_t i = tid; i < sh.width * 256; i += nthreads) {
+    const uint32_t p = i / 256, s = i % 256;
+    const uint32_t* hist = sh.hist[p];
+    sh.lens[p][s] = 0;
+    sh.code[p][s] = 0;
+    const uint32_t h = hist[s];
+    if (!h) continue;
+    uint32_t rank = 0;
+    for (uint32_t t = 0; t < 256; ++t) {
+      const uint32_t ht = hist[t];
+      rank += ht && (ht < h || (ht == h && t < s)) ? 1 : 0;
+    }
+    sh.u.tree[p].order[rank] = static_cast<uint16_t>(s);
+  }
+}
+
+// Phase 5 (thread p, for p < W, after SortSymbols): the code lengths of the CPU encoder
+// (gpufmt::HuffmanLengths over the sorted symbols), the canonical codes, and the CPU encoder's
+// rule: coded only if its bound is below n bytes.
 ZRTIER_HD void BuildCode(uint32_t p, EncodeShared& sh) {
   if (sh.refused || !sh.nonzero || p >= sh.width) return;
   const uint32_t* hist = sh.hist[p];
   gpufmt::HuffmanWork& t = sh.u.tree[p];
   EncodePlane& pl = sh.plane[p];
   uint8_t* lens = sh.lens[p];
-  for (int s = 0; s < 256; ++s) lens[s] = 0, sh.code[p][s] = 0;
   int m = 0;
-  for (int s = 0; s < 256; ++s)
-    if (hist[s]) {
-      // Insertion by (count, symbol).
-      int i = m++;
-      while (i > 0 && (hist[t.order[i - 1]] > hist[s])) {
-        t.order[i] = t.order[i - 1];
-        --i;
-      }
-      t.order[i] = static_cast<uint16_t>(s);
-    }
+  for (int s = 0; s < 256; ++s) m += hist[s] ? 1 : 0;
   if (m == 1) {
     lens[t.order[0]] = 1;
   } else {
@@ -256,14 +298,20 @@ ZRTIER_HD void BuildCode(uint32_t p, EncodeShared& sh) {
     if (lens[s]) ++pl.counts[lens[s]];
     if (lens[s] > pl.max_len) pl.max_len = lens[s];
   }
+  // Canonical codes: by length, then symbol; each length's first code follows the shorter ones'.
+  uint32_t first[gpufmt::kMaxCodeLen + 1], pos[gpufmt::kMaxCodeLen + 1];
   uint32_t used = 0, next_code = 0;
   for (int l = 1; l <= gpufmt::kMaxCodeLen; ++l) {
-    for (int s = 0; s < 256; ++s) {
-      if (lens[s] != l) continue;
-      sh.symbols[p][used++] = static_cast<uint8_t>(s);
-      sh.code[p][s] = next_code++ << 5 | static_cast<uint32_t>(l);
-    }
-    next_code <<= 1;
+    first[l] = next_code;
+    pos[l] = used;
+    used += pl.counts[l];
+    next_code = (next_code + pl.counts[l]) << 1;
+  }
+  for (int s = 0; s < 256; ++s) {
+    const uint32_t l = lens[s];
+    if (!l) continue;
+    sh.symbols[p][pos[l]++] = static_cast<uint8_t>(s);
+    sh.code[p][s] = first[l]++ << 5 | l;
   }
   pl.used = used;
   pl.layout = gpufmt::HuffmanLayoutOf(used, sh.segments);
@@ -459,8 +507,10 @@ ZRTIER_HD uint32_t EncodeResult(const EncodeChunk& c, const EncodeShared& sh) {
 inline uint32_t RunEncodeOnCpu(const EncodeChunk& c, uint32_t nthreads, EncodeShared& sh) {
   for (uint32_t t = 0; t < nthreads; ++t) BeginEncode(c, t, nthreads, sh);
   for (uint32_t t = 0; t < nthreads; ++t) SampleHistograms(c, t, nthreads, sh);
+  for (uint32_t t = 0; t < nthreads; ++t) SampleEstimates(t, nthreads, sh);
   ChooseTransform(c, sh);
   for (uint32_t t = 0; t < nthreads; ++t) PlaneHistograms(c, t, nthreads, sh);
+  for (uint32_t t = 0; t < nthreads; ++t) SortSymbols(t, nthreads, sh);
   for (uint32_t p = 0; p < gpufmt::kMaxPlanes; ++p) BuildCode(p, sh);
   for (uint32_t t = 0; t < nthreads; ++t) SegmentWords(c, t, nthreads, sh);
   Layout(c, sh);

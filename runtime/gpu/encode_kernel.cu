@@ -16,11 +16,16 @@ extern "C" __global__ void __launch_bounds__(zrtier::gpu::kEncodeThreads)
   __syncthreads();
   dev::SampleHistograms(ch, tid, nthreads, sh);
   __syncthreads();
+  dev::SampleEstimates(tid, nthreads, sh);
+  __syncthreads();
   if (tid == 0) dev::ChooseTransform(ch, sh);
   __syncthreads();
   dev::PlaneHistograms(ch, tid, nthreads, sh);
   __syncthreads();
-  if (tid < zrtier::gpufmt::kMaxPlanes) dev::BuildCode(tid, sh);
+  dev::SortSymbols(tid, nthreads, sh);
+  __syncthreads();
+  // One thread per plane, each in a warp of its own: their serial work does not diverge.
+  if (tid % 32 == 0 && tid / 32 < zrtier::gpufmt::kMaxPlanes) dev::BuildCode(tid / 32, sh);
   __syncthreads();
   dev::SegmentWords(ch, tid, nthreads, sh);
   __syncthreads();

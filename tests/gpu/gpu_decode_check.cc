@@ -366,6 +366,24 @@ int Run(size_t timed_bytes, int launches) {
         ms / launches, in_bytes * launches / (ms * 1e-3) / 1e9,
         bad ? "MISMATCH" : "decodes bit-identical");
   }
+  // The encode kernel's time per launch against the chunks in it (a device-to-host copy launches
+  // it per piece): bf16, 256 KiB chunks, launches of at most the timed bytes.
+  for (size_t n : {size_t{16}, size_t{64}, size_t{128}, size_t{256}, size_t{512}}) {
+    if (n > 16 && n * chunk > timed_bytes) break;
+    Batch b = Samples("bf16", kinds[0].kind, chunk, n, 3000 + n);
+    std::vector<std::vector<uint8_t>> enc;
+    std::vector<uint32_t> lens;
+    float ms = 0;
+    const int reps = launches;
+    EncodeOnGpu(*enc_mod, b, reps, &enc, &lens, &ms);
+    size_t gpu_bytes = 0;
+    const size_t bad = VerifyEncoded(gpu_codec, b, enc, lens, &gpu_bytes);
+    failures += bad;
+    const double in_bytes = double(n) * chunk;
+    printf("gpu-encode launch bf16 %4zu chunks (%3.0f MiB): %.3f ms a launch, %.1f GB/s %s\n", n,
+           in_bytes / (1 << 20), ms / reps, in_bytes * reps / (ms * 1e-3) / 1e9,
+           bad ? "MISMATCH" : "decodes bit-identical");
+  }
   printf("gpu-decode: %s\n", failures ? "FAILED (mismatches above)" : "all bytes identical");
   return failures ? 1 : 0;
 }
