@@ -47,9 +47,9 @@ struct D2HPath::Task {
   Group* group;
   struct Op {
     char* dst;        // in the region
-    const char* src;  // in the slot
+    const char* src;  // in the slot, or in the GPU encode's landing room
     size_t len;
-    int slot;
+    int slot;   // -1: encoded on the GPU (no slot)
     bool full;  // the whole chunk: its slot becomes a clean cached copy
     char* chunk_start;
     uint64_t index;
@@ -133,10 +133,11 @@ void D2HPath::EndPiece(Task* t) {
   std::vector<PinnedPool::PublishItem> items;
   std::vector<int> slots;
   for (const Task::Op& op : t->ops) {
+    if (op.slot < 0) continue;
     if (op.gen) items.push_back({op.slot, op.index, op.gen});
     slots.push_back(op.slot);
   }
-  ctx_.pool->PublishRun(g->region, items.data(), items.size());
+  if (!items.empty()) ctx_.pool->PublishRun(g->region, items.data(), items.size());
   if (t->encoded) ctx_.encode->End(&t->encoded);
   // Published: an H2D of these chunks may read the region from now on. Cleared per piece, off the
   // copy's end (a 1 GiB copy has thousands of marks to clear, one hash erase each).
@@ -145,7 +146,7 @@ void D2HPath::EndPiece(Task* t) {
   // its flag). The slots are released after, off the copy's end. g and t stay alive until this
   // step returns (ReapRetired and EndFn wait for the batch).
   Unref(g);
-  ctx_.pool->UnpinRun(slots.data(), slots.size());
+  if (!slots.empty()) ctx_.pool->UnpinRun(slots.data(), slots.size());
   write_back_->MaybeStart();
 }
 
@@ -245,9 +246,16 @@ class D2HPath::Copier {
   // Takes slots for the next piece and queues its DMAs; false when no slot was free (the call
   // waited for one: try again).
   bool NextPiece();
+  // The next piece encoded on the GPU, where the rest of the copy does not fit the resident
+  // budget's room and the encode can be had: its kernel and DMA queued. False: not taken.
+  bool EncodedPiece();
   // Queues the DMAs of `piece` (chunks first_index.. of the region, [cur_, piece_end) of the copy)
   // and the event whose completion hands it to StartPublish.
   void IssuePiece(uint64_t first_index, const int* slots, size_t got, char* piece_end);
+  // The piece `task` (chunks first_index.. first_index + got - 1, ending the copy at piece_end)
+  // is queued: marked pending, counted, and handed to StartPublish when an event behind its work
+  // completes (or at once, once the stream drained, when err_ is set or no event can be had).
+  void Track(Task* task, uint64_t first_index, size_t got, char* piece_end);
   // Queues the end of the stream (a flag wait, or EndFn).
   void End();
   // Tells the predictor of the copy (once).
@@ -264,7 +272,7 @@ class D2HPath::Copier {
   char* base_;
   uint64_t first_, last_;
   bool adopt_ = false;
-  bool encode_ = false;  // whole chunks bound for the store may be encoded on the GPU
+  bool encode_ = false;  // whole chunks bound for the store may be encoded on the GPU (for now)
   size_t min_chunks_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
   int after_slot_ = -1;
   std::vector<int> slots_;
@@ -342,7 +350,47 @@ cudaError_t D2HPath::Copier::Run() {
   return err_;
 }
 
+bool D2HPath::Copier::EncodedPiece() {
+  const size_t chunk = ctx_.chunk;
+  const uint64_t first_index = (cur_ - base_) / chunk;
+  char* start = base_ + first_index * chunk;
+  const size_t whole = (end_ - cur_) / chunk;
+  if (start != cur_ || whole == 0 ||
+      ctx_.backend->ResidentRoom() >= static_cast<size_t>(end_ - cur_))
+    return false;
+  auto task = std::make_unique<Task>();
+  const char* src = src_ + (cur_ - dst_);
+  if (!ctx_.encode->Begin(src, whole, &task->encoded)) {
+    encode_ = false;  // the rest of the copy crosses raw
+    return false;
+  }
+  task->group = group_;
+  task->adopt = false;
+  for (uint32_t k = 0; k < task->encoded.capacity; ++k) {
+    const char* landed = ctx_.encode->Add(&task->encoded, src + k * chunk);
+    if (!landed) break;
+    task->ops.push_back(Task::Op{start + k * chunk, landed, chunk, -1, true, start + k * chunk,
+                                 first_index + k, 0, static_cast<int>(k)});
+  }
+  const size_t got = task->ops.size();
+  err_ = ctx_.encode->Launch(&task->encoded, stream_);
+  if (!task->encoded.launched) {
+    // Nothing was queued: these chunks cross raw.
+    ctx_.encode->End(&task->encoded);
+    err_ = cudaSuccess;
+    encode_ = false;
+    return false;
+  }
+  StatAdd(Stat::d2h_dma_ops, 1);
+  char* piece_end = start + got * chunk;
+  Track(task.release(), first_index, got, piece_end);
+  if (group_->pieces >= 2) Report();
+  cur_ = piece_end;
+  return true;
+}
+
 bool D2HPath::Copier::NextPiece() {
+  if (encode_ && EncodedPiece()) return true;
   uint64_t t_plan = MonotonicNs();
   ctx_.pool->Reap();
   // Slots for the piece's chunks, with one pool lock.
@@ -380,12 +428,7 @@ void D2HPath::Copier::IssuePiece(uint64_t first_index, const int* slots, size_t 
   auto* task = new Task();
   task->group = group_;
   task->adopt = adopt_;
-  // Whole chunks bound for the store -- the resident budget has no room for the rest of the copy
-  // -- are encoded on the GPU first, where it can: their DMAs carry the kernel's outputs.
-  const bool encode = encode_ && ctx_.backend->ResidentRoom() < static_cast<size_t>(end_ - cur_) &&
-                      ctx_.encode->Begin(src_ + (cur_ - dst_), got, &task->encoded);
   DmaBatch dmas(ctx_.api, cudaMemcpyDeviceToHost);
-  DmaBatch encoded(ctx_.api, cudaMemcpyDeviceToHost);
   for (size_t i = 0; i < got; ++i) {
     char* start = base_ + (first_index + i) * chunk;
     char* lo = std::max(cur_, start);
@@ -394,31 +437,14 @@ void D2HPath::Copier::IssuePiece(uint64_t first_index, const int* slots, size_t 
     char* slot_lo = ctx_.pool->SlotPtr(slots[i]) + (lo - start);
     task->ops.push_back(
         Task::Op{lo, slot_lo, len, slots[i], lo == start && len == chunk, start, first_index + i});
-    const char* out = encode && task->ops.back().full
-                          ? ctx_.encode->Add(&task->encoded, src_ + (lo - dst_))
-                          : nullptr;
-    if (out) {
-      task->ops.back().enc = static_cast<int>(task->encoded.count - 1);
-      encoded.Add(slot_lo, out, len);
-    } else {
-      dmas.Add(slot_lo, src_ + (lo - dst_), len);
-    }
+    dmas.Add(slot_lo, src_ + (lo - dst_), len);
   }
-  if (encode && task->encoded.count &&
-      ctx_.encode->Launch(&task->encoded, stream_) != cudaSuccess) {
-    // Not launched: those chunks cross raw.
-    for (Task::Op& op : task->ops)
-      if (op.enc >= 0) {
-        op.enc = -1;
-        dmas.Add(const_cast<char*>(op.src), src_ + (op.dst - dst_), op.len);
-      }
-  }
-  const bool launched = task->encoded.launched;
-  StatAdd(Stat::d2h_dma_ops, dmas.size() + (launched ? encoded.size() : 0));
+  StatAdd(Stat::d2h_dma_ops, dmas.size());
   err_ = dmas.Issue(stream_);
-  if (err_ == cudaSuccess && launched) err_ = encoded.Issue(stream_);
-  if (task->encoded.launched) ctx_.encode->Commit(&task->encoded, stream_);
-  if (task->encoded && !task->encoded.launched) ctx_.encode->End(&task->encoded);
+  Track(task, first_index, got, piece_end);
+}
+
+void D2HPath::Copier::Track(Task* task, uint64_t first_index, size_t got, char* piece_end) {
   ctx_.pending->Mark(r_.id, first_index, first_index + got - 1, +1);
   task->first_chunk = first_index;
   task->last_chunk = first_index + got - 1;

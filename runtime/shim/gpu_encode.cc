@@ -35,6 +35,8 @@ GpuEncode::~GpuEncode() {
     if (t->staging) api_->cudaFree(t->staging);
   }
   targets_.clear();  // unloads the modules
+  landing_ring_.reset();
+  if (landing_) api_->cudaFreeHost(landing_);
   if (desc_) api_->cudaFreeHost(desc_);
 }
 
@@ -51,8 +53,17 @@ bool GpuEncode::Records() {
     records_failed_ = true;
     return false;
   }
+  void* landing = nullptr;
+  if (api_->cudaHostAlloc(&landing, kLandingBytes, cudaHostAllocPortable) != cudaSuccess) {
+    api_->cudaFreeHost(p);
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    records_failed_ = true;
+    return false;
+  }
+  landing_ = static_cast<char*>(landing);
+  landing_ring_ = std::make_unique<StagingRing>(api_, events_, landing_, kLandingBytes);
   memset(p, 0, bytes);
-  if (on_pinned_) on_pinned_(static_cast<int64_t>(bytes));
+  if (on_pinned_) on_pinned_(static_cast<int64_t>(bytes + kLandingBytes));
   desc_ = static_cast<gpu::EncodeChunk*>(p);
   out_len_ = reinterpret_cast<uint32_t*>(desc_ + kRecords * kRecordChunks);
   desc_dev_ = reinterpret_cast<CUdeviceptr>(p_dev);
@@ -86,13 +97,13 @@ GpuEncode::Target* GpuEncode::SetUp(CUcontext ctx) {
   if (!Records()) {
     api_->cudaFree(t->staging);
     t->staging = nullptr;
-    return off("no mapped pinned memory for the launch records");
+    return off("no pinned memory for the launch records and the landing buffer");
   }
   t->ring = std::make_unique<StagingRing>(api_, events_, t->staging, kStagingBytes);
   Log(LogLevel::kInfo,
       "GPU encode on: device-to-host copies into chunks bound for the compressed store are encoded "
-      "on the GPU (staging: %zu MiB of device memory)",
-      kStagingBytes >> 20);
+      "on the GPU (staging: %zu MiB of device memory; landing: %zu MiB of pinned memory)",
+      kStagingBytes >> 20, kLandingBytes >> 20);
   return t;
 }
 
@@ -122,15 +133,23 @@ bool GpuEncode::Begin(const void* src, size_t max, Piece* piece) {
     free_.push_back(record);
     return false;
   };
-  if (!OnCurrentDevice(api_, src)) return give_back();
+  if (reinterpret_cast<uintptr_t>(src) % 16 || !OnCurrentDevice(api_, src)) return give_back();
   const size_t n =
-      std::min({max, static_cast<size_t>(kRecordChunks), t->ring->max_reserve() / chunk_});
+      std::min({max, static_cast<size_t>(kRecordChunks), t->ring->max_reserve() / chunk_,
+                landing_ring_->max_reserve() / chunk_});
   if (n == 0) return give_back();
+  // The landing room first: waiting for it (earlier pieces' publishes) holds no staging room.
+  StagingRing::Span landing = landing_ring_->Reserve(n * chunk_, /*wait_uncommitted=*/true);
+  if (!landing.ptr) return give_back();
   StagingRing::Span span = t->ring->Reserve(n * chunk_);
-  if (!span.ptr) return give_back();
+  if (!span.ptr) {
+    landing_ring_->Release(landing);
+    return give_back();
+  }
   piece->t = t;
   piece->record = record;
   piece->span = span;
+  piece->landing = landing;
   piece->capacity = static_cast<uint32_t>(n);
   return true;
 }
@@ -139,6 +158,7 @@ const char* GpuEncode::Add(Piece* piece, const void* src) {
   if (!*piece || piece->count == piece->capacity || reinterpret_cast<uintptr_t>(src) % 16)
     return nullptr;
   const char* out = piece->span.ptr + piece->count * chunk_;
+  const char* landed = piece->landing.ptr + piece->count * chunk_;
   gpu::EncodeChunk& d = Descriptors(piece->record)[piece->count];
   d.src = reinterpret_cast<uint64_t>(src);
   d.dst = reinterpret_cast<uint64_t>(out);
@@ -147,7 +167,7 @@ const char* GpuEncode::Add(Piece* piece, const void* src) {
   d.reserved = 0;
   OutLens(piece->record)[piece->count] = gpu::kEncodeRefused;
   ++piece->count;
-  return out;
+  return landed;
 }
 
 cudaError_t GpuEncode::Launch(Piece* piece, cudaStream_t stream) {
@@ -163,12 +183,13 @@ cudaError_t GpuEncode::Launch(Piece* piece, cudaStream_t stream) {
   }
   piece->launched = true;
   StatAdd(Stat::d2h_gpu_launches, 1);
-  return cudaSuccess;
-}
-
-void GpuEncode::Commit(Piece* piece, cudaStream_t stream) {
+  // One DMA for the piece: the staging and landing rooms are both contiguous.
+  const cudaError_t err = api_->cudaMemcpyAsync(
+      piece->landing.ptr, piece->span.ptr, piece->count * chunk_, cudaMemcpyDeviceToHost, stream);
+  // The DMA, if queued, is the staging room's last use; if not, the kernel is.
   piece->t->ring->Commit(piece->span, stream);
   piece->span = StagingRing::Span{};
+  return err;
 }
 
 uint32_t GpuEncode::OutLen(const Piece& piece, uint32_t k) const {
@@ -178,6 +199,7 @@ uint32_t GpuEncode::OutLen(const Piece& piece, uint32_t k) const {
 void GpuEncode::End(Piece* piece) {
   if (!*piece) return;
   if (piece->span.ptr) piece->t->ring->Release(piece->span);
+  landing_ring_->Release(piece->landing);
   {
     std::lock_guard<std::mutex> l(mu_);
     free_.push_back(piece->record);

@@ -29,7 +29,7 @@ void StagingRing::RetireOldest(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-StagingRing::Span StagingRing::Reserve(size_t bytes) {
+StagingRing::Span StagingRing::Reserve(size_t bytes, bool wait_uncommitted) {
   if (bytes == 0 || bytes > max_reserve()) return {};
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t begin, start, end;
@@ -40,7 +40,11 @@ StagingRing::Span StagingRing::Reserve(size_t bytes) {
     end = start + bytes;
     // An older use overlaps [start, end) in the ring iff end laps past its first byte.
     if (uses_.empty() || end <= uses_.front().begin + bytes_) break;
-    if (!uses_.front().committed) return {};
+    if (!uses_.front().committed) {
+      if (!wait_uncommitted) return {};
+      committed_cv_.wait(lock);
+      continue;
+    }
     RetireOldest(lock);  // may let go of the lock: head_ is read again
   }
   // Drop the oldest uses already done, so that the queue stays short.
@@ -81,6 +85,7 @@ void StagingRing::Finish(const Span& span, cudaEvent_t ev) {
     if (u.id == span.id) {
       u.ev = ev;
       u.committed = true;
+      committed_cv_.notify_all();
       return;
     }
   if (ev) events_->Put(ev);  // not found: a bug, but keep the event

@@ -4,13 +4,15 @@
 // an event recorded there frees the bytes once the work is done. Reservations are handed out in
 // ring order, whatever the slot or stream; one that reaches bytes whose reader's event is pending
 // waits for it, and one that reaches a reservation not yet committed is refused (its holder may
-// be the caller itself).
+// be the caller itself) unless the caller asks to wait for it. A ring whose reservations are
+// released by the host (a landing buffer the CPU reads) uses Release alone.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -37,8 +39,9 @@ class StagingRing {
   };
   // Reserves `bytes` (> 0, at most max_reserve()) contiguous bytes, waiting for the work that
   // last read them. Null span when bytes is 0 or too large, or when the bytes belong to a
-  // reservation not yet committed.
-  Span Reserve(size_t bytes);
+  // reservation not yet committed -- unless `wait_uncommitted`: then it waits until that one is
+  // committed or released (its holder must not be waiting on the caller).
+  Span Reserve(size_t bytes, bool wait_uncommitted = false);
   // The work queued on `stream` so far (the DMAs into the span and the launch reading it) is the
   // span's last use: an event recorded on the stream frees it. Without an event (none could be
   // had or recorded) waits for the stream here instead.
@@ -68,6 +71,7 @@ class StagingRing {
   char* const base_;
   const size_t bytes_;
   std::mutex mu_;
+  std::condition_variable committed_cv_;  // a use was committed or released
   uint64_t head_ = 0;     // monotonic offset of the next byte handed out (guarded by mu_)
   uint64_t next_id_ = 1;  // guarded by mu_
   std::deque<Use> uses_;  // in ring order (guarded by mu_)

@@ -284,13 +284,43 @@ TEST_F(GpuDecodeCopyTest, DeviceToHostChunksBoundForTheStoreAreEncodedOnTheGpu) 
       // Every whole chunk but the random one; the CPU encodes that one and the partial one at most.
       EXPECT_EQ(on_gpu, (kRoundTripChunks - 2) * chunk_);
       EXPECT_LE(cpu, 2 * chunk_);
-      EXPECT_GT(StatGet(Stat::d2h_gpu_launches), launches0);
+      // One launch for the whole chunks: an encoded piece is not bounded by the T0 pool (16 chunks
+      // here, 4 a piece), only by the landing room.
+      EXPECT_EQ(StatGet(Stat::d2h_gpu_launches) - launches0, 1u);
     } else {
       EXPECT_EQ(on_gpu, 0u);
       // The publish encodes on the CPU what goes past the resident budget.
       EXPECT_GE(cpu, (kRoundTripChunks - 8) * chunk_);
     }
   }
+}
+
+// A device-to-host copy of more pieces than the landing room holds: its pieces take the landing
+// room in turn (the last waits for the first's publish), and every byte arrives.
+TEST_F(GpuDecodeCopyTest, DeviceToHostCopiesLargerThanTheLandingRoomAreEncodedPieceByPiece) {
+  Build(true, nullptr, true, false, "gpu", /*encode=*/true, "256K");
+  const size_t piece = std::min(GpuEncode::kRecordChunks * chunk_, GpuEncode::kLandingBytes / 2);
+  const size_t pieces = GpuEncode::kLandingBytes / piece + 1;
+  const size_t n = pieces * piece + chunk_ / 2;
+  std::vector<char> want(n);
+  FillSample(SampleKind::kBf16Gaussian, 31, want.data(), n);
+  char* src = testing::DeviceBuffer(n);
+  ASSERT_EQ(cudaMemcpy(src, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  void* p = nullptr;
+  ASSERT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
+  char* r = static_cast<char*>(p);
+  const uint64_t launches0 = StatGet(Stat::d2h_gpu_launches);
+  const uint64_t gpu0 = StatGet(Stat::d2h_gpu_encoded_bytes);
+  EXPECT_EQ(shim_->Memcpy(r, src, n, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(StatGet(Stat::d2h_gpu_launches) - launches0, pieces);
+  EXPECT_EQ(StatGet(Stat::d2h_gpu_encoded_bytes) - gpu0, pieces * piece);
+  char* back = testing::DeviceBuffer(n);
+  EXPECT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(testing::FromDevice(back, n) == want);
+  EXPECT_EQ(memcmp(r, want.data(), n), 0);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
 // With the auto codec, chunks are stored in the GPU format once the decode kernel is loaded (at
