@@ -166,7 +166,8 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
-// What an older block lacks: version 21 ends its values before d2h_gpu_encoded_bytes, version 20
+// What an older block lacks: version 22 ends its values before d2h_gpu_wait_ns, version 21 before
+// d2h_gpu_encoded_bytes, version 20
 // before pinned_for_good_bytes, version 19
 // before store_pinned_bytes, version 18
 // before t1_kept_bytes, version 17 before
@@ -180,6 +181,7 @@ struct Layout {
 };
 Layout LayoutOf(uint32_t version) {
   Layout l;
+  if (version < 23) l.values = static_cast<int>(Stat::d2h_gpu_wait_ns);
   if (version < 22) l.values = static_cast<int>(Stat::d2h_gpu_encoded_bytes);
   if (version < 21) l.values = static_cast<int>(Stat::pinned_for_good_bytes);
   if (version < 20) l.values = static_cast<int>(Stat::store_pinned_bytes);

@@ -139,7 +139,9 @@ bool GpuEncode::Begin(const void* src, size_t max, Piece* piece) {
                 landing_ring_->max_reserve() / chunk_});
   if (n == 0) return give_back();
   // The landing room first: waiting for it (earlier pieces' publishes) holds no staging room.
+  const uint64_t t0 = MonotonicNs();
   StagingRing::Span landing = landing_ring_->Reserve(n * chunk_, /*wait_uncommitted=*/true);
+  StatAdd(Stat::d2h_gpu_wait_ns, MonotonicNs() - t0);
   if (!landing.ptr) return give_back();
   StagingRing::Span span = t->ring->Reserve(n * chunk_);
   if (!span.ptr) {
