@@ -190,6 +190,10 @@ Status Engine::WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) 
   return region_io_->WriteEncoded(chunk_start, enc, enc_len);
 }
 
+size_t Engine::CpuUntouched(const void* chunk_start, size_t n) const {
+  return region_io_->CpuUntouched(chunk_start, n);
+}
+
 void Engine::PrepareRead(const void* p, size_t len) {
   region_io_->Reprotect(p, len, true);
 }

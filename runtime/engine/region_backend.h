@@ -144,6 +144,10 @@ class RegionBackend {
   virtual Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
     return Status::Error(ENOTSUP, "this region backend does not take encodings");
   }
+  // Of the `n` chunks from `chunk_start`, how many in a row from the first the CPU has not touched
+  // again since their first write (what a GPU-format encoding suits: the CPU decodes it slower
+  // than its own format). The default: all of them.
+  virtual size_t CpuUntouched(const void* chunk_start, size_t n) const { return n; }
 
   // Batched protection hints for copies of many chunks (they change no bytes; the default does
   // nothing). PrepareRead write-protects the dirty chunks wholly inside [p, p+len) so that a

@@ -442,6 +442,17 @@ void RegionIo::Generations(const void* p, size_t n, uint64_t* out, bool* residen
   }
 }
 
+size_t RegionIo::CpuUntouched(const void* chunk_start, size_t n) const {
+  std::shared_ptr<Region> r = e_.regions->Find(chunk_start);
+  if (!r) return 0;
+  const size_t first = r->table.IndexOf(chunk_start);
+  size_t k = 0;
+  while (k < n && first + k < r->table.n &&
+         !r->table.chunks[first + k].cpu_reuse.load(std::memory_order_relaxed))
+    ++k;
+  return k;
+}
+
 uint64_t RegionIo::Generation(const void* p) const {
   std::shared_ptr<Region> r = e_.regions->Find(p);
   if (!r) return 0;

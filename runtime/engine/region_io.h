@@ -39,6 +39,8 @@ class RegionIo {
   // ReadChunk / Write.
   void Reprotect(const void* p, size_t len, bool wp);
   uint64_t Generation(const void* p) const;
+  // RegionBackend::CpuUntouched (0 outside any region).
+  size_t CpuUntouched(const void* chunk_start, size_t n) const;
   void Generations(const void* p, size_t n, uint64_t* out, bool* resident) const;
 
  private:

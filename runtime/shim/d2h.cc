@@ -354,10 +354,14 @@ bool D2HPath::Copier::EncodedPiece() {
   const size_t chunk = ctx_.chunk;
   const uint64_t first_index = (cur_ - base_) / chunk;
   char* start = base_ + first_index * chunk;
-  const size_t whole = (end_ - cur_) / chunk;
+  size_t whole = (end_ - cur_) / chunk;
   if (start != cur_ || whole == 0 ||
       ctx_.backend->ResidentRoom() >= static_cast<size_t>(end_ - cur_))
     return false;
+  // Chunks the CPU reads back (an optimizer's gradients) stay in the CPU's format: the CPU
+  // encodes them (a piece through T0), so that its faults decode them at its own codec's speed.
+  whole = ctx_.backend->CpuUntouched(start, whole);
+  if (whole == 0) return false;
   auto task = std::make_unique<Task>();
   const char* src = src_ + (cur_ - dst_);
   if (!ctx_.encode->Begin(src, whole, &task->encoded)) {

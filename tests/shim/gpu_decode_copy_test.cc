@@ -295,6 +295,33 @@ TEST_F(GpuDecodeCopyTest, DeviceToHostChunksBoundForTheStoreAreEncodedOnTheGpu) 
   }
 }
 
+// A chunk the CPU read back after a device-to-host copy stored it is not encoded on the GPU by the
+// next copy into it (the CPU's faults would decode the GPU format); the others still are.
+TEST_F(GpuDecodeCopyTest, ChunksTheCpuReadsBackAreNotEncodedOnTheGpu) {
+  Build(true, nullptr, true, false, "gpu", /*encode=*/true, "256K");
+  const size_t chunks = 32, n = chunks * chunk_;
+  std::vector<char> want(n);
+  FillSample(SampleKind::kBf16Gaussian, 41, want.data(), n);
+  char* src = testing::DeviceBuffer(n);
+  ASSERT_EQ(cudaMemcpy(src, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  void* p = nullptr;
+  ASSERT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
+  char* r = static_cast<char*>(p);
+  auto d2h = [&] {
+    const uint64_t gpu0 = StatGet(Stat::d2h_gpu_encoded_bytes);
+    EXPECT_EQ(shim_->Memcpy(r, src, n, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return StatGet(Stat::d2h_gpu_encoded_bytes) - gpu0;
+  };
+  EXPECT_EQ(d2h(), n);
+  EXPECT_EQ(memcmp(r + 3 * chunk_, want.data() + 3 * chunk_, chunk_), 0);  // the CPU reads chunk 3
+  const uint64_t again = d2h();
+  EXPECT_GT(again, 0u);
+  EXPECT_LT(again, n);
+  EXPECT_EQ(memcmp(r, want.data(), n), 0);
+  EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
+}
+
 // A device-to-host copy of more pieces than the landing room holds: its pieces take the landing
 // room in turn (the last waits for the first's publish), and every byte arrives.
 TEST_F(GpuDecodeCopyTest, DeviceToHostCopiesLargerThanTheLandingRoomAreEncodedPieceByPiece) {
