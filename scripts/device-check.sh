@@ -159,8 +159,8 @@ PYEOF
       # (no zrtier, the baseline, run first), defaults (LD_PRELOAD, no ZRTIER_* option), mem75
       # (ZRTIER_MEMORY = 75 % of the plain run's pinned_bytes, a per-process budget) and mem40file
       # (40 %, store ram+file spilling to a fresh directory); mem75cpu (mem75 with
-      # ZRTIER_GPU_DECODE=0: the CPU decodes every chunk) and mem75enc (mem75 with
-      # ZRTIER_GPU_ENCODE=1: the GPU encodes what D2H copies send to the store) when SUITE_CONFIGS
+      # ZRTIER_GPU_DECODE=0: the CPU decodes every chunk) and mem75noenc (mem75 with
+      # ZRTIER_GPU_ENCODE=0: the CPU encodes what D2H copies send to the store) when SUITE_CONFIGS
       # names them. One table: bit-identical to plain, speed
       # and peak RSS as ratios to plain (reported, not asserted); $OUT/suite.txt and suite.jsonl.
       #   SUITE_PROGRAMS="weight_streaming infer"  SUITE_CONFIGS="plain mem40file"  narrow it (a plain
@@ -189,7 +189,7 @@ PYEOF
           defaults) envs=("LD_PRELOAD=$LIB") ;;
           mem75) envs=("LD_PRELOAD=$LIB" "ZRTIER_MEMORY=$mem") ;;
           mem75cpu) envs=("LD_PRELOAD=$LIB" "ZRTIER_MEMORY=$mem" ZRTIER_GPU_DECODE=0) ;;
-          mem75enc) envs=("LD_PRELOAD=$LIB" "ZRTIER_MEMORY=$mem" ZRTIER_GPU_ENCODE=1) ;;
+          mem75noenc) envs=("LD_PRELOAD=$LIB" "ZRTIER_MEMORY=$mem" ZRTIER_GPU_ENCODE=0) ;;
           mem40file) spill=$(mktemp -d -t zrtier-suite-spill.XXXXXX)
             envs=("LD_PRELOAD=$LIB" "ZRTIER_MEMORY=$mem" ZRTIER_STORE_BACKEND=ram+file "ZRTIER_SPILL_DIR=$spill") ;;
         esac
@@ -251,7 +251,7 @@ PYEOF
           [[ $cfg == plain ]] && continue
           case $cfg in
             defaults) suite_run "$prog" "$cfg" ;;
-            mem75|mem75cpu|mem75enc|mem40file)
+            mem75|mem75cpu|mem75noenc|mem40file)
               if ((pinned <= 0)); then
                 suite_ident="SKIP (plain run has no pinned_bytes)"
                 printf '%s\t%s\t-\t%s\t0\t-\n' "$prog" "$cfg" "$suite_ident" >>"$OUT/suite_runs.tsv"

@@ -121,11 +121,12 @@ enum class OptionType { kBool, kInt, kSize, kString };
     "with GPU decode on: 1 = the RAM store's memory is registered for DMA as copies read "       \
     "it, and a GPU-decoded copy sends encodings straight from there (no copy into staging); "    \
     "0 = the fill workers copy encodings into pinned staging")                                   \
-  X(kGpuEncode, "GPU_ENCODE", kBool, "0", "", "", "gpu-encode",                                  \
+  X(kGpuEncode, "GPU_ENCODE", kBool, "1", "", "", "gpu-encode",                                  \
     "1 = a device-to-host copy whose chunks go to the compressed store (the resident budget is "  \
     "full) has them encoded by the GPU on the copy's stream, and the encodings are stored as "    \
-    "they land (no CPU encode; per CUDA context, set up at the first such copy: 64 MiB of device " \
-    "memory); 0 = the CPU encodes them")                                                         \
+    "they land (no CPU encode), except chunks the CPU reads back; set up at the first such copy: " \
+    "64 MiB of device memory per CUDA context and 64 MiB of pinned memory from the budget; 0 = "  \
+    "the CPU encodes them")                                                                      \
   X(kCrashReport, "CRASH_REPORT", kBool, "0", "", "", "crash-report",                            \
     "1 = a process that dies of SIGSEGV, SIGBUS, SIGFPE, SIGILL or SIGABRT first prints the "     \
     "signal, the thread's name and its native stack to stderr (it still ends as it would)")      \

@@ -431,7 +431,7 @@ void CheckGpuEncode(Doctor* d) {
     return;
   }
   if (!opts.Bool(Opt::kGpuEncode)) {
-    d->Line(Level::kOk, "GPU encode", "CPU path (ZRTIER_GPU_ENCODE=0, the default)");
+    d->Line(Level::kOk, "GPU encode", "CPU path (ZRTIER_GPU_ENCODE=0)");
     return;
   }
   const gpu::CudaDriver* driver = nullptr;
