@@ -54,7 +54,7 @@ RamStore::RamStore(uint64_t limit_bytes, int numa_node, Os* os) : os_(os), limit
 }
 
 RamStore::~RamStore() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   for (auto& x : extents_) {
     if (!x->base) continue;
     if (x->registered)
@@ -313,7 +313,7 @@ bool RamStore::OverBoundLocked() const {
   return WasteLocked() > static_cast<int64_t>(footprint_ / kWasteDiv + extent_bytes_ / 2);
 }
 
-bool RamStore::EvacuateOneLocked(std::unique_lock<std::mutex>& lock) {
+bool RamStore::EvacuateOneLocked(std::unique_lock<AdaptiveMutex>& lock) {
   // The sealed extent with the smallest live fraction, among those without pinned entries and
   // cheap enough (live <= kWasteDiv * dead: true of the sparsest one while over the bound) that
   // are not merely page-rounded.
@@ -403,7 +403,7 @@ bool RamStore::EvacuateOneLocked(std::unique_lock<std::mutex>& lock) {
   return moved_all;
 }
 
-void RamStore::MaybeCompactLocked(std::unique_lock<std::mutex>& lock) {
+void RamStore::MaybeCompactLocked(std::unique_lock<AdaptiveMutex>& lock) {
   if (compacting_) return;
   blocked_ = false;
   for (int i = 0; i < kMaxEvacuationsPerCall && OverBoundLocked(); ++i) {
@@ -422,7 +422,7 @@ bool RamStore::Lookup(StoreHandle h, uint32_t* idx) const {
   return true;
 }
 
-void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<std::mutex>& lock) {
+void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<AdaptiveMutex>& lock) {
   Entry& e = entries_[idx];
   if (!e.ptr || e.gen != gen || e.pins == 0) return;  // freed under a reader (a caller bug)
   e.pins--;
@@ -438,7 +438,7 @@ void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<std::mut
 Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
   if (len == 0 || len > UINT32_MAX - kPage)
     return Status::Error(EINVAL, "RAM store: bad entry length");
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<AdaptiveMutex> lock(mu_);
   uint32_t idx;
   if (!free_entries_.empty()) {
     idx = free_entries_.back();
@@ -478,7 +478,7 @@ Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle
 }
 
 Status RamStore::Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<AdaptiveMutex> lock(mu_);
   uint32_t idx;
   if (!Lookup(h, &idx)) return Status::Error(ENOENT, "RAM store: no such entry");
   Entry& e = entries_[idx];
@@ -495,7 +495,7 @@ Status RamStore::Get(StoreHandle h, const std::function<Status(const void*, size
 }
 
 void RamStore::Free(StoreHandle h) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<AdaptiveMutex> lock(mu_);
   uint32_t idx;
   if (!Lookup(h, &idx)) return;
   Entry& e = entries_[idx];
@@ -506,7 +506,7 @@ void RamStore::Free(StoreHandle h) {
   FreeLocked(idx, lock);
 }
 
-void RamStore::FreeLocked(uint32_t idx, std::unique_lock<std::mutex>& lock) {
+void RamStore::FreeLocked(uint32_t idx, std::unique_lock<AdaptiveMutex>& lock) {
   Entry& e = entries_[idx];
   Entry copy = e;
   e.ptr = nullptr;
@@ -525,12 +525,12 @@ void RamStore::FreeLocked(uint32_t idx, std::unique_lock<std::mutex>& lock) {
 }
 
 void RamStore::SetPinner(StorePinner* pinner) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   pinner_ = pinner;
 }
 
 Status RamStore::Lease(StoreHandle h, StoreLease* out, bool may_register) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<AdaptiveMutex> lock(mu_);
   if (!pinner_) return Status::Error(ENOTSUP, "RAM store: no pinner");
   uint32_t idx;
   if (!Lookup(h, &idx)) return Status::Error(ENOENT, "RAM store: no such entry");
@@ -574,7 +574,7 @@ Status RamStore::Lease(StoreHandle h, StoreLease* out, bool may_register) {
 }
 
 void RamStore::Unlease(const StoreLease& lease) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<AdaptiveMutex> lock(mu_);
   const uint64_t i = lease.token & 0xffffffffu;
   if (i == 0 || i > entries_.size()) return;
   Entry& e = entries_[i - 1];
@@ -584,44 +584,44 @@ void RamStore::Unlease(const StoreLease& lease) {
 }
 
 uint64_t RamStore::RegisteredBytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   return registered_bytes_;
 }
 
 StoreUsage RamStore::Usage() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   StoreUsage u = usage_;
   u.memory_bytes = u.used_bytes;
   return u;
 }
 
 size_t RamStore::ExtentCount() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   return extent_count_;
 }
 
 uint64_t RamStore::CompactionMoves() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   return moves_;
 }
 
 uint64_t RamStore::CompactionMovedBytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   return moved_bytes_;
 }
 
 uint64_t RamStore::Evacuations() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   return evacuations_;
 }
 
 uint64_t RamStore::FootprintBytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   return footprint_;
 }
 
 std::string RamStore::CheckInvariants() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<AdaptiveMutex> lock(mu_);
   auto bad = [](const std::string& what, uint32_t id) {
     return what + " (extent " + std::to_string(id) + ")";
   };

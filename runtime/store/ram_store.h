@@ -59,7 +59,8 @@
 // entirely (it does not share DMA-pinned pages copy-on-write). A failed madvise is ignored: it
 // only costs that copy.
 //
-// Locking: one mutex (mu_) guards the entry table, the extents, the hole index and the usage.
+// Locking: one mutex (mu_, an AdaptiveMutex: every fill worker publishing a landed copy takes it
+// two or three times per chunk) guards the entry table, the extents, the hole index and the usage.
 // Entry bytes are copied in (Put) and read (Get) outside the lock; during that time the entry is
 // pinned (pins > 0). Compaction runs in one thread at a time (the one whose Put or Free triggered
 // it); it reserves destinations under the lock, copies outside it, and under the lock again
@@ -77,6 +78,7 @@
 #include <tuple>
 #include <vector>
 
+#include "runtime/base/adaptive_mutex.h"
 #include "runtime/store/store.h"
 
 namespace zrtier {
@@ -176,13 +178,13 @@ class RamStore : public ChunkStore {
   void RemoveHoleLocked(uint32_t id, uint64_t off, uint64_t len);
   int64_t WasteLocked() const;
   bool OverBoundLocked() const;
-  void MaybeCompactLocked(std::unique_lock<std::mutex>& lock);
+  void MaybeCompactLocked(std::unique_lock<AdaptiveMutex>& lock);
   // One evacuation. Returns false when nothing could be done (nothing eligible, all pinned, or no
   // room for the moves).
-  bool EvacuateOneLocked(std::unique_lock<std::mutex>& lock);
-  void UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<std::mutex>& lock);
+  bool EvacuateOneLocked(std::unique_lock<AdaptiveMutex>& lock);
+  void UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<AdaptiveMutex>& lock);
   // Releases entry `idx` (no pins left): its place, its accounting, its table slot.
-  void FreeLocked(uint32_t idx, std::unique_lock<std::mutex>& lock);
+  void FreeLocked(uint32_t idx, std::unique_lock<AdaptiveMutex>& lock);
   bool Lookup(StoreHandle h, uint32_t* idx) const;
   void AccountLocked(int64_t entries, int64_t raw, int64_t payload, int64_t used);
 
@@ -192,7 +194,7 @@ class RamStore : public ChunkStore {
   size_t extent_bytes_;
   bool keep_spare_;  // no limit, or one extent is at most 1/64 of it
 
-  mutable std::mutex mu_;
+  mutable AdaptiveMutex mu_;
   std::vector<Entry> entries_;          // guarded by mu_; handle = (gen << 32) | (index + 1)
   std::vector<uint32_t> free_entries_;  // guarded by mu_
   std::vector<std::unique_ptr<Extent>> extents_;  // guarded by mu_ (stable addresses)
