@@ -153,6 +153,18 @@ class GpuDecodeCopyTest : public ::testing::Test {
   }
 
   Engine* engine_ = nullptr;
+  // `n` bytes of bf16 samples (seed `seed`, also in *want) in a new device buffer (*src), and a new
+  // region of n bytes (returned; null, with a failure, if it cannot be had).
+  char* BF16OnDeviceAndRegion(size_t n, uint64_t seed, std::vector<char>* want, char** src) {
+    want->resize(n);
+    FillSample(SampleKind::kBf16Gaussian, seed, want->data(), n);
+    *src = testing::DeviceBuffer(n);
+    EXPECT_EQ(cudaMemcpy(*src, want->data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+    void* p = nullptr;
+    EXPECT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
+    return static_cast<char*>(p);
+  }
+
   size_t chunk_ = 0;
   std::unique_ptr<Shim> shim_;
 };
@@ -299,14 +311,10 @@ TEST_F(GpuDecodeCopyTest, DeviceToHostChunksBoundForTheStoreAreEncodedOnTheGpu) 
 // next copy into it (the CPU's faults would decode the GPU format); the others still are.
 TEST_F(GpuDecodeCopyTest, ChunksTheCpuReadsBackAreNotEncodedOnTheGpu) {
   Build(true, nullptr, true, false, "gpu", /*encode=*/true, "256K");
-  const size_t chunks = 32, n = chunks * chunk_;
-  std::vector<char> want(n);
-  FillSample(SampleKind::kBf16Gaussian, 41, want.data(), n);
-  char* src = testing::DeviceBuffer(n);
-  ASSERT_EQ(cudaMemcpy(src, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-  void* p = nullptr;
-  ASSERT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
-  char* r = static_cast<char*>(p);
+  const size_t n = 32 * chunk_;
+  std::vector<char> want;
+  char* src = nullptr;
+  char* r = BF16OnDeviceAndRegion(n, 41, &want, &src);
   auto d2h = [&] {
     const uint64_t gpu0 = StatGet(Stat::d2h_gpu_encoded_bytes);
     EXPECT_EQ(shim_->Memcpy(r, src, n, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
@@ -329,13 +337,9 @@ TEST_F(GpuDecodeCopyTest, DeviceToHostCopiesLargerThanTheLandingRoomAreEncodedPi
   const size_t piece = std::min(GpuEncode::kRecordChunks * chunk_, GpuEncode::kLandingBytes / 2);
   const size_t pieces = GpuEncode::kLandingBytes / piece + 1;
   const size_t n = pieces * piece + chunk_ / 2;
-  std::vector<char> want(n);
-  FillSample(SampleKind::kBf16Gaussian, 31, want.data(), n);
-  char* src = testing::DeviceBuffer(n);
-  ASSERT_EQ(cudaMemcpy(src, want.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-  void* p = nullptr;
-  ASSERT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
-  char* r = static_cast<char*>(p);
+  std::vector<char> want;
+  char* src = nullptr;
+  char* r = BF16OnDeviceAndRegion(n, 31, &want, &src);
   const uint64_t launches0 = StatGet(Stat::d2h_gpu_launches);
   const uint64_t gpu0 = StatGet(Stat::d2h_gpu_encoded_bytes);
   EXPECT_EQ(shim_->Memcpy(r, src, n, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
