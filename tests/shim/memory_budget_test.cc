@@ -85,6 +85,42 @@ class MemoryBudgetTest : public ::testing::Test {
     EXPECT_EQ(shim_->HostAlloc(&p, n, 0), cudaSuccess);
     return static_cast<char*>(p);
   }
+  // The unfenced-copy tests' start: far from any limit (8 GiB available, no budget, no repin for a
+  // minute), fencing off; a region of two runs of random bytes of `seed` and a device buffer as
+  // large.
+  struct Unfenced {
+    size_t n;
+    std::vector<char> data;
+    char* p;
+    char* d;
+  };
+  Unfenced UnfencedSetUp(uint64_t seed) {
+    meminfo_.SetAvailable(8 * kGiB);
+    Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
+    Unfenced u{2 * PinnedRuns::kRunBytes, {}, nullptr, nullptr};
+    u.p = RegionOfRandomBytes(u.n, seed, &u.data);
+    u.d = testing::DeviceBuffer(u.n);
+    shim_->runs()->SetFencing(false);
+    return u;
+  }
+  // Unpinning a run, on another thread, waits until the copy `held` holds (fakecudaHoldCopies) is
+  // let go; `why` says what it waits for.
+  void ExpectUnpinWaitsFor(cudaStream_t held, const char* why) {
+    std::atomic<size_t> unpinned{0};
+    std::thread unpin([&] { unpinned = shim_->runs()->Unpin(PinnedRuns::kRunBytes); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(unpinned.load(), 0u) << why;
+    fakecudaHoldCopies(held, 0);
+    unpin.join();
+    EXPECT_EQ(unpinned.load(), PinnedRuns::kRunBytes);
+  }
+  // A region of `n` bytes written with random bytes of `seed` (also in *data).
+  char* RegionOfRandomBytes(size_t n, uint64_t seed, std::vector<char>* data) {
+    char* p = Region(n);
+    *data = testing::RandomBytes(n, seed);
+    memcpy(p, data->data(), n);
+    return p;
+  }
   // H2D of the whole region, compared with `want`.
   void ExpectOnDevice(const char* host, const std::vector<char>& want) {
     char* d = testing::DeviceBuffer(want.size());
@@ -225,9 +261,8 @@ TEST_F(MemoryBudgetTest, CopiesStayExactWhileRunsAreUnpinnedUnderThem) {
   meminfo_.SetAvailable(8 * kGiB);
   Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/0);
   const size_t n = 4 * PinnedRuns::kRunBytes;
-  char* p = Region(n);
-  std::vector<char> data = testing::RandomBytes(n, 6);
-  memcpy(p, data.data(), n);
+  std::vector<char> data;
+  char* p = RegionOfRandomBytes(n, 6, &data);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> mismatches{0};
   std::vector<std::thread> threads;
@@ -294,9 +329,8 @@ TEST_F(MemoryBudgetTest, TheKeeperWorksOnTheDeviceOfTheProgram) {
   Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/0);
   fakecudaResetDevicesTouched();
   const size_t n = 4 * PinnedRuns::kRunBytes;
-  char* p = Region(n);
-  std::vector<char> data = testing::RandomBytes(n, 8);
-  memcpy(p, data.data(), n);
+  std::vector<char> data;
+  char* p = RegionOfRandomBytes(n, 8, &data);
   ExpectOnDevice(p, data);
   // Only the keeper thread ticks from here on: the unpinning and the pinning again are its own.
   auto keeper_gets = [&](auto cond) {
@@ -383,9 +417,8 @@ TEST_F(MemoryBudgetTest, AnUnpinnedRunIsPinnedAgainForACapturedCopy) {
   meminfo_.SetAvailable(8 * kGiB);
   Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
   const size_t n = 2 * PinnedRuns::kRunBytes;
-  char* p = Region(n);
-  std::vector<char> data = testing::RandomBytes(n, 10);
-  memcpy(p, data.data(), n);
+  std::vector<char> data;
+  char* p = RegionOfRandomBytes(n, 10, &data);
   ASSERT_EQ(shim_->runs()->Unpin(UINT64_MAX), n);
   ASSERT_EQ(shim_->runs()->pinned_bytes(), 0u);
   char* d = testing::DeviceBuffer(n);
@@ -413,14 +446,7 @@ TEST_F(MemoryBudgetTest, AnUnpinnedRunIsPinnedAgainForACapturedCopy) {
 // synchronizing the streams they went on, not the device: a graph that another stream captures
 // meanwhile stays valid. A stream the program destroyed is not synchronized (the device is).
 TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnTheirStreams) {
-  meminfo_.SetAvailable(8 * kGiB);
-  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
-  const size_t n = 2 * PinnedRuns::kRunBytes;
-  char* p = Region(n);
-  std::vector<char> data = testing::RandomBytes(n, 12);
-  memcpy(p, data.data(), n);
-  char* d = testing::DeviceBuffer(n);
-  shim_->runs()->SetFencing(false);
+  auto [n, data, p, d] = UnfencedSetUp(12);
   cudaStream_t s, cap, gone;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking), cudaSuccess);
@@ -429,13 +455,7 @@ TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnTheirStreams) {
   fakecudaHoldCopies(s, 1);
   ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
   fakecudaSetCapturing(cap, 1);
-  std::atomic<size_t> unpinned{0};
-  std::thread unpin([&] { unpinned = shim_->runs()->Unpin(PinnedRuns::kRunBytes); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(unpinned.load(), 0u) << "waits for the copy still in its stream";
-  fakecudaHoldCopies(s, 0);
-  unpin.join();
-  EXPECT_EQ(unpinned.load(), PinnedRuns::kRunBytes);
+  ExpectUnpinWaitsFor(s, "waits for the copy still in its stream");
   EXPECT_FALSE(fakecudaCaptureInvalidated()) << "a stream synchronize, not a device one";
   EXPECT_TRUE(testing::FromDevice(d, n) == data);
   fakecudaSetCapturing(cap, 0);
@@ -458,24 +478,11 @@ TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnTheirStreams) {
 // A copy on the per-thread default stream: the unpin, on another thread, cannot synchronize that
 // stream (cudaStreamPerThread names its own there) and synchronizes the device.
 TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnThePerThreadStream) {
-  meminfo_.SetAvailable(8 * kGiB);
-  Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
-  const size_t n = 2 * PinnedRuns::kRunBytes;
-  char* p = Region(n);
-  std::vector<char> data = testing::RandomBytes(n, 13);
-  memcpy(p, data.data(), n);
-  char* d = testing::DeviceBuffer(n);
-  shim_->runs()->SetFencing(false);
+  auto [n, data, p, d] = UnfencedSetUp(13);
   fakecudaHoldCopies(cudaStreamPerThread, 1);  // this thread's per-thread stream
   ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, cudaStreamPerThread, false),
             cudaSuccess);
-  std::atomic<size_t> unpinned{0};
-  std::thread unpin([&] { unpinned = shim_->runs()->Unpin(PinnedRuns::kRunBytes); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(unpinned.load(), 0u) << "waits for the copy still in this thread's stream";
-  fakecudaHoldCopies(cudaStreamPerThread, 0);
-  unpin.join();
-  EXPECT_EQ(unpinned.load(), PinnedRuns::kRunBytes);
+  ExpectUnpinWaitsFor(cudaStreamPerThread, "waits for the copy still in this thread's stream");
   EXPECT_TRUE(testing::FromDevice(d, n) == data);
   EXPECT_EQ(memcmp(p, data.data(), n), 0);
   ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
@@ -522,9 +529,8 @@ TEST_F(MemoryBudgetTest, ADevicePointerMapsTheWholeRegionForGood) {
   meminfo_.SetAvailable(8 * kGiB);
   Build(/*memory=*/0, 16 * kGiB, /*repin_quiet_ms=*/60000);
   const size_t n = 2 * PinnedRuns::kRunBytes;
-  char* p = Region(n);
-  std::vector<char> data = testing::RandomBytes(n, 11);
-  memcpy(p, data.data(), n);
+  std::vector<char> data;
+  char* p = RegionOfRandomBytes(n, 11, &data);
   // The second run unpinned (its chunks compressed by then or not), the first pinned unmapped.
   ASSERT_EQ(shim_->runs()->Unpin(PinnedRuns::kRunBytes), PinnedRuns::kRunBytes);
   ASSERT_EQ(shim_->runs()->pinned_bytes(), PinnedRuns::kRunBytes);
