@@ -272,7 +272,9 @@ class D2HPath::Copier {
   char* base_;
   uint64_t first_, last_;
   bool adopt_ = false;
-  bool encode_ = false;  // whole chunks bound for the store may be encoded on the GPU (for now)
+  // Whole chunks bound for the store may be encoded on the GPU; cleared when a piece could not be
+  // (no record or room, a failed launch): the rest of the copy crosses raw.
+  bool encode_ = false;
   size_t min_chunks_ = 0, max_chunks_ = 0, piece_chunks_ = 0;
   int after_slot_ = -1;
   std::vector<int> slots_;
