@@ -435,10 +435,7 @@ void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<Adaptive
   if (blocked_ && x.pins == 0) MaybeCompactLocked(lock);
 }
 
-Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
-  if (len == 0 || len > UINT32_MAX - kPage)
-    return Status::Error(EINVAL, "RAM store: bad entry length");
-  std::unique_lock<AdaptiveMutex> lock(mu_);
+bool RamStore::PlaceLocked(size_t len, uint64_t raw_len, uint32_t* out, Status* why) {
   uint32_t idx;
   if (!free_entries_.empty()) {
     idx = free_entries_.back();
@@ -450,11 +447,10 @@ Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle
   uint64_t fp = RoundUp(len, kAlign);
   uint32_t ext;
   uint64_t off;
-  Status why;
-  if (!AllocLocked(fp, idx, &ext, &off, &why)) {
+  if (!AllocLocked(fp, idx, &ext, &off, why)) {
     free_entries_.push_back(idx);
-    if (why.code() == ENOSPC) StatAdd(Stat::store_full, 1);
-    return why;
+    if (why->code() == ENOSPC) StatAdd(Stat::store_full, 1);
+    return false;
   }
   Entry& e = entries_[idx];
   e.ptr = extents_[ext]->base + off;
@@ -462,12 +458,23 @@ Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle
   e.ext = ext;
   e.off = off;
   e.raw_len = raw_len;
-  e.pins = 1;  // the copy below runs outside the lock; compaction must not move the entry
+  e.pins = 1;  // written outside the lock; compaction must not move the entry
   extents_[ext]->pins++;
   footprint_ += fp;
   AccountLocked(1, static_cast<int64_t>(raw_len), static_cast<int64_t>(len), 0);
-  unsigned char* dst = e.ptr;
-  uint32_t gen = e.gen;
+  *out = idx;
+  return true;
+}
+
+Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
+  if (len == 0 || len > UINT32_MAX - kPage)
+    return Status::Error(EINVAL, "RAM store: bad entry length");
+  std::unique_lock<AdaptiveMutex> lock(mu_);
+  uint32_t idx;
+  Status why;
+  if (!PlaceLocked(len, raw_len, &idx, &why)) return why;
+  unsigned char* dst = entries_[idx].ptr;
+  uint32_t gen = entries_[idx].gen;
   lock.unlock();
   memcpy(dst, data, len);
   lock.lock();
@@ -475,6 +482,54 @@ Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle
   MaybeCompactLocked(lock);  // a seal may have left a page tail: O(1) unless over the bound
   *out = (static_cast<uint64_t>(gen) << 32) | (idx + 1);
   return Status::Ok();
+}
+
+size_t RamStore::Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
+                         char** dst) {
+  std::unique_lock<AdaptiveMutex> lock(mu_);
+  size_t got = 0;
+  std::vector<uint32_t> to_register;
+  for (; got < n; ++got) {
+    uint32_t idx;
+    Status why;
+    if (lens[got] == 0 || lens[got] > UINT32_MAX - kPage ||
+        !PlaceLocked(lens[got], raw_len, &idx, &why))
+      break;
+    Entry& e = entries_[idx];
+    Extent& x = *extents_[e.ext];
+    out[got] = (static_cast<uint64_t>(e.gen) << 32) | (idx + 1);
+    dst[got] = reinterpret_cast<char*>(e.ptr);
+    if (pinner_ && !x.registered && !x.registering && !x.pin_failed && !x.busy) {
+      x.registering = true;  // never trimmed meanwhile; the entry's pin keeps it mapped
+      to_register.push_back(e.ext);
+    }
+  }
+  if (to_register.empty()) return got;
+  // Registered outside the lock, as Lease does. An extent another thread is registering is not
+  // waited for: a DMA into memory not registered yet is only slower.
+  std::vector<std::pair<unsigned char*, size_t>> maps;
+  for (uint32_t id : to_register) maps.emplace_back(extents_[id]->base, extents_[id]->size);
+  lock.unlock();
+  std::vector<bool> ok;
+  for (auto [base, size] : maps) ok.push_back(pinner_->Pin(base, size));
+  lock.lock();
+  for (size_t k = 0; k < to_register.size(); ++k) {
+    Extent& x = *extents_[to_register[k]];
+    x.registering = false;
+    x.registered = ok[k];
+    x.pin_failed = !ok[k];
+    if (ok[k]) registered_bytes_ += x.size;
+  }
+  return got;
+}
+
+void RamStore::Commit(const StoreHandle* h, size_t n) {
+  std::unique_lock<AdaptiveMutex> lock(mu_);
+  for (size_t k = 0; k < n; ++k) {
+    uint32_t idx;
+    if (Lookup(h[k], &idx)) UnpinLocked(idx, entries_[idx].gen, lock);
+  }
+  MaybeCompactLocked(lock);
 }
 
 Status RamStore::Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {

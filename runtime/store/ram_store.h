@@ -44,6 +44,11 @@
 // are reused first); one call runs at most 256 evacuations of at most one extent each, and the
 // copying happens outside the lock.
 //
+// Reservations (a device writes the entries, store.h): each entry is placed as a Put places it and
+// stays pinned until Commit; with a pinner set, every extent they land in that is not registered
+// yet is registered before Reserve returns (the open one too: its tail then stays mapped, a hole
+// for later entries, like any registered extent's), so the device's DMAs go to pinned pages.
+//
 // Leases (GPU decode reading encodings in place, store.h): with a pinner set, Lease registers a
 // sealed extent for DMA the first time one of its entries is leased with `may_register` (Pin,
 // outside the lock; without it: EINPROGRESS; the open extent and extents being evacuated are not
@@ -94,6 +99,9 @@ class RamStore : public ChunkStore {
   const char* name() const override { return "ram"; }
   Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override;
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
+  size_t Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
+                 char** dst) override;
+  void Commit(const StoreHandle* h, size_t n) override;
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
@@ -161,6 +169,8 @@ class RamStore : public ChunkStore {
   // Places `len` footprint bytes for occupant `who`; false with *why set on ENOSPC/ENOMEM.
   bool AllocLocked(uint64_t len, uint32_t who, uint32_t* ext, uint64_t* off, Status* why);
   bool NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why);
+  // A new entry of `len` bytes, placed and pinned once (*out: its index); false with *why set.
+  bool PlaceLocked(size_t len, uint64_t raw_len, uint32_t* out, Status* why);
   void SealOpenLocked();
   void UnmapExtentLocked(uint32_t id);
   // An extent with no entries left: becomes the spare (if none is held and entries remain), else

@@ -772,5 +772,76 @@ TEST(RamStore, AnEntryFreedWhileLeasedStaysUntilTheLeaseEnds) {
   EXPECT_EQ(store.CheckInvariants(), "");
 }
 
+// Reserved entries (a device writes them): each lies in an extent registered before Reserve
+// returns (the open one included), 16-byte aligned; churn and compaction meanwhile never move
+// one; after Commit each reads back what was written there; one freed unwritten is gone; a
+// store too full for the rest places only those that fit.
+TEST(RamStore, ReservedEntriesAreRegisteredAndStayInPlaceUntilCommitted) {
+  RamStore store(8 << 20, -1, Os::Default());  // 512 KiB extents
+  RecordingPinner pinner;
+  store.SetPinner(&pinner);
+  std::vector<uint32_t> lens;
+  for (int i = 0; i < 24; ++i) lens.push_back(60000 + 1013 * i);
+  std::vector<StoreHandle> hs(lens.size());
+  std::vector<char*> dst(lens.size());
+  ASSERT_EQ(store.Reserve(lens.data(), lens.size(), 1 << 17, hs.data(), dst.data()), lens.size());
+  auto registered = [&](const char* p, size_t n) {
+    std::lock_guard<std::mutex> l(pinner.mu);
+    for (auto [base, len] : pinner.pinned)
+      if (p >= static_cast<char*>(base) && p + n <= static_cast<char*>(base) + len) return true;
+    return false;
+  };
+  std::vector<std::vector<unsigned char>> data;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    EXPECT_TRUE(registered(dst[i], lens[i])) << i;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(dst[i]) % 16, 0u);
+    data.push_back(EntryBytes(lens[i], 300 + i));
+  }
+  // Churn that leaves extents sparse (compaction moves what it may) before the bytes arrive.
+  std::vector<StoreHandle> churn;
+  for (int i = 0; i < 60; ++i) {
+    auto d = EntryBytes(30000 + 97 * i, 700 + i);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), d.size(), 1 << 17, &h).ok());
+    churn.push_back(h);
+  }
+  for (size_t i = 0; i < churn.size(); i += 2) store.Free(churn[i]);
+  for (size_t i = 0; i < lens.size(); ++i) memcpy(dst[i], data[i].data(), lens[i]);
+  store.Free(hs[5]);  // dropped unwritten
+  std::vector<StoreHandle> commit(hs);
+  commit.erase(commit.begin() + 5);
+  store.Commit(commit.data(), commit.size());
+  EXPECT_EQ(store.CheckInvariants(), "");
+  for (size_t i = 0; i < lens.size(); ++i) {
+    if (i == 5) {
+      EXPECT_EQ(store.Get(hs[i], [](const void*, size_t) { return Status::Ok(); }).code(), ENOENT);
+      continue;
+    }
+    EXPECT_TRUE(ReadsBack(&store, hs[i], data[i])) << i;
+  }
+  for (size_t i = 1; i < churn.size(); i += 2) store.Free(churn[i]);
+  for (size_t i = 0; i < lens.size(); ++i) {
+    if (i == 5) continue;
+    EXPECT_TRUE(ReadsBack(&store, hs[i], data[i])) << i;
+  }
+  for (size_t i = 0; i < lens.size(); ++i)
+    if (i != 5) store.Free(hs[i]);
+  EXPECT_EQ(store.Usage().entries, 0u);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  // Full: only what fits under the limit is placed, from the first on.
+  std::vector<uint32_t> big(40, 300000);  // 12 MB against 8 MiB
+  std::vector<StoreHandle> bh(big.size());
+  std::vector<char*> bd(big.size());
+  const size_t got = store.Reserve(big.data(), big.size(), 1 << 19, bh.data(), bd.data());
+  EXPECT_GT(got, 0u);
+  EXPECT_LT(got, big.size());
+  EXPECT_LE(store.Usage().used_bytes, 8u << 20);
+  store.Commit(bh.data(), got);
+  for (size_t i = 0; i < got; ++i) store.Free(bh[i]);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+}
+
 }  // namespace
 }  // namespace zrtier
