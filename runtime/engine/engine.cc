@@ -206,6 +206,10 @@ void Engine::DropEncoded(uint64_t token) {
   io_->store()->Free(token);
 }
 
+void Engine::PrepareEncoded(size_t bytes) {
+  io_->store()->Prepare(bytes);
+}
+
 size_t Engine::CpuUntouched(const void* chunk_start, size_t n) const {
   return region_io_->CpuUntouched(chunk_start, n);
 }

@@ -94,6 +94,7 @@ class Engine final : public RegionBackend {
   void CommitEncoded(const uint64_t* tokens, size_t n) override;
   Status AdoptEncoded(void* chunk_start, uint64_t token, size_t enc_len) override;
   void DropEncoded(uint64_t token) override;
+  void PrepareEncoded(size_t bytes) override;
   size_t CpuUntouched(const void* chunk_start, size_t n) const override;
   bool LeaseEncoding(const void* chunk_start, EncodingLease* out) override;
   void SetStorePinner(StorePinner* pinner) override;

@@ -431,6 +431,9 @@ bool D2HPath::Copier::EncodedPiece() {
   }
   task->group = group_;
   task->adopt = false;
+  // Store memory registered for the piece's encodings, here: the publish must make no driver call
+  // that page-locks memory (it synchronizes the device, which may be waiting for that publish).
+  ctx_.backend->PrepareEncoded(task->encoded.capacity * chunk);
   for (uint32_t k = 0; k < task->encoded.capacity; ++k) {
     if (!ctx_.encode->Add(&task->encoded, src + k * chunk)) break;
     task->ops.push_back(Task::Op{start + k * chunk, nullptr, chunk, -1, true, start + k * chunk,

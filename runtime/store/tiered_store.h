@@ -58,6 +58,7 @@ class TieredStore : public ChunkStore {
   size_t Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
                  char** dst) override;
   void Commit(const StoreHandle* h, size_t n) override;
+  void Prepare(size_t bytes) override { ram_->Prepare(bytes); }
   // Leases of entries in the RAM tier (not on their way down), through the RAM store: the lease
   // holds the RAM entry, so a move down or a Free meanwhile leaves its bytes until Unlease.
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;

@@ -772,19 +772,32 @@ TEST(RamStore, AnEntryFreedWhileLeasedStaysUntilTheLeaseEnds) {
   EXPECT_EQ(store.CheckInvariants(), "");
 }
 
-// Reserved entries (a device writes them): each lies in an extent registered before Reserve
-// returns (the open one included), 16-byte aligned; churn and compaction meanwhile never move
-// one; after Commit each reads back what was written there; one freed unwritten is gone; a
-// store too full for the rest places only those that fit.
+// Reserved entries (a device writes them): Prepare registers the room ahead (Reserve calls no
+// pinner), so each lies in a registered extent, 16-byte aligned; churn and compaction meanwhile
+// never move one; after Commit each reads back what was written there; one freed unwritten is
+// gone; emptied registered extents stay ready (registered, counted) for the next reservations,
+// and give way to the limit; a store too full for the rest places only those that fit.
 TEST(RamStore, ReservedEntriesAreRegisteredAndStayInPlaceUntilCommitted) {
   RamStore store(8 << 20, -1, Os::Default());  // 512 KiB extents
   RecordingPinner pinner;
   store.SetPinner(&pinner);
   std::vector<uint32_t> lens;
-  for (int i = 0; i < 24; ++i) lens.push_back(60000 + 1013 * i);
+  size_t sum = 0;
+  for (int i = 0; i < 24; ++i) {
+    lens.push_back(60000 + 1013 * i);
+    sum += (lens.back() + 15) / 16 * 16;
+  }
   std::vector<StoreHandle> hs(lens.size());
   std::vector<char*> dst(lens.size());
+  ASSERT_EQ(store.Reserve(lens.data(), 1, 1 << 17, hs.data(), dst.data()), 1u);
+  EXPECT_TRUE(pinner.pinned.empty()) << "Reserve registers nothing";
+  store.Free(hs[0]);
+  store.Prepare(sum);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  const size_t pins = pinner.pinned.size();
+  EXPECT_GE(pins * store.extent_bytes(), sum);
   ASSERT_EQ(store.Reserve(lens.data(), lens.size(), 1 << 17, hs.data(), dst.data()), lens.size());
+  EXPECT_EQ(pinner.pinned.size(), pins) << "Reserve registers nothing";
   auto registered = [&](const char* p, size_t n) {
     std::lock_guard<std::mutex> l(pinner.mu);
     for (auto [base, len] : pinner.pinned)
@@ -827,9 +840,13 @@ TEST(RamStore, ReservedEntriesAreRegisteredAndStayInPlaceUntilCommitted) {
   for (size_t i = 0; i < lens.size(); ++i)
     if (i != 5) store.Free(hs[i]);
   EXPECT_EQ(store.Usage().entries, 0u);
-  EXPECT_EQ(store.Usage().used_bytes, 0u);
   EXPECT_EQ(store.CheckInvariants(), "");
-  // Full: only what fits under the limit is placed, from the first on.
+  // The registered extents emptied: ready for the next reservations, not released.
+  EXPECT_GT(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(store.Usage().used_bytes, store.RegisteredBytes());
+  EXPECT_TRUE(pinner.released.empty());
+  // Full: only what fits under the limit is placed, from the first on (the ready extents give
+  // their room up to it).
   std::vector<uint32_t> big(40, 300000);  // 12 MB against 8 MiB
   std::vector<StoreHandle> bh(big.size());
   std::vector<char*> bd(big.size());
@@ -839,7 +856,8 @@ TEST(RamStore, ReservedEntriesAreRegisteredAndStayInPlaceUntilCommitted) {
   EXPECT_LE(store.Usage().used_bytes, 8u << 20);
   store.Commit(bh.data(), got);
   for (size_t i = 0; i < got; ++i) store.Free(bh[i]);
-  EXPECT_EQ(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(store.Usage().entries, 0u);
+  EXPECT_EQ(store.Usage().used_bytes, store.RegisteredBytes());
   EXPECT_EQ(store.CheckInvariants(), "");
 }
 
