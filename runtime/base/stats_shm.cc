@@ -166,8 +166,7 @@ Status OpenBlockFile(const std::string& path, int* fd, struct stat* st) {
   return Status::Ok();
 }
 
-// What an older block lacks: version 23 ends its values before d2h_gpu_direct_bytes, version 22
-// before d2h_gpu_wait_ns, version 21 before
+// What an older block lacks: version 22 ends its values before d2h_gpu_wait_ns, version 21 before
 // d2h_gpu_encoded_bytes, version 20
 // before pinned_for_good_bytes, version 19
 // before store_pinned_bytes, version 18
@@ -182,7 +181,6 @@ struct Layout {
 };
 Layout LayoutOf(uint32_t version) {
   Layout l;
-  if (version < 24) l.values = static_cast<int>(Stat::d2h_gpu_direct_bytes);
   if (version < 23) l.values = static_cast<int>(Stat::d2h_gpu_wait_ns);
   if (version < 22) l.values = static_cast<int>(Stat::d2h_gpu_encoded_bytes);
   if (version < 21) l.values = static_cast<int>(Stat::pinned_for_good_bytes);

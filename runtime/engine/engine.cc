@@ -190,26 +190,6 @@ Status Engine::WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) 
   return region_io_->WriteEncoded(chunk_start, enc, enc_len);
 }
 
-size_t Engine::ReserveEncoded(const uint32_t* lens, size_t n, char** dst, uint64_t* tokens) {
-  return io_->store()->Reserve(lens, n, chunk_, tokens, dst);
-}
-
-void Engine::CommitEncoded(const uint64_t* tokens, size_t n) {
-  io_->store()->Commit(tokens, n);
-}
-
-Status Engine::AdoptEncoded(void* chunk_start, uint64_t token, size_t enc_len) {
-  return region_io_->AdoptEncoded(chunk_start, token, enc_len);
-}
-
-void Engine::DropEncoded(uint64_t token) {
-  io_->store()->Free(token);
-}
-
-void Engine::PrepareEncoded(size_t bytes) {
-  io_->store()->Prepare(bytes);
-}
-
 size_t Engine::CpuUntouched(const void* chunk_start, size_t n) const {
   return region_io_->CpuUntouched(chunk_start, n);
 }

@@ -90,11 +90,6 @@ class Engine final : public RegionBackend {
   Status Write(void* dst, const void* src, size_t len) override;
   bool TakesEncodings() const override { return true; }
   Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) override;
-  size_t ReserveEncoded(const uint32_t* lens, size_t n, char** dst, uint64_t* tokens) override;
-  void CommitEncoded(const uint64_t* tokens, size_t n) override;
-  Status AdoptEncoded(void* chunk_start, uint64_t token, size_t enc_len) override;
-  void DropEncoded(uint64_t token) override;
-  void PrepareEncoded(size_t bytes) override;
   size_t CpuUntouched(const void* chunk_start, size_t n) const override;
   bool LeaseEncoding(const void* chunk_start, EncodingLease* out) override;
   void SetStorePinner(StorePinner* pinner) override;

@@ -144,25 +144,6 @@ class RegionBackend {
   virtual Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
     return Status::Error(ENOTSUP, "this region backend does not take encodings");
   }
-  // GPU-encoded chunks written straight into the store by the device (ChunkStore::Reserve), with
-  // no copy by the CPU. ReserveEncoded reserves store entries of lens[k] bytes (0 < lens[k]), from
-  // k = 0 on, and returns how many (fewer: the store is full; write the rest with WriteEncoded);
-  // dst[k]: where entry k's bytes go, in memory registered for DMA where PrepareEncoded (called
-  // ahead, from a thread that may wait for the device) made some ready; ReserveEncoded and the
-  // rest make no driver call;
-  // tokens[k]: its name. Once the bytes are there, CommitEncoded the batch, then AdoptEncoded
-  // each: entry `token` (enc_len bytes) becomes the whole chunk's content at `chunk_start` as
-  // WriteEncoded of its bytes would (the entry is consumed either way, error or not). DropEncoded
-  // frees an entry not adopted. Default: none reserved.
-  virtual size_t ReserveEncoded(const uint32_t* lens, size_t n, char** dst, uint64_t* tokens) {
-    return 0;
-  }
-  virtual void CommitEncoded(const uint64_t* tokens, size_t n) {}
-  virtual Status AdoptEncoded(void* chunk_start, uint64_t token, size_t enc_len) {
-    return Status::Error(ENOTSUP, "this region backend does not take encodings");
-  }
-  virtual void DropEncoded(uint64_t token) {}
-  virtual void PrepareEncoded(size_t bytes) {}
   // Of the `n` chunks from `chunk_start`, how many in a row from the first the CPU has not touched
   // again since their first write (what a GPU-format encoding suits: the CPU decodes it slower
   // than its own format). The default: all of them.

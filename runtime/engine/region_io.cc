@@ -240,53 +240,18 @@ Status RegionIo::WriteEncoded(void* chunk_start, const void* enc, size_t enc_len
   return Write(chunk_start, raw, e_.chunk);
 }
 
-Status RegionIo::AdoptEncoded(void* chunk_start, uint64_t token, size_t enc_len) {
-  ChunkStore* store = e_.io->store();
-  std::shared_ptr<Region> r;
-  Status st = e_.regions->FindRange(chunk_start, e_.chunk, &r);
-  if (st.ok() &&
-      r->table.AddressOf(r->table.IndexOf(static_cast<char*>(chunk_start))) != chunk_start)
-    st = Status::Error(EINVAL, "AdoptEncoded: not a chunk start");
-  if (!st.ok()) {
-    store->Free(token);
-    return st;
-  }
-  e_.io->NoteGpuEncoded();
-  bool stored = false;
-  ZRTIER_RETURN_IF_ERROR(StoreEncoded(r.get(), r->table.IndexOf(static_cast<char*>(chunk_start)),
-                                      nullptr, enc_len, nullptr, &stored, token));
-  return Status::Ok();  // stored, or written in place (StoreEncoded never refuses a given entry)
-}
-
 Status RegionIo::StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_len, const char* s,
-                              bool* stored, StoreHandle given) {
+                              bool* stored) {
   *stored = false;
   Chunk& c = r->table.chunks[i];
-  StoreHandle h = given;
-  if (enc_len && !h) {
+  StoreHandle h = 0;
+  if (enc_len) {
     Status st = e_.io->store()->Put(enc, enc_len, e_.chunk, &h);
     if (!st.ok()) {
       StatAdd(st.code() == ENOSPC ? Stat::store_full : Stat::io_errors, 1);
       return Status::Ok();  // installed instead, past the resident limit
     }
   }
-  // The raw bytes of a chunk that became resident meanwhile: `s`, else `enc` (or the given entry)
-  // decoded.
-  auto raw_bytes = [&](const char** out) -> Status {
-    if (s) {
-      *out = s;
-      return Status::Ok();
-    }
-    char* raw = tl_raw.Get(e_.chunk);
-    *out = raw;
-    if (!given) return e_.io->codec().Decode(enc, enc_len, raw, e_.chunk);
-    if (!enc_len) {
-      memset(raw, 0, e_.chunk);
-      return Status::Ok();
-    }
-    return e_.io->store()->Get(
-        h, [&](const void* p, size_t n) { return e_.io->codec().Decode(p, n, raw, e_.chunk); });
-  };
   uint32_t w;
   int spins = 0;
   for (;;) {
@@ -300,15 +265,17 @@ Status RegionIo::StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_l
     Backoff(&spins);
   }
   if (IsResident(w)) {  // faulted in meanwhile: written in place
-    *stored = true;
-    const char* raw = nullptr;
-    Status st = raw_bytes(&raw);
     if (enc_len) e_.io->store()->Free(h);
-    if (!st.ok()) {
-      c.EndBusy(StateOf(w));  // unchanged
-      return st;
+    *stored = true;
+    if (!s) {
+      char* raw = tl_raw.Get(e_.chunk);
+      if (Status st = e_.io->codec().Decode(enc, enc_len, raw, e_.chunk); !st.ok()) {
+        c.EndBusy(StateOf(w));  // unchanged
+        return st;
+      }
+      s = raw;
     }
-    return WriteChunk(r, i, w, 0, e_.chunk, raw);
+    return WriteChunk(r, i, w, 0, e_.chunk, s);
   }
   ChunkState was = StateOf(w);
   if (was == kPartial) {

@@ -33,8 +33,6 @@ class RegionIo {
                    GpuEncodingSink* gpu = nullptr);
   Status Write(void* dst, const void* src, size_t len);
   Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len);
-  // RegionBackend::AdoptEncoded: `token` is a committed store entry.
-  Status AdoptEncoded(void* chunk_start, uint64_t token, size_t enc_len);
   bool LeaseEncoding(const void* chunk_start, RegionBackend::EncodingLease* out);
   // PrepareRead (wp) and PrepareWrite (!wp): claims runs of consecutive eligible chunks and changes
   // each run with one ioctl. A chunk that cannot be claimed at once ends the run; it is left to
@@ -58,11 +56,10 @@ class RegionIo {
   // the caller installs it instead.
   Status WriteStored(Region* r, size_t i, const char* s, bool* stored);
   // WriteStored's second half: the chunk's encoding `enc` (enc_len 0: all zero) becomes its store
-  // copy -- or, with `given`, the store entry `given` of enc_len bytes (enc unused), which is
-  // then never refused. A chunk that became resident meanwhile is written in place from `s`, or
-  // where `s` is null, from the encoding decoded.
+  // copy. A chunk that became resident meanwhile is written in place from `s`, or where `s` is
+  // null, from `enc` decoded.
   Status StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_len, const char* s,
-                      bool* stored, StoreHandle given = 0);
+                      bool* stored);
   // Write of bytes [off, off+n) of chunk `i` (claimed by the caller in state word `was`), from `s`.
   Status WriteChunk(Region* r, size_t i, uint32_t was, size_t off, size_t n, const char* s);
   // Installs a chunk that was not resident (claimed in `was`): a whole one straight from `s`, a

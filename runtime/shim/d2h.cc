@@ -47,7 +47,7 @@ struct D2HPath::Task {
   Group* group;
   struct Op {
     char* dst;        // in the region
-    const char* src;  // in the slot (GPU-encoded: set by PublishEncoded)
+    const char* src;  // in the slot, or in the GPU encode's landing room
     size_t len;
     int slot;   // -1: encoded on the GPU (no slot)
     bool full;  // the whole chunk: its slot becomes a clean cached copy
@@ -68,78 +68,24 @@ struct D2HPath::Task {
   GpuEncode::Piece encoded;  // the GPU encode of the ops with enc >= 0
 };
 
-void D2HPath::PublishEncoded(Task* t) {
-  const size_t n = t->ops.size();
-  RegionBackend* backend = ctx_.backend;
-  // Per chunk: the kernel's output word and the bytes to fetch; the outputs to fetch, in order.
-  std::vector<uint32_t> out(n), len(n, 0), want;
-  std::vector<size_t> which;
-  for (size_t k = 0; k < n; ++k) {
-    out[k] = ctx_.encode->OutLen(t->encoded, static_cast<uint32_t>(t->ops[k].enc));
-    if (out[k] == gpu::kEncodeRefused) continue;
-    len[k] = out[k] & ~gpu::kEncodeRaw;
-    if (len[k]) {
-      want.push_back(len[k]);
-      which.push_back(k);
-    }
-  }
-  std::vector<char*> dst(n, nullptr), rdst(want.size());
-  std::vector<uint64_t> token(n, 0), rtok(want.size());
-  const size_t got = backend->ReserveEncoded(want.data(), want.size(), rdst.data(), rtok.data());
-  size_t rest = 0;
-  for (size_t i = got; i < want.size(); ++i) rest += want[i];
-  // Outputs the store has no room for land in heap memory and are written the usual way.
-  std::unique_ptr<char[]> heap(rest ? new char[rest] : nullptr);
-  for (size_t i = 0, at = 0; i < want.size(); ++i) {
-    if (i < got) {
-      dst[which[i]] = rdst[i];
-      token[which[i]] = rtok[i];
-    } else {
-      dst[which[i]] = heap.get() + at;
-      at += want[i];
-    }
-  }
-  if (cudaError_t err = ctx_.encode->Fetch(t->encoded, dst.data(), len.data());
-      err != cudaSuccess) {
+void D2HPath::WriteEncodedOp(Task* t, size_t i) {
+  Task::Op& op = t->ops[i];
+  const uint32_t out = ctx_.encode->OutLen(t->encoded, static_cast<uint32_t>(op.enc));
+  if (out == gpu::kEncodeRefused) {
+    // Validated when described: cannot happen unless the kernel failed; the bytes are lost.
     Log(LogLevel::kError,
-        "fetching the GPU encodings of a device-to-host copy into %p failed (CUDA error %d): %zu "
-        "chunks were not published",
-        static_cast<void*>(t->ops[0].dst), static_cast<int>(err), n);
-    for (size_t i = 0; i < got; ++i) backend->DropEncoded(rtok[i]);
+        "GPU encode refused a chunk of a device-to-host copy into %p: its bytes were not published",
+        static_cast<void*>(op.dst));
     return;
   }
-  // The encodings are readable from now on; raw outputs stay reserved (in place) until written.
-  std::vector<uint64_t> commit;
-  for (size_t k = 0; k < n; ++k)
-    if (token[k] && !(out[k] & gpu::kEncodeRaw)) commit.push_back(token[k]);
-  backend->CommitEncoded(commit.data(), commit.size());
-  for (size_t k = 0; k < n; ++k) {
-    Task::Op& op = t->ops[k];
-    Status st;
-    if (out[k] == gpu::kEncodeRefused) {
-      // Validated when described: cannot happen unless the kernel failed; the bytes are lost.
-      Log(LogLevel::kError,
-          "GPU encode refused a chunk of a device-to-host copy into %p: its bytes were not "
-          "published",
-          static_cast<void*>(op.dst));
-      continue;
-    }
-    if (out[k] & gpu::kEncodeRaw) {  // did not shrink: the chunk's bytes
-      op.src = dst[k];
-      WriteOp(t, k);
-      if (token[k]) backend->DropEncoded(token[k]);
-      continue;
-    }
-    st = token[k] ? backend->AdoptEncoded(op.dst, token[k], len[k])
-                  : backend->WriteEncoded(op.dst, dst[k], len[k]);
-    if (!st.ok()) {
-      Log(LogLevel::kError, "publishing a GPU-encoded chunk into %p failed: %s",
-          static_cast<void*>(op.dst), st.ToString().c_str());
-      continue;
-    }
-    StatAdd(Stat::d2h_gpu_encoded_bytes, op.len);
-    if (token[k]) StatAdd(Stat::d2h_gpu_direct_bytes, op.len);
+  if (out & gpu::kEncodeRaw) return WriteOp(t, i);  // did not shrink: the slot holds the bytes
+  Status st = ctx_.backend->WriteEncoded(op.dst, op.src, out);
+  if (!st.ok()) {
+    Log(LogLevel::kError, "publishing a GPU-encoded chunk into %p failed: %s",
+        static_cast<void*>(op.dst), st.ToString().c_str());
+    return;
   }
+  StatAdd(Stat::d2h_gpu_encoded_bytes, op.len);
 }
 
 void D2HPath::WriteOp(Task* t, size_t i) {
@@ -172,10 +118,6 @@ void D2HPath::AdoptOps(Task* t, size_t i, size_t n) {
 void D2HPath::PlanItems(Task* t) {
   const size_t n = t->ops.size();
   t->items.clear();
-  if (t->encoded) {  // one item: PublishEncoded
-    t->items.emplace_back(0, 0);
-    return;
-  }
   for (size_t i = 0; i < n;) {
     size_t e = i;
     while (t->adopt && e < n && e - i < kAdoptRun && t->ops[e].full && t->ops[e].enc < 0 &&
@@ -215,10 +157,10 @@ void D2HPath::StartPublish(Task* t) {
     if (t->cancelled) return;
     const auto [i, adopt] = t->items[k];
     uint64_t t0 = MonotonicNs();
-    if (t->encoded) {
-      PublishEncoded(t);
-    } else if (adopt > 0) {
+    if (adopt > 0) {
       AdoptOps(t, i, adopt);
+    } else if (t->ops[i].enc >= 0) {
+      WriteEncodedOp(t, i);
     } else {
       WriteOp(t, i);
     }
@@ -227,8 +169,7 @@ void D2HPath::StartPublish(Task* t) {
   // The last piece of a copy with a single item (one adopted run) is published right here: nothing
   // overlaps it -- the stream's end waits for it -- and handing it to a worker only adds that
   // worker's pickup.
-  // Not a GPU-encoded piece: its publish waits for its fetch, which would hold up the watcher.
-  const bool here = t->last && t->items.size() == 1 && !t->encoded;
+  const bool here = t->last && t->items.size() == 1;
   if (here) item(0);
   auto batch = ctx_.workers->Submit(here ? 0 : t->items.size(), item, [this, t] { EndPiece(t); });
   {
@@ -431,12 +372,10 @@ bool D2HPath::Copier::EncodedPiece() {
   }
   task->group = group_;
   task->adopt = false;
-  // Store memory registered for the piece's encodings, here: the publish must make no driver call
-  // that page-locks memory (it synchronizes the device, which may be waiting for that publish).
-  ctx_.backend->PrepareEncoded(task->encoded.capacity * chunk);
   for (uint32_t k = 0; k < task->encoded.capacity; ++k) {
-    if (!ctx_.encode->Add(&task->encoded, src + k * chunk)) break;
-    task->ops.push_back(Task::Op{start + k * chunk, nullptr, chunk, -1, true, start + k * chunk,
+    const char* landed = ctx_.encode->Add(&task->encoded, src + k * chunk);
+    if (!landed) break;
+    task->ops.push_back(Task::Op{start + k * chunk, landed, chunk, -1, true, start + k * chunk,
                                  first_index + k, 0, static_cast<int>(k)});
   }
   const size_t got = task->ops.size();
@@ -448,6 +387,7 @@ bool D2HPath::Copier::EncodedPiece() {
     encode_ = false;
     return false;
   }
+  StatAdd(Stat::d2h_dma_ops, 1);
   char* piece_end = start + got * chunk;
   Track(task.release(), first_index, got, piece_end);
   if (group_->pieces >= 2) Report();

@@ -47,12 +47,9 @@ class D2HPath {
   void AdoptOps(Task* task, size_t i, size_t n);
   // Writes op `i` of `task` into the region (RegionBackend::Write).
   void WriteOp(Task* task, size_t i);
-  // Publishes a piece encoded on the GPU: each chunk's output is fetched from device staging
-  // straight into a store entry reserved for it (RegionBackend::ReserveEncoded; where the store
-  // has no room, into heap memory), then the encodings become the chunks' store copies
-  // (AdoptEncoded, or WriteEncoded from the heap) and raw outputs (chunks that did not shrink) are
-  // written into the region.
-  void PublishEncoded(Task* task);
+  // Publishes op `i` of `task`, a whole chunk encoded on the GPU: its encoding is stored
+  // (RegionBackend::WriteEncoded), or, where the kernel wrote the raw bytes, they are written.
+  void WriteEncodedOp(Task* task, size_t i);
   // The piece's last step, once every item ran: written chunks become clean cached copies, the
   // chunks are unmarked, the group loses the piece's reference, the slots are released.
   void EndPiece(Task* task);

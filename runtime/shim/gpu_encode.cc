@@ -8,7 +8,6 @@
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
 #include "runtime/cuda/capture_mode.h"
-#include "runtime/cuda/dma_batch.h"
 #include "runtime/gpu/fatbins.h"
 
 namespace zrtier {
@@ -34,9 +33,10 @@ GpuEncode::~GpuEncode() {
   for (auto& t : targets_) {
     t->ring.reset();
     if (t->staging) api_->cudaFree(t->staging);
-    if (t->stream && api_->cudaStreamDestroy) api_->cudaStreamDestroy(t->stream);
   }
   targets_.clear();  // unloads the modules
+  landing_ring_.reset();
+  if (landing_) api_->cudaFreeHost(landing_);
   if (desc_) api_->cudaFreeHost(desc_);
 }
 
@@ -53,8 +53,17 @@ bool GpuEncode::Records() {
     records_failed_ = true;
     return false;
   }
+  void* landing = nullptr;
+  if (api_->cudaHostAlloc(&landing, kLandingBytes, cudaHostAllocPortable) != cudaSuccess) {
+    api_->cudaFreeHost(p);
+    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    records_failed_ = true;
+    return false;
+  }
+  landing_ = static_cast<char*>(landing);
+  landing_ring_ = std::make_unique<StagingRing>(api_, events_, landing_, kLandingBytes);
   memset(p, 0, bytes);
-  if (on_pinned_) on_pinned_(static_cast<int64_t>(bytes));
+  if (on_pinned_) on_pinned_(static_cast<int64_t>(bytes + kLandingBytes));
   desc_ = static_cast<gpu::EncodeChunk*>(p);
   out_len_ = reinterpret_cast<uint32_t*>(desc_ + kRecords * kRecordChunks);
   desc_dev_ = reinterpret_cast<CUdeviceptr>(p_dev);
@@ -88,21 +97,13 @@ GpuEncode::Target* GpuEncode::SetUp(CUcontext ctx) {
   if (!Records()) {
     api_->cudaFree(t->staging);
     t->staging = nullptr;
-    return off("no pinned memory for the launch records");
-  }
-  if (api_->cudaGetDevice(&t->device) != cudaSuccess) t->device = -1;
-  // A stream of its own for the fetches, so that they never wait behind the program's work (the
-  // per-thread default stream of the publishing worker where none can be made).
-  if (api_->cudaStreamCreateWithFlags &&
-      api_->cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking) != cudaSuccess) {
-    t->stream = nullptr;
-    if (api_->cudaGetLastError) api_->cudaGetLastError();
+    return off("no pinned memory for the launch records and the landing buffer");
   }
   t->ring = std::make_unique<StagingRing>(api_, events_, t->staging, kStagingBytes);
   Log(LogLevel::kInfo,
       "GPU encode on: device-to-host copies into chunks bound for the compressed store are encoded "
-      "on the GPU (staging: %zu MiB of device memory)",
-      kStagingBytes >> 20);
+      "on the GPU (staging: %zu MiB of device memory; landing: %zu MiB of pinned memory)",
+      kStagingBytes >> 20, kLandingBytes >> 20);
   return t;
 }
 
@@ -134,32 +135,41 @@ bool GpuEncode::Begin(const void* src, size_t max, Piece* piece) {
   };
   if (reinterpret_cast<uintptr_t>(src) % 16 || !OnCurrentDevice(api_, src)) return give_back();
   const size_t n =
-      std::min({max, static_cast<size_t>(kRecordChunks), t->ring->max_reserve() / chunk_});
+      std::min({max, static_cast<size_t>(kRecordChunks), t->ring->max_reserve() / chunk_,
+                landing_ring_->max_reserve() / chunk_});
   if (n == 0) return give_back();
-  // Waiting for room that earlier pieces' publishes still read (their fetches).
+  // The landing room first: waiting for it (earlier pieces' publishes) holds no staging room.
   const uint64_t t0 = MonotonicNs();
-  StagingRing::Span span = t->ring->Reserve(n * chunk_, /*wait_uncommitted=*/true);
+  StagingRing::Span landing = landing_ring_->Reserve(n * chunk_, /*wait_uncommitted=*/true);
   StatAdd(Stat::d2h_gpu_wait_ns, MonotonicNs() - t0);
-  if (!span.ptr) return give_back();
+  if (!landing.ptr) return give_back();
+  StagingRing::Span span = t->ring->Reserve(n * chunk_);
+  if (!span.ptr) {
+    landing_ring_->Release(landing);
+    return give_back();
+  }
   piece->t = t;
   piece->record = record;
   piece->span = span;
+  piece->landing = landing;
   piece->capacity = static_cast<uint32_t>(n);
   return true;
 }
 
-bool GpuEncode::Add(Piece* piece, const void* src) {
+const char* GpuEncode::Add(Piece* piece, const void* src) {
   if (!*piece || piece->count == piece->capacity || reinterpret_cast<uintptr_t>(src) % 16)
-    return false;
+    return nullptr;
+  const char* out = piece->span.ptr + piece->count * chunk_;
+  const char* landed = piece->landing.ptr + piece->count * chunk_;
   gpu::EncodeChunk& d = Descriptors(piece->record)[piece->count];
   d.src = reinterpret_cast<uint64_t>(src);
-  d.dst = reinterpret_cast<uint64_t>(piece->span.ptr + piece->count * chunk_);
+  d.dst = reinterpret_cast<uint64_t>(out);
   d.len = static_cast<uint32_t>(chunk_);
   d.flags = gpu::kEncodeRawFallback;
   d.reserved = 0;
   OutLens(piece->record)[piece->count] = gpu::kEncodeRefused;
   ++piece->count;
-  return true;
+  return landed;
 }
 
 cudaError_t GpuEncode::Launch(Piece* piece, cudaStream_t stream) {
@@ -175,32 +185,12 @@ cudaError_t GpuEncode::Launch(Piece* piece, cudaStream_t stream) {
   }
   piece->launched = true;
   StatAdd(Stat::d2h_gpu_launches, 1);
-  return cudaSuccess;
-}
-
-cudaError_t GpuEncode::Fetch(const Piece& piece, char* const* dst, const uint32_t* len) {
-  Target* t = piece.t;
-  // The worker publishing the piece may have another device current: the fetch stream's.
-  int was = -1;
-  if (t->device >= 0 && api_->cudaSetDevice && api_->cudaGetDevice(&was) == cudaSuccess &&
-      was != t->device && api_->cudaSetDevice(t->device) != cudaSuccess)
-    was = -1;
-  DmaBatch batch(api_, cudaMemcpyDeviceToHost);
-  for (uint32_t k = 0; k < piece.count; ++k)
-    if (len[k]) batch.Add(dst[k], piece.span.ptr + k * chunk_, len[k]);
-  cudaError_t err = batch.Issue(t->stream);
-  cudaError_t ev_err = cudaSuccess;
-  cudaEvent_t ev = events_->Get(&ev_err);
-  if (ev && api_->cudaEventRecord(ev, t->stream) == cudaSuccess) {
-    const cudaError_t done = api_->cudaEventSynchronize(ev);
-    if (err == cudaSuccess) err = done;
-  } else {
-    const cudaError_t done = DmaBatch::Synchronize(api_, t->stream);
-    if (err == cudaSuccess) err = done;
-  }
-  if (ev) events_->Put(ev);
-  if (was >= 0 && was != t->device) api_->cudaSetDevice(was);
-  StatAdd(Stat::d2h_dma_ops, 1);
+  // One DMA for the piece: the staging and landing rooms are both contiguous.
+  const cudaError_t err = api_->cudaMemcpyAsync(
+      piece->landing.ptr, piece->span.ptr, piece->count * chunk_, cudaMemcpyDeviceToHost, stream);
+  // The DMA, if queued, is the staging room's last use; if not, the kernel is.
+  piece->t->ring->Commit(piece->span, stream);
+  piece->span = StagingRing::Span{};
   return err;
 }
 
@@ -211,6 +201,7 @@ uint32_t GpuEncode::OutLen(const Piece& piece, uint32_t k) const {
 void GpuEncode::End(Piece* piece) {
   if (!*piece) return;
   if (piece->span.ptr) piece->t->ring->Release(piece->span);
+  landing_ring_->Release(piece->landing);
   {
     std::lock_guard<std::mutex> l(mu_);
     free_.push_back(piece->record);

@@ -1,21 +1,20 @@
 // GpuEncode: device-to-host copies whose chunks go to the compressed store (the resident budget
 // has no room for them) are encoded on the GPU that holds their bytes (ZRTIER_GPU_ENCODE), so that
-// the CPU neither encodes nor copies them. A piece of the copy (D2HPath) takes a launch record --
-// kRecordChunks descriptors (EncodeChunk) and output lengths in mapped pinned memory -- and room
-// for a chunk per chunk in the context's staging ring in device memory; the copy queues, on its
-// own stream, the encode kernel (runtime/gpu/) reading the chunks' bytes where they lie in device
-// memory and writing each chunk's encoding -- or, where it would not shrink, the chunk's bytes --
-// into its staging room. Once the kernel has run, the publish reads each chunk's output length,
-// reserves a store entry of that length for it (RegionBackend::ReserveEncoded: memory registered
-// for DMA) and Fetch DMAs every output from staging straight into its entry: only the encoded
-// bytes cross the link, and no CPU copies them. End frees the staging room.
+// the CPU stores the encodings as they land instead of encoding every chunk itself. A piece of the
+// copy (D2HPath) takes a launch record -- kRecordChunks descriptors (EncodeChunk) and output
+// lengths in mapped pinned memory -- room for a chunk per chunk in the context's staging ring in
+// device memory, and as much in the landing ring, pinned host memory of the process; the copy
+// queues, on its own stream, the encode kernel (runtime/gpu/) reading the chunks' bytes where they
+// lie in device memory and writing each chunk's encoding -- or, where it would not shrink, the
+// chunk's bytes -- into its staging room, then one DMA of that room into its landing room. When
+// the piece has landed the publish reads each chunk's output length and hands the encoding to the
+// backend (RegionBackend::WriteEncoded), which stores it as it is; End frees the landing room.
 // The kernel's time hardly depends on the chunks of a launch up to a few hundred (one CTA per
-// chunk), so pieces are as large as the ring allows, and the T0 pool is not involved.
+// chunk), so pieces are as large as the rings allow, and the T0 pool is not involved.
 //
-// Per CUDA context (a Target): the kernel, loaded once, kStagingBytes of device memory and a
-// stream of its own for the fetches. When the kernel or the buffers cannot be had, or the source
-// is not device memory of the calling thread's current device, Begin says no and the piece's
-// bytes cross the link raw, as without it.
+// Per CUDA context (a Target): the kernel, loaded once, and kStagingBytes of device memory. When
+// the kernel or the buffers cannot be had, or the source is not device memory of the calling
+// thread's current device, Begin says no and the piece's bytes cross the link raw, as without it.
 //
 // Thread safety: every method may be called from any thread; a piece is used by one thread at a
 // time (its copy call, then its publish).
@@ -42,9 +41,11 @@ namespace zrtier {
 
 class GpuEncode {
  public:
-  // Device memory per context for the kernel's outputs: two pieces of 32 MiB in flight (device
-  // memory is the program's: kept small). A piece takes at most half of it.
+  // Device memory per context for the kernel's outputs, and pinned host memory of the process that
+  // they land in: two pieces of 32 MiB in flight (device memory is the program's, and the landing
+  // is paid from the memory budget: kept small). A piece takes at most half of each.
   static constexpr size_t kStagingBytes = 64 << 20;
+  static constexpr size_t kLandingBytes = 64 << 20;
   // Chunks one launch encodes at most (a piece's larger rest crosses raw).
   static constexpr uint32_t kRecordChunks = 256;
   // Launch records: pieces being encoded or published at once (more wait for none: they cross raw).
@@ -54,10 +55,11 @@ class GpuEncode {
   // One piece's encode: its launch record and staging room.
   struct Piece {
     Target* t = nullptr;
-    int record = -1;         // -1: no piece
-    StagingRing::Span span;  // device staging
-    uint32_t count = 0;      // chunks added
-    uint32_t capacity = 0;   // chunks the span has room for
+    int record = -1;            // -1: no piece
+    StagingRing::Span span;     // device staging
+    StagingRing::Span landing;  // pinned host memory
+    uint32_t count = 0;         // chunks added
+    uint32_t capacity = 0;      // chunks the span has room for
     bool launched = false;
     explicit operator bool() const { return record >= 0; }
   };
@@ -72,25 +74,24 @@ class GpuEncode {
   // Starts a piece of at most `max` chunks read from device memory at `src` (the copy's source,
   // 16-byte aligned): false, with nothing taken, when encoding is off or cannot be set up in the
   // calling thread's current context (said once), when `src` is not device memory of the current
-  // device, or when no record is free now. Waits for staging room that earlier pieces' publishes
-  // still read. piece->capacity: the chunks it may take.
+  // device, or when no record or staging room is free now. Waits for landing room that earlier
+  // pieces' publishes still read. piece->capacity: the chunks it may take.
   bool Begin(const void* src, size_t max, Piece* piece);
-  // Adds a whole chunk whose bytes are at device address `src` as the piece's next chunk: false
-  // when the piece is full or `src` is not 16-byte aligned.
-  bool Add(Piece* piece, const void* src);
+  // Adds a whole chunk whose bytes are at device address `src`: the host address of the chunk
+  // bytes of landing its output arrives in (an encoding shorter than the chunk, or the chunk's
+  // bytes), or null when the piece is full or `src` is not 16-byte aligned.
+  const char* Add(Piece* piece, const void* src);
   // Queues on `stream` (after the work queued there, which wrote the sources) the kernel for the
-  // piece's chunks. An error when the launch failed (nothing was queued: End the piece, its chunks
-  // must cross raw).
+  // piece's chunks and the DMA of their outputs into the landing room. An error when the launch
+  // failed (nothing was queued: End the piece, its chunks must cross raw) or the DMA could not be
+  // queued (the kernel was: the piece's outputs are lost, and it must be ended once the stream
+  // has drained).
   cudaError_t Launch(Piece* piece, cudaStream_t stream);
-  // Chunk `k`'s output length, once the piece's kernel has completed: the encoding's length (0:
-  // the chunk is all zero), gpu::kEncodeRaw | len for the chunk's raw bytes, gpu::kEncodeRefused.
+  // Chunk `k`'s output length, once the piece's work has completed: the encoding's length (0: the
+  // chunk is all zero), gpu::kEncodeRaw | len for the chunk's raw bytes, gpu::kEncodeRefused.
   uint32_t OutLen(const Piece& piece, uint32_t k) const;
-  // Once the kernel has completed: copies chunk k's output (len[k] bytes) from staging to dst[k],
-  // for each k < piece.count with len[k] > 0, and waits until they are there. An error when the
-  // copies could not be queued or failed (dst then holds what the ones that ran wrote).
-  cudaError_t Fetch(const Piece& piece, char* const* dst, const uint32_t* len);
-  // Gives the piece's record and staging room back. REQUIRES: its work has completed, or was
-  // never queued.
+  // Gives the piece's record and landing room back (and its staging room, if not committed).
+  // REQUIRES: its work has completed, or was never queued.
   void End(Piece* piece);
 
   // Told of the pinned host memory this object allocates (the launch records), as it does.
@@ -100,18 +101,16 @@ class GpuEncode {
 
   struct Target {
     CUcontext ctx = nullptr;
-    int device = -1;      // the runtime's number for it
     bool failed = false;  // the kernel or the buffers cannot be had here
     std::unique_ptr<gpu::EncodeModule> module;
     char* staging = nullptr;  // device memory, kStagingBytes
     std::unique_ptr<StagingRing> ring;
-    cudaStream_t stream = nullptr;  // the fetches' (null: the per-thread default stream)
   };
 
  private:
   // Under mu_: the context's target, set up at its first use; null if it cannot be.
   Target* SetUp(CUcontext ctx);
-  // Under mu_: the launch records allocated (once); false if they cannot be.
+  // Under mu_: the launch records and the landing ring allocated (once); false if they cannot be.
   bool Records();
   gpu::EncodeChunk* Descriptors(int record) const { return desc_ + record * kRecordChunks; }
   uint32_t* OutLens(int record) const { return out_len_ + record * kRecordChunks; }
@@ -132,6 +131,8 @@ class GpuEncode {
   CUdeviceptr desc_dev_ = 0, out_len_dev_ = 0;
   bool records_failed_ = false;
   std::vector<int> free_;
+  char* landing_ = nullptr;  // kLandingBytes of pinned host memory
+  std::unique_ptr<StagingRing> landing_ring_;
 };
 
 }  // namespace zrtier

@@ -5,7 +5,7 @@
 // ring order, whatever the slot or stream; one that reaches bytes whose reader's event is pending
 // waits for it, and one that reaches a reservation not yet committed is refused (its holder may
 // be the caller itself) unless the caller asks to wait for it. A ring whose reservations are
-// released by the host (once work it waited for read them) uses Release alone.
+// released by the host (a landing buffer the CPU reads) uses Release alone.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once

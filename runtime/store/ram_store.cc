@@ -15,9 +15,6 @@
 namespace zrtier {
 namespace {
 
-// MADV_POPULATE_WRITE (Linux 5.14).
-constexpr int kMadvPopulateWrite = 23;
-
 constexpr size_t kPage = 4096;
 constexpr size_t kMaxExtent = 2u << 20;
 constexpr size_t kMinExtent = 64u << 10;
@@ -109,37 +106,7 @@ void RamStore::RemoveHoleLocked(uint32_t id, uint64_t off, uint64_t len) {
   if (len) holes_.erase(Hole(len, id, off));
 }
 
-uint32_t RamStore::AddExtentLocked(unsigned char* base, size_t size) {
-  uint32_t n;
-  if (!free_extent_ids_.empty()) {
-    n = free_extent_ids_.back();
-    free_extent_ids_.pop_back();
-  } else {
-    n = static_cast<uint32_t>(extents_.size());
-    extents_.push_back(std::make_unique<Extent>());
-  }
-  Extent& x = *extents_[n];
-  x.base = base;
-  x.size = size;
-  x.top = 0;
-  x.live = 0;
-  x.pins = 0;
-  x.busy = false;
-  x.registered = x.registering = x.pin_failed = x.ready = false;
-  x.occ.clear();
-  extent_count_++;
-  AccountLocked(0, 0, 0, static_cast<int64_t>(size));
-  return n;
-}
-
 bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why) {
-  if (!ready_.empty() && size == extent_bytes_ && extent_bytes_ >= min_size) {
-    // A prepared one: registered for DMA already (or being registered).
-    *id = ready_.back();
-    ready_.pop_back();
-    extents_[*id]->ready = false;
-    return true;
-  }
   if (spare_ != kNone && size == extent_bytes_ && extents_[spare_]->size >= min_size) {
     // The spare: mapped, placed and (mostly) faulted in already; counted in used_bytes already.
     *id = spare_;
@@ -147,12 +114,6 @@ bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Statu
     return true;
   }
   if (spare_ != kNone && limit_ && usage_.used_bytes + size > limit_) ReleaseSpareLocked();
-  while (!ready_.empty() && limit_ && usage_.used_bytes + size > limit_) {
-    const uint32_t r = ready_.back();
-    if (extents_[r]->registering) break;  // its pinning is under way: left to it
-    ready_.pop_back();
-    UnmapExtentLocked(r);
-  }
   if (limit_ && usage_.used_bytes + size > limit_) {
     // Not a whole extent: whatever is left under the limit, if the entry fits in it.
     size_t left = usage_.used_bytes < limit_ ? (limit_ - usage_.used_bytes) / kPage * kPage : 0;
@@ -168,25 +129,32 @@ bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Statu
     *why = Status::Error(ENOMEM, "RAM store: mmap of an extent failed (ZRTIER_STORE_LIMIT)");
     return false;
   }
-  *id = AddExtentLocked(static_cast<unsigned char*>(base), size);
+  uint32_t n;
+  if (!free_extent_ids_.empty()) {
+    n = free_extent_ids_.back();
+    free_extent_ids_.pop_back();
+  } else {
+    n = static_cast<uint32_t>(extents_.size());
+    extents_.push_back(std::make_unique<Extent>());
+  }
+  Extent& x = *extents_[n];
+  x.base = static_cast<unsigned char*>(base);
+  x.size = size;
+  x.top = 0;
+  x.live = 0;
+  x.pins = 0;
+  x.busy = false;
+  x.registered = x.registering = x.pin_failed = false;
+  x.occ.clear();
+  extent_count_++;
+  AccountLocked(0, 0, 0, static_cast<int64_t>(size));
+  *id = n;
   return true;
 }
 
 void RamStore::RetireExtentLocked(uint32_t id) {
   Extent& x = *extents_[id];
   if (open_ == id) open_ = kNone;
-  if (x.registering || (x.registered && x.size == extent_bytes_ && ready_.size() < kMaxReady)) {
-    // Registered memory kept for the next reservations: registering is a driver call that only
-    // copy calls may make (Prepare), and unregistering one costs as much. One that Prepare is
-    // registering right now stays mapped for it (Prepare registers only whole extents).
-    x.top = 0;
-    x.live = 0;
-    x.pins = 0;
-    x.busy = false;
-    x.ready = true;
-    ready_.push_back(id);
-    return;
-  }
   if (keep_spare_ && spare_ == kNone && x.size >= extent_bytes_ / 2 && x.size <= extent_bytes_ &&
       usage_.entries > 0) {
     // Kept for the next extent the store needs: under churn that saves an mmap, an munmap and
@@ -338,7 +306,6 @@ int64_t RamStore::WasteLocked() const {
   int64_t waste = static_cast<int64_t>(usage_.used_bytes) - static_cast<int64_t>(footprint_);
   if (open_ != kNone) waste -= static_cast<int64_t>(extents_[open_]->size - extents_[open_]->live);
   if (spare_ != kNone) waste -= static_cast<int64_t>(extents_[spare_]->size);
-  for (uint32_t id : ready_) waste -= static_cast<int64_t>(extents_[id]->size);
   return waste;
 }
 
@@ -354,7 +321,7 @@ bool RamStore::EvacuateOneLocked(std::unique_lock<AdaptiveMutex>& lock) {
   bool pinned = false;
   for (uint32_t id = 0; id < extents_.size(); ++id) {
     const Extent& x = *extents_[id];
-    if (!x.base || id == open_ || id == spare_ || x.ready || x.busy || x.live >= x.size) continue;
+    if (!x.base || id == open_ || id == spare_ || x.busy || x.live >= x.size) continue;
     uint64_t dead = x.size - x.live;
     if (x.live > kWasteDiv * dead) continue;
     // Under a page dead in an extent at least half live is page rounding: moving the entries
@@ -468,7 +435,10 @@ void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<Adaptive
   if (blocked_ && x.pins == 0) MaybeCompactLocked(lock);
 }
 
-bool RamStore::PlaceLocked(size_t len, uint64_t raw_len, uint32_t* out, Status* why) {
+Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
+  if (len == 0 || len > UINT32_MAX - kPage)
+    return Status::Error(EINVAL, "RAM store: bad entry length");
+  std::unique_lock<AdaptiveMutex> lock(mu_);
   uint32_t idx;
   if (!free_entries_.empty()) {
     idx = free_entries_.back();
@@ -480,10 +450,11 @@ bool RamStore::PlaceLocked(size_t len, uint64_t raw_len, uint32_t* out, Status* 
   uint64_t fp = RoundUp(len, kAlign);
   uint32_t ext;
   uint64_t off;
-  if (!AllocLocked(fp, idx, &ext, &off, why)) {
+  Status why;
+  if (!AllocLocked(fp, idx, &ext, &off, &why)) {
     free_entries_.push_back(idx);
-    if (why->code() == ENOSPC) StatAdd(Stat::store_full, 1);
-    return false;
+    if (why.code() == ENOSPC) StatAdd(Stat::store_full, 1);
+    return why;
   }
   Entry& e = entries_[idx];
   e.ptr = extents_[ext]->base + off;
@@ -491,23 +462,12 @@ bool RamStore::PlaceLocked(size_t len, uint64_t raw_len, uint32_t* out, Status* 
   e.ext = ext;
   e.off = off;
   e.raw_len = raw_len;
-  e.pins = 1;  // written outside the lock; compaction must not move the entry
+  e.pins = 1;  // the copy below runs outside the lock; compaction must not move the entry
   extents_[ext]->pins++;
   footprint_ += fp;
   AccountLocked(1, static_cast<int64_t>(raw_len), static_cast<int64_t>(len), 0);
-  *out = idx;
-  return true;
-}
-
-Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
-  if (len == 0 || len > UINT32_MAX - kPage)
-    return Status::Error(EINVAL, "RAM store: bad entry length");
-  std::unique_lock<AdaptiveMutex> lock(mu_);
-  uint32_t idx;
-  Status why;
-  if (!PlaceLocked(len, raw_len, &idx, &why)) return why;
-  unsigned char* dst = entries_[idx].ptr;
-  uint32_t gen = entries_[idx].gen;
+  unsigned char* dst = e.ptr;
+  uint32_t gen = e.gen;
   lock.unlock();
   memcpy(dst, data, len);
   lock.lock();
@@ -515,77 +475,6 @@ Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle
   MaybeCompactLocked(lock);  // a seal may have left a page tail: O(1) unless over the bound
   *out = (static_cast<uint64_t>(gen) << 32) | (idx + 1);
   return Status::Ok();
-}
-
-size_t RamStore::Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
-                         char** dst) {
-  std::unique_lock<AdaptiveMutex> lock(mu_);
-  size_t got = 0;
-  for (; got < n; ++got) {
-    uint32_t idx;
-    Status why;
-    if (lens[got] == 0 || lens[got] > UINT32_MAX - kPage ||
-        !PlaceLocked(lens[got], raw_len, &idx, &why))
-      break;
-    const Entry& e = entries_[idx];
-    out[got] = (static_cast<uint64_t>(e.gen) << 32) | (idx + 1);
-    dst[got] = reinterpret_cast<char*>(e.ptr);
-  }
-  return got;
-}
-
-void RamStore::Prepare(size_t bytes) {
-  std::unique_lock<AdaptiveMutex> lock(mu_);
-  if (!pinner_) return;
-  std::vector<uint32_t> to_register;
-  uint64_t room = 0;
-  if (open_ != kNone) {
-    Extent& x = *extents_[open_];
-    if (!x.registered && !x.registering && !x.pin_failed && !x.busy && x.size == extent_bytes_) {
-      x.registering = true;  // never trimmed meanwhile (sealed or not)
-      to_register.push_back(open_);
-    }
-    if (x.registered || x.registering) room += x.size - x.top;
-  }
-  for (uint32_t id : ready_) room += extents_[id]->size;
-  while (room < bytes && ready_.size() < kMaxReady &&
-         (!limit_ || usage_.used_bytes + extent_bytes_ <= limit_)) {
-    void* base = MapLocked(extent_bytes_);
-    if (!base) break;
-    uint32_t id = AddExtentLocked(static_cast<unsigned char*>(base), extent_bytes_);
-    extents_[id]->registering = true;
-    extents_[id]->ready = true;
-    ready_.push_back(id);
-    to_register.push_back(id);
-    room += extent_bytes_;
-  }
-  if (to_register.empty()) return;
-  std::vector<std::pair<unsigned char*, size_t>> maps;
-  for (uint32_t id : to_register) maps.emplace_back(extents_[id]->base, extents_[id]->size);
-  lock.unlock();
-  std::vector<bool> ok;
-  for (auto [base, size] : maps) {
-    // Populated first, as registering would (a failure only leaves it to the pinner).
-    (void)os_->Madvise(base, size, kMadvPopulateWrite);
-    ok.push_back(pinner_->Pin(base, size));
-  }
-  lock.lock();
-  for (size_t k = 0; k < to_register.size(); ++k) {
-    Extent& x = *extents_[to_register[k]];
-    x.registering = false;
-    x.registered = ok[k];
-    x.pin_failed = !ok[k];
-    if (ok[k]) registered_bytes_ += x.size;
-  }
-}
-
-void RamStore::Commit(const StoreHandle* h, size_t n) {
-  std::unique_lock<AdaptiveMutex> lock(mu_);
-  for (size_t k = 0; k < n; ++k) {
-    uint32_t idx;
-    if (Lookup(h[k], &idx)) UnpinLocked(idx, entries_[idx].gen, lock);
-  }
-  MaybeCompactLocked(lock);
 }
 
 Status RamStore::Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
@@ -751,11 +640,9 @@ std::string RamStore::CheckInvariants() const {
     if (!x.base) continue;
     ++count;
     used += x.size;
-    if (id == spare_ || x.ready) {
+    if (id == spare_) {
       if (!x.occ.empty() || x.live || x.pins || id == open_ || x.size > extent_bytes_)
         return bad("a spare in use", id);
-      if (x.ready != (std::find(ready_.begin(), ready_.end(), id) != ready_.end()))
-        return bad("a ready extent not listed", id);
       continue;
     }
     if (x.occ.empty()) return bad("an empty extent still mapped", id);

@@ -44,16 +44,6 @@
 // are reused first); one call runs at most 256 evacuations of at most one extent each, and the
 // copying happens outside the lock.
 //
-// Reservations (a device writes the entries, store.h): each entry is placed as a Put places it and
-// stays pinned until Commit. Reserve registers nothing: it runs where the device may be waiting on
-// the caller (a publish the copy's stream waits for), and page-locking memory synchronizes the
-// device. Prepare, called ahead from a copy call, registers the open extent and maps and registers
-// up to kMaxReady empty extents ("ready", counted in used_bytes, never evacuated) that the next
-// extents the store needs are taken from; a registered extent of the usual size that empties goes
-// back to the ready ones while there is room, and ready ones are unmapped (through the pinner)
-// when the limit needs their room. Entries placed in holes of extents not registered are written
-// by a DMA into pageable memory: correct, only slower.
-//
 // Leases (GPU decode reading encodings in place, store.h): with a pinner set, Lease registers a
 // sealed extent for DMA the first time one of its entries is leased with `may_register` (Pin,
 // outside the lock; without it: EINPROGRESS; the open extent and extents being evacuated are not
@@ -104,10 +94,6 @@ class RamStore : public ChunkStore {
   const char* name() const override { return "ram"; }
   Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override;
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
-  size_t Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
-                 char** dst) override;
-  void Commit(const StoreHandle* h, size_t n) override;
-  void Prepare(size_t bytes) override;
   void Free(StoreHandle h) override;
   StoreUsage Usage() const override;
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
@@ -130,9 +116,6 @@ class RamStore : public ChunkStore {
 
   static constexpr size_t kAlign = 16;       // entries start at multiples of this
   static constexpr uint64_t kWasteDiv = 64;  // waste kept <= footprint / kWasteDiv + extent / 2
-  // Empty registered extents kept ready at most: with 2 MiB extents, one GPU-encoded piece's
-  // encodings (up to 32 MiB raw, ~21 MiB of bf16 encoded) with room to spare.
-  static constexpr size_t kMaxReady = 16;
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
@@ -163,7 +146,6 @@ class RamStore : public ChunkStore {
     bool registered = false;           // registered for DMA by the pinner: never trimmed
     bool registering = false;          // the pinner is registering it (outside the lock)
     bool pin_failed = false;           // the pinner refused it: not tried again
-    bool ready = false;                // empty, prepared for reservations (in ready_)
     std::map<uint64_t, Occupant> occ;  // offset -> occupant
   };
   struct Move {  // one entry of an evacuation
@@ -179,10 +161,6 @@ class RamStore : public ChunkStore {
   // Places `len` footprint bytes for occupant `who`; false with *why set on ENOSPC/ENOMEM.
   bool AllocLocked(uint64_t len, uint32_t who, uint32_t* ext, uint64_t* off, Status* why);
   bool NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why);
-  // Takes an extent slot for the mapping [base, base+size), empty, and counts it.
-  uint32_t AddExtentLocked(unsigned char* base, size_t size);
-  // A new entry of `len` bytes, placed and pinned once (*out: its index); false with *why set.
-  bool PlaceLocked(size_t len, uint64_t raw_len, uint32_t* out, Status* why);
   void SealOpenLocked();
   void UnmapExtentLocked(uint32_t id);
   // An extent with no entries left: becomes the spare (if none is held and entries remain), else
@@ -224,7 +202,6 @@ class RamStore : public ChunkStore {
   std::set<Hole> holes_;                          // guarded by mu_: gaps of non-busy extents
   uint32_t open_ = kNone;                         // guarded by mu_: the extent bumped into
   uint32_t spare_ = kNone;                        // guarded by mu_: an empty extent kept
-  std::vector<uint32_t> ready_;                   // guarded by mu_: empty registered extents
   size_t extent_count_ = 0;                       // guarded by mu_
   uint64_t footprint_ = 0;                        // guarded by mu_: live entries only
   bool compacting_ = false;                       // guarded by mu_

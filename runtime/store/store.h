@@ -72,24 +72,6 @@ class ChunkStore {
   // checksum (extent_store.h).
   virtual Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) = 0;
 
-  // Entries a device writes (GPU-encoded chunks DMA'd straight into the store, no copy by the
-  // CPU): places entries of lens[k] bytes (0 < lens[k]) that stand for `raw_len` original bytes
-  // each, from k = 0 on, in memory registered for DMA where Prepare made some ready (else plain
-  // memory; Reserve itself makes no driver call), and returns how many it placed (fewer than `n`:
-  // the store is full; the rest go through Put).
-  // dst[k] is where entry k's bytes go, out[k] its handle. A reserved entry stays in place and is
-  // read by nobody until Commit; Free drops one unwritten. The default: none (a tier without it).
-  virtual size_t Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
-                         char** dst) {
-    return 0;
-  }
-  // The `n` reserved entries of `h` hold their bytes: readable (and movable) from now on.
-  virtual void Commit(const StoreHandle* h, size_t n) {}
-  // Registers memory for about `bytes` of reservations to come, through the pinner (a driver call
-  // that page-locks memory, which synchronizes the device: the caller holds nothing the device's
-  // queued work waits for). The default: nothing.
-  virtual void Prepare(size_t bytes) {}
-
   // Releases the entry. The handle is invalid afterwards.
   virtual void Free(StoreHandle h) = 0;
 

@@ -207,41 +207,6 @@ void TieredStore::Free(StoreHandle h) {
   ReleaseInner(tier, inner);
 }
 
-size_t TieredStore::Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
-                            char** dst) {
-  const size_t got = ram_->Reserve(lens, n, raw_len, out, dst);
-  bool kick = RamPastHigh();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t k = 0; k < got; ++k) {
-      StoreHandle h = next_++;
-      Entry& e = entries_[h];
-      e.inner = out[k];
-      e.raw_len = raw_len;
-      e.last_use = ++clock_;
-      e.writing = true;
-      out[k] = h;
-    }
-    if (kick) kicked_ = true;
-  }
-  if (kick) mover_cv_.notify_one();
-  return got;
-}
-
-void TieredStore::Commit(const StoreHandle* h, size_t n) {
-  std::vector<StoreHandle> inner;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t k = 0; k < n; ++k) {
-      auto it = entries_.find(h[k]);
-      if (it == entries_.end()) continue;
-      it->second.writing = false;
-      inner.push_back(it->second.inner);
-    }
-  }
-  ram_->Commit(inner.data(), inner.size());
-}
-
 Status TieredStore::Lease(StoreHandle h, StoreLease* out, bool may_register) {
   StoreHandle inner;
   {
@@ -427,7 +392,7 @@ bool TieredStore::MoveBatch() {
     std::vector<std::pair<uint64_t, StoreHandle>> cands;  // (coldness, handle)
     cands.reserve(entries_.size());
     for (auto& [h, e] : entries_) {
-      if (e.tier != 0 || e.moving || e.freed || e.writing) continue;
+      if (e.tier != 0 || e.moving || e.freed) continue;
       cands.emplace_back(e.hint ? e.hint : clock_ - e.last_use, h);
     }
     size_t k = std::min(cands.size(), kMoveBatch);

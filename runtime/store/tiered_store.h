@@ -53,12 +53,6 @@ class TieredStore : public ChunkStore {
   Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override;
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
   void Free(StoreHandle h) override;
-  // Reservations in the RAM tier; a reserved entry stays there (the mover passes it over) until
-  // Commit.
-  size_t Reserve(const uint32_t* lens, size_t n, uint64_t raw_len, StoreHandle* out,
-                 char** dst) override;
-  void Commit(const StoreHandle* h, size_t n) override;
-  void Prepare(size_t bytes) override { ram_->Prepare(bytes); }
   // Leases of entries in the RAM tier (not on their way down), through the RAM store: the lease
   // holds the RAM entry, so a move down or a Free meanwhile leaves its bytes until Unlease.
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
@@ -91,7 +85,6 @@ class TieredStore : public ChunkStore {
     bool moving = false;       // the mover is copying it down
     bool prefetching = false;  // the prefetcher is reading it
     bool freed = false;        // Free came while moving/prefetching
-    bool writing = false;      // reserved, not committed: not moved
   };
 
   ChunkStore* TierStore(int tier) const;

@@ -119,7 +119,7 @@ class GpuDecodeCopyTest : public ::testing::Test {
   // encoded (d2h_gpu_encoded_bytes); *cpu_encoded (if set): the bytes the CPU encoded meanwhile,
   // up to the device-to-host copy's end.
   static constexpr size_t kRoundTripChunks = 48;
-  uint64_t DeviceToHostAndBack(uint64_t* cpu_encoded = nullptr, uint64_t* direct = nullptr) {
+  uint64_t DeviceToHostAndBack(uint64_t* cpu_encoded = nullptr) {
     const size_t chunks = kRoundTripChunks, n = chunks * chunk_ - 4096;
     std::vector<char> want(chunks * chunk_);
     FillSample(SampleKind::kBf16Gaussian, 21, want.data(), want.size());
@@ -134,7 +134,6 @@ class GpuDecodeCopyTest : public ::testing::Test {
     EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     const uint64_t gpu0 = StatGet(Stat::d2h_gpu_encoded_bytes);
     const uint64_t cpu0 = StatGet(Stat::bytes_encoded);
-    const uint64_t direct0 = StatGet(Stat::d2h_gpu_direct_bytes);
     EXPECT_EQ(cudaMemsetAsync(src, 0x77, n, s), cudaSuccess);
     EXPECT_EQ(cudaLaunchHostFunc(s, SleepOnStream, nullptr), cudaSuccess);
     EXPECT_EQ(cudaMemcpyAsync(src, want.data(), n, cudaMemcpyHostToDevice, s), cudaSuccess);
@@ -142,7 +141,6 @@ class GpuDecodeCopyTest : public ::testing::Test {
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     const uint64_t on_gpu = StatGet(Stat::d2h_gpu_encoded_bytes) - gpu0;
     if (cpu_encoded) *cpu_encoded = StatGet(Stat::bytes_encoded) - cpu0;
-    if (direct) *direct = StatGet(Stat::d2h_gpu_direct_bytes) - direct0;
     // Back to the GPU (decoded there where stored in the GPU format), then read by the CPU.
     char* back = testing::DeviceBuffer(n);
     EXPECT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, s, false), cudaSuccess);
@@ -284,26 +282,22 @@ TEST_F(GpuDecodeCopyTest, EncodingsGoStraightFromThePinnedStore) {
 // chunks are encoded on the GPU, in stream order after the work that wrote the source (slow
 // launches, a sleep before that work), and stored as they land: a GPU-decoded copy back and the
 // CPU read every byte; a zero chunk and one that does not shrink (random bytes, raw from the
-// kernel) are among them, and a partial chunk at the end crosses raw. The encodings go from device
-// staging straight into store entries, and the CPU encodes none of the chunks the GPU did. Without
-// the option, nothing is encoded on the GPU.
+// kernel) are among them, and a partial chunk at the end crosses raw. The CPU encodes none of the
+// chunks the GPU did. Without the option, nothing is encoded on the GPU.
 TEST_F(GpuDecodeCopyTest, DeviceToHostChunksBoundForTheStoreAreEncodedOnTheGpu) {
   testing::ScopedEnv slow("FAKE_LIBCUDA_LAUNCH_SLEEP_MS", "20");
   for (bool encode : {true, false}) {
     SCOPED_TRACE(encode ? "encode" : "no encode");
     Build(true, nullptr, true, false, "gpu", encode, "256K");
     const uint64_t launches0 = StatGet(Stat::d2h_gpu_launches);
-    uint64_t cpu = 0, direct = 0;
-    const uint64_t on_gpu = DeviceToHostAndBack(&cpu, &direct);
+    uint64_t cpu = 0;
+    const uint64_t on_gpu = DeviceToHostAndBack(&cpu);
     if (encode) {
       // Every whole chunk but the random one; the CPU encodes that one and the partial one at most.
       EXPECT_EQ(on_gpu, (kRoundTripChunks - 2) * chunk_);
-      // Each encoding went from device staging straight into its store entry, all but the zero
-      // chunk's (none).
-      EXPECT_EQ(direct, on_gpu - chunk_);
       EXPECT_LE(cpu, 2 * chunk_);
       // One launch for the whole chunks: an encoded piece is not bounded by the T0 pool (16 chunks
-      // here, 4 a piece), only by the staging room.
+      // here, 4 a piece), only by the landing room.
       EXPECT_EQ(StatGet(Stat::d2h_gpu_launches) - launches0, 1u);
     } else {
       EXPECT_EQ(on_gpu, 0u);
@@ -336,12 +330,12 @@ TEST_F(GpuDecodeCopyTest, ChunksTheCpuReadsBackAreNotEncodedOnTheGpu) {
   EXPECT_EQ(shim_->FreeHost(r), cudaSuccess);
 }
 
-// A device-to-host copy of more pieces than the device staging holds: its pieces take the staging
+// A device-to-host copy of more pieces than the landing room holds: its pieces take the landing
 // room in turn (the last waits for the first's publish), and every byte arrives.
-TEST_F(GpuDecodeCopyTest, DeviceToHostCopiesLargerThanTheStagingRoomAreEncodedPieceByPiece) {
+TEST_F(GpuDecodeCopyTest, DeviceToHostCopiesLargerThanTheLandingRoomAreEncodedPieceByPiece) {
   Build(true, nullptr, true, false, "gpu", /*encode=*/true, "256K");
-  const size_t piece = std::min(GpuEncode::kRecordChunks * chunk_, GpuEncode::kStagingBytes / 2);
-  const size_t pieces = GpuEncode::kStagingBytes / piece + 1;
+  const size_t piece = std::min(GpuEncode::kRecordChunks * chunk_, GpuEncode::kLandingBytes / 2);
+  const size_t pieces = GpuEncode::kLandingBytes / piece + 1;
   const size_t n = pieces * piece + chunk_ / 2;
   std::vector<char> want;
   char* src = nullptr;

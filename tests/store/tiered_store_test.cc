@@ -1,8 +1,7 @@
 // Covers the store stack built by CreateStore: 3x the RAM limit written and read back exactly, the
 // mover taking the coldest entries down (age, and the reuse hint), Put succeeding while RAM is
-// full, reserved entries kept in RAM until committed, Prefetch serving Get from memory (its read
-// buffers reused), device faults leaving entries in RAM with nothing lost, and CreateStore's
-// errors naming the option.
+// full, Prefetch serving Get from memory (its read buffers reused), device faults leaving entries
+// in RAM with nothing lost, and CreateStore's errors naming the option.
 #include "runtime/store/tiered_store.h"
 
 #include <sys/mman.h>
@@ -131,36 +130,6 @@ TEST_F(TieredStoreTest, LeasesReachOnlyTheRamTier) {
   }
   EXPECT_GT(leased, 10);
   EXPECT_GT(down, 0);
-}
-
-// A reserved entry stays in the RAM tier while the mover takes colder ones down (it is written
-// by a device there); committed, it moves down like any other (the oldest) and reads back.
-TEST_F(TieredStoreTest, ReservedEntriesStayInRamUntilCommitted) {
-  auto store = Make("ram+file", "1M", Os::Default());
-  ASSERT_TRUE(store);
-  std::vector<uint32_t> lens(4, 50000);
-  std::vector<StoreHandle> hs(lens.size());
-  std::vector<char*> dst(lens.size());
-  ASSERT_EQ(store->Reserve(lens.data(), lens.size(), 65536, hs.data(), dst.data()), lens.size());
-  testing::Entries items;
-  for (int i = 0; i < 40; ++i)  // 2 MB on top: past the high-water mark
-    ASSERT_TRUE(PutEntry(store.get(), EntryBytes(50000, 500 + i), 65536, &items));
-  store->WaitIdle();
-  std::vector<std::vector<unsigned char>> data;
-  for (size_t i = 0; i < hs.size(); ++i) {
-    EXPECT_EQ(store->TierOf(hs[i]), 0) << i;
-    data.push_back(EntryBytes(lens[i], 900 + i));
-    memcpy(dst[i], data[i].data(), lens[i]);
-  }
-  store->Commit(hs.data(), hs.size());
-  for (int i = 0; i < 40; ++i)
-    ASSERT_TRUE(PutEntry(store.get(), EntryBytes(50000, 600 + i), 65536, &items));
-  store->WaitIdle();
-  EXPECT_TRUE(std::any_of(hs.begin(), hs.end(), [&](StoreHandle h) {
-    return store->TierOf(h) == 1;
-  })) << "committed entries are the coldest";
-  for (size_t i = 0; i < hs.size(); ++i) EXPECT_TRUE(ReadsBack(store.get(), hs[i], data[i])) << i;
-  for (auto& [h, bytes] : items) EXPECT_TRUE(ReadsBack(store.get(), h, bytes));
 }
 
 TEST_F(TieredStoreTest, PutSucceedsWhileRamIsFull) {
