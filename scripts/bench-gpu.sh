@@ -3,7 +3,7 @@
 # $BENCH_JSON (default bench-gpu.jsonl). Every zrtier figure is a ratio to raw pinned memory
 # measured in the same process (copies from T0, T1 and T2: to raw pinned copies timed in the same
 # iterations, interleaved with theirs).
-#   scripts/bench-gpu.sh [copy] [stream] [infer] [scan] [gpu-decode]
+#   scripts/bench-gpu.sh [copy] [stream] [infer] [scan] [gpu-decode] [offload]
 #     (default: the first four; gpu-decode: the GPU decode of issue #39 against the CPU path)
 #   LIB=build/preload/libzrtier.so STREAM_TOTAL=16G STREAM_DATA="t2 t1" STREAM_PASSES=10 \
 #     scripts/bench-gpu.sh stream
@@ -32,6 +32,13 @@ for stage in "${stages[@]}"; do
         ZRTIER_PIN_IN_PLACE=0 ZRTIER_PINNED_POOL=3G ZRTIER_RESIDENT_LIMIT=8G LD_PRELOAD=$LIB \
           $PY scripts/gpu/bench_copy.py copy --size $size --iters $iters | tee -a "$OUTF"
       done ;;
+    offload)
+      # save_on_cpu's pattern under a memory budget below the data: 64 copies of 48 MiB (3 GiB)
+      # out to pinned buffers and back with ZRTIER_MEMORY at 75 % of it, so that the copies out
+      # store most chunks compressed (encoded on the GPU by default) and the copies back decode
+      # them; OFFLOAD_ENV adds options (e.g. ZRTIER_GPU_ENCODE=0).
+      env ${OFFLOAD_ENV:-} ZRTIER_MEMORY=${OFFLOAD_MEMORY:-2415919104} LD_PRELOAD=$LIB \
+        $PY scripts/gpu/bench_copy.py offload --count 64 --size 48M --passes ${OFFLOAD_PASSES:-4} | tee -a "$OUTF" ;;
     stream)
       # Where the bytes that miss the pool live: compressed (resident limit 1G: T2, decode-bound) or
       # resident (no resident limit: T1, memcpy-bound). STREAM_DATA=t2 or t1 runs one of them.

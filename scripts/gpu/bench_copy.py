@@ -8,6 +8,9 @@ zrtier T0/T1/T2 copies are each paired with a raw pinned copy timed in the same 
                 passes through), pageable, and zrtier regions with the data in T0 (pool hit),
                 T1 (resident pages) and T2 (compressed); and zrtier_cycle, a D2H then an H2D of
                 the same buffer, repeated (offloaded activations: save_on_cpu).
+  offload mode: COUNT synchronous D2H copies of SIZE into pinned buffers, then H2D back in reverse
+                order (save_on_cpu's pattern), PASSES times, under the caller's ZRTIER_MEMORY;
+                each copy paired with the same copy to or from a raw pinned buffer.
   stream mode : cyclic streaming of TOTAL bytes of bf16 layers (LAYER bytes each) host->GPU, as
                 offloaded inference does, from raw pinned memory and from zrtier regions; the pool
                 size is set by the caller (ZRTIER_PINNED_POOL). Each zrtier pass is paired with
@@ -253,6 +256,43 @@ def copy_mode(size, iters):
     unregister(r)
 
 
+def offload_mode(count, size, passes):
+    """Offloaded activations under a memory budget set by the caller (ZRTIER_MEMORY below the
+    data): each pass copies COUNT device tensors of SIZE bf16 bytes into as many pinned buffers
+    (synchronous D2H, as save_on_cpu saves them), then back in reverse order (H2D); every copy is
+    paired with the same copy to or from one raw pinned buffer just ahead of it. Per pass: the
+    median copy's GB/s each way and its ratio to the paired raw copies; the bytes are checked on
+    the last pass."""
+    n = size // 2
+    src = []
+    for i in range(count):
+        t = torch.empty(n, dtype=torch.bfloat16, device=dev)
+        bf16_fill(t, 100 + i)
+        src.append(t)
+    host = [torch.empty(n, dtype=torch.bfloat16, pin_memory=True) for _ in range(count)]
+    back = torch.empty(n, dtype=torch.bfloat16, device=dev)
+    r = raw_pinned(n)
+    for p in range(passes):
+        d, dr, h, hr = [], [], [], []
+        before = {k: stat(k) for k in ("d2h_gpu_encoded_bytes", "bytes_encoded")}
+        for i in range(count):
+            dr.append(once(lambda: r.copy_(src[i])))
+            d.append(once(lambda: host[i].copy_(src[i])))
+        ok = True
+        for i in reversed(range(count)):
+            hr.append(once(lambda: back.copy_(r, non_blocking=True)))
+            h.append(once(lambda: back.copy_(host[i], non_blocking=True)))
+            if p == passes - 1:
+                ok = ok and torch.equal(back, src[i])
+        assert ok, "offload: bytes differ"
+        moved = {k + "_per_pass": stat(k) - v for k, v in before.items()}
+        for dirn, zs, rs in (("d2h", d, dr), ("h2d", h, hr)):
+            emit(mode="offload", case="zrtier" if ZR else "plain", dir=dirn, bytes=size, count=count,
+                 pass_no=p, gbps=size / median(zs) / 1e9, raw_gbps=size / median(rs) / 1e9,
+                 ratio=median(rs) / median(zs), **moved)
+    unregister(r)
+
+
 def stream_mode(total, layer, passes):
     nl = total // layer
     n = layer // 2
@@ -368,7 +408,8 @@ def parse_size(s):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["copy", "stream"])
+    ap.add_argument("mode", choices=["copy", "stream", "offload"])
+    ap.add_argument("--count", type=int, default=64)
     ap.add_argument("--size", default="64M")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--total", default="16G")
@@ -378,6 +419,8 @@ def main():
     torch.cuda.init()
     if a.mode == "copy":
         copy_mode(parse_size(a.size), a.iters)
+    elif a.mode == "offload":
+        offload_mode(a.count, parse_size(a.size), a.passes)
     else:
         stream_mode(parse_size(a.total), parse_size(a.layer), a.passes)
 
