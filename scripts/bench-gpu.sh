@@ -38,7 +38,7 @@ for stage in "${stages[@]}"; do
       # store most chunks compressed (encoded on the GPU by default) and the copies back decode
       # them; OFFLOAD_ENV adds options (e.g. ZRTIER_GPU_ENCODE=0).
       env ${OFFLOAD_ENV:-} ZRTIER_MEMORY=${OFFLOAD_MEMORY:-2415919104} LD_PRELOAD=$LIB \
-        $PY scripts/gpu/bench_copy.py offload --count 64 --size 48M --passes ${OFFLOAD_PASSES:-4} | tee -a "$OUTF" ;;
+        $PY scripts/gpu/bench_copy.py offload --count 64 --size 48M --passes ${OFFLOAD_PASSES:-3} | tee -a "$OUTF" ;;
     stream)
       # Where the bytes that miss the pool live: compressed (resident limit 1G: T2, decode-bound) or
       # resident (no resident limit: T1, memcpy-bound). STREAM_DATA=t2 or t1 runs one of them.
