@@ -34,7 +34,7 @@ enum class StatKind { kCounter, kGauge };
   X(resident_limit_bytes, kGauge, "bytes", "the T1 budget (0 = none)")                             \
   X(store_raw_bytes, kGauge, "bytes", "uncompressed bytes of chunks held in the RAM store (T2)")   \
   X(store_bytes, kGauge, "bytes", "compressed bytes held in the RAM store")                        \
-  X(store_used_bytes, kGauge, "bytes", "memory the RAM store occupies (payload plus waste)")       \
+  X(store_used_bytes, kGauge, "bytes", "memory the RAM store occupies (payload, waste, idle)")     \
   X(store_limit_bytes, kGauge, "bytes", "the RAM store's limit")                                   \
   X(zram_raw_bytes, kGauge, "bytes", "uncompressed bytes of chunks held on the zram device")       \
   X(zram_bytes, kGauge, "bytes", "bytes written to the zram device for them")                      \
@@ -101,7 +101,8 @@ enum class StatKind { kCounter, kGauge };
   X(pinned_for_good_bytes, kGauge, "bytes", "of held_bytes, those pinned until freed, past what the budget can shrink: a CUDA graph captured a copy of them, or the program took a device pointer to them") \
   X(d2h_gpu_encoded_bytes, kCounter, "bytes", "D2H bytes encoded by the GPU on the copy's stream and stored as they landed (no CPU encode; ZRTIER_GPU_ENCODE)") \
   X(d2h_gpu_launches, kCounter, "", "launches of the GPU encode kernel") \
-  X(d2h_gpu_wait_ns, kCounter, "ns", "copy calls waiting for the GPU encode's landing room (earlier pieces not yet published)")
+  X(d2h_gpu_wait_ns, kCounter, "ns", "copy calls waiting for the GPU encode's landing room (earlier pieces not yet published)") \
+  X(store_idle_bytes, kGauge, "bytes", "of store_used_bytes, emptied extents kept mapped for the next entries (released after 1 s idle)")
 // clang-format on
 
 enum class Stat : int {
@@ -158,8 +159,9 @@ inline constexpr uint64_t kStatsMagic = 0x5a52544945525354ull;  // "ZRTIERST"
 // Histogram::sum_ns (the exact sum of each histogram's samples); 15: checksum_errors; 16:
 // h2d_gpu_decoded_bytes, h2d_gpu_encoded_bytes; 17: partial_restores; 18: h2d_gpu_launches; 19:
 // t1_kept_bytes, readahead_reach_bytes; 20: store_pinned_bytes, h2d_gpu_leased_bytes; 21:
-// pinned_for_good_bytes; 22: d2h_gpu_encoded_bytes, d2h_gpu_launches; 23: d2h_gpu_wait_ns
-inline constexpr uint32_t kStatsVersion = 23;
+// pinned_for_good_bytes; 22: d2h_gpu_encoded_bytes, d2h_gpu_launches; 23: d2h_gpu_wait_ns; 24:
+// store_idle_bytes
+inline constexpr uint32_t kStatsVersion = 24;
 // The oldest version a reader still reads (zrtier/stats_reader.h says how older blocks map).
 inline constexpr uint32_t kStatsOldestReadable = 13;
 inline constexpr int kStatsMaxRegions = 64;

@@ -181,6 +181,7 @@ struct Layout {
 };
 Layout LayoutOf(uint32_t version) {
   Layout l;
+  if (version < 24) l.values = static_cast<int>(Stat::store_idle_bytes);
   if (version < 23) l.values = static_cast<int>(Stat::d2h_gpu_wait_ns);
   if (version < 22) l.values = static_cast<int>(Stat::d2h_gpu_encoded_bytes);
   if (version < 21) l.values = static_cast<int>(Stat::pinned_for_good_bytes);

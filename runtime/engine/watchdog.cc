@@ -29,6 +29,7 @@ void Watchdog::PublishStats() {
   StatSet(Stat::store_raw_bytes, su.raw_bytes);
   StatSet(Stat::store_bytes, su.payload_bytes);
   StatSet(Stat::store_used_bytes, su.used_bytes);
+  StatSet(Stat::store_idle_bytes, su.idle_bytes);
   StatSet(Stat::store_limit_bytes, su.limit_bytes);
   regions_->ForEach([](const Region& r) {
     if (r.stats_row < 0) return;
@@ -50,6 +51,7 @@ void Watchdog::Loop() {
       if (stop_) break;
     }
     PublishStats();
+    store_->ReleaseIdle(kStoreIdleNs);
     if (pager_->failed() && !said_dead) {
       said_dead = true;
       Log(LogLevel::kError,

@@ -37,8 +37,8 @@ RamStore::RamStore(uint64_t limit_bytes, int numa_node, Os* os) : os_(os), limit
   size_t ext = kMaxExtent;
   while (limit_ && ext > kMinExtent && ext * 16 > limit_) ext /= 2;
   extent_bytes_ = ext;
-  // A spare costs up to one extent: only where that is at most 1/64 of the limit.
-  keep_spare_ = !limit_ || extent_bytes_ * 64 <= limit_;
+  // An idle extent costs up to one extent of the limit: only where that is at most 1/64 of it.
+  keep_idle_ = !limit_ || extent_bytes_ * 64 <= limit_;
   if (numa_node >= 0) {
     if (NumaNodeUsable(numa_node)) {
       numa_node_ = numa_node;
@@ -65,6 +65,7 @@ RamStore::~RamStore() {
   AccountLocked(-static_cast<int64_t>(usage_.entries), -static_cast<int64_t>(usage_.raw_bytes),
                 -static_cast<int64_t>(usage_.payload_bytes),
                 -static_cast<int64_t>(usage_.used_bytes));
+  AccountIdleLocked(-static_cast<int64_t>(usage_.idle_bytes));
   StatSub(Stat::store_limit_bytes, limit_);
 }
 
@@ -77,6 +78,11 @@ void RamStore::AccountLocked(int64_t entries, int64_t raw, int64_t payload, int6
   StatAdd(Stat::store_raw_bytes, static_cast<uint64_t>(raw));
   StatAdd(Stat::store_bytes, static_cast<uint64_t>(payload));
   StatAdd(Stat::store_used_bytes, static_cast<uint64_t>(used));
+}
+
+void RamStore::AccountIdleLocked(int64_t bytes) {
+  usage_.idle_bytes += bytes;
+  StatAdd(Stat::store_idle_bytes, static_cast<uint64_t>(bytes));
 }
 
 void* RamStore::MapLocked(size_t len) {
@@ -107,13 +113,18 @@ void RamStore::RemoveHoleLocked(uint32_t id, uint64_t off, uint64_t len) {
 }
 
 bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why) {
-  if (spare_ != kNone && size == extent_bytes_ && extents_[spare_]->size >= min_size) {
-    // The spare: mapped, placed and (mostly) faulted in already; counted in used_bytes already.
-    *id = spare_;
-    spare_ = kNone;
+  if (size == extent_bytes_ && !idle_.empty() && extents_[idle_.back()]->size >= min_size) {
+    // Idle: mapped, placed and (mostly) faulted in already; counted in used_bytes already.
+    *id = idle_.back();
+    idle_.pop_back();
+    Extent& x = *extents_[*id];
+    x.idle = false;
+    AccountIdleLocked(-static_cast<int64_t>(x.size));
     return true;
   }
-  if (spare_ != kNone && limit_ && usage_.used_bytes + size > limit_) ReleaseSpareLocked();
+  if (limit_ && usage_.used_bytes + size > limit_) {
+    ReleaseIdleLocked([&](const Extent&) { return usage_.used_bytes + size > limit_; });
+  }
   if (limit_ && usage_.used_bytes + size > limit_) {
     // Not a whole extent: whatever is left under the limit, if the entry fits in it.
     size_t left = usage_.used_bytes < limit_ ? (limit_ - usage_.used_bytes) / kPage * kPage : 0;
@@ -145,6 +156,7 @@ bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Statu
   x.pins = 0;
   x.busy = false;
   x.registered = x.registering = x.pin_failed = false;
+  x.idle = false;
   x.occ.clear();
   extent_count_++;
   AccountLocked(0, 0, 0, static_cast<int64_t>(size));
@@ -155,25 +167,41 @@ bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Statu
 void RamStore::RetireExtentLocked(uint32_t id) {
   Extent& x = *extents_[id];
   if (open_ == id) open_ = kNone;
-  if (keep_spare_ && spare_ == kNone && x.size >= extent_bytes_ / 2 && x.size <= extent_bytes_ &&
-      usage_.entries > 0) {
-    // Kept for the next extent the store needs: under churn that saves an mmap, an munmap and
-    // a page fault per 4 KiB (which cost more than the copying itself).
+  if (keep_idle_ && x.size >= extent_bytes_ / 2 && x.size <= extent_bytes_) {
+    // Kept for the next extent the store needs: an mmap, an munmap and a page fault per 4 KiB
+    // saved, which cost more than the copying itself.
     x.top = 0;
     x.live = 0;
     x.pins = 0;
     x.busy = false;
-    spare_ = id;
+    x.idle = true;
+    x.idle_since_ns = MonotonicNs();
+    idle_.push_back(id);
+    AccountIdleLocked(static_cast<int64_t>(x.size));
     return;
   }
   UnmapExtentLocked(id);
 }
 
-void RamStore::ReleaseSpareLocked() {
-  if (spare_ == kNone) return;
-  uint32_t id = spare_;
-  spare_ = kNone;
-  UnmapExtentLocked(id);
+template <typename More>
+void RamStore::ReleaseIdleLocked(More more) {
+  // idle_ is ordered by the time each extent became idle: the front has been idle the longest.
+  size_t n = 0;
+  while (n < idle_.size() && more(*extents_[idle_[n]])) {
+    const uint32_t id = idle_[n++];
+    Extent& x = *extents_[id];
+    AccountIdleLocked(-static_cast<int64_t>(x.size));
+    x.idle = false;
+    UnmapExtentLocked(id);
+  }
+  idle_.erase(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+void RamStore::ReleaseIdle(uint64_t min_idle_ns) {
+  std::lock_guard<AdaptiveMutex> lock(mu_);
+  if (idle_.empty()) return;
+  const uint64_t now = MonotonicNs();
+  ReleaseIdleLocked([&](const Extent& x) { return now - x.idle_since_ns >= min_idle_ns; });
 }
 
 void RamStore::UnmapExtentLocked(uint32_t id) {
@@ -266,12 +294,12 @@ void RamStore::ReleaseLocked(uint32_t id, uint64_t off) {
   RemoveHoleLocked(id, off + len, next - (off + len));
   if (x.occ.empty()) {
     RetireExtentLocked(id);
-  } else if (next < x.top) {
-    AddHoleLocked(id, prev, next - prev);
-  } else if (id == open_) {
+  } else if (next == x.top && id == open_) {
     x.top = prev;  // the gap reaches the bump pointer: give it back to the open room
   } else {
-    TrimTailLocked(id, prev);
+    // A sealed extent's tail stays mapped, a hole like any other: an extent drained from its top
+    // (entries freed in the reverse order of their Puts) stays whole, to be kept idle and reused.
+    AddHoleLocked(id, prev, next - prev);
   }
 }
 
@@ -305,7 +333,7 @@ void RamStore::IndexGapsLocked(uint32_t id) {
 int64_t RamStore::WasteLocked() const {
   int64_t waste = static_cast<int64_t>(usage_.used_bytes) - static_cast<int64_t>(footprint_);
   if (open_ != kNone) waste -= static_cast<int64_t>(extents_[open_]->size - extents_[open_]->live);
-  if (spare_ != kNone) waste -= static_cast<int64_t>(extents_[spare_]->size);
+  waste -= static_cast<int64_t>(usage_.idle_bytes);
   return waste;
 }
 
@@ -321,7 +349,7 @@ bool RamStore::EvacuateOneLocked(std::unique_lock<AdaptiveMutex>& lock) {
   bool pinned = false;
   for (uint32_t id = 0; id < extents_.size(); ++id) {
     const Extent& x = *extents_[id];
-    if (!x.base || id == open_ || id == spare_ || x.busy || x.live >= x.size) continue;
+    if (!x.base || id == open_ || x.idle || x.busy || x.live >= x.size) continue;
     uint64_t dead = x.size - x.live;
     if (x.live > kWasteDiv * dead) continue;
     // Under a page dead in an extent at least half live is page rounding: moving the entries
@@ -520,7 +548,6 @@ void RamStore::FreeLocked(uint32_t idx, std::unique_lock<AdaptiveMutex>& lock) {
   footprint_ -= RoundUp(copy.len, kAlign);
   AccountLocked(-1, -static_cast<int64_t>(copy.raw_len), -static_cast<int64_t>(copy.len), 0);
   ReleaseLocked(copy.ext, copy.off);
-  if (usage_.entries == 0) ReleaseSpareLocked();  // an empty store holds no memory
   MaybeCompactLocked(lock);
 }
 
@@ -633,16 +660,17 @@ std::string RamStore::CheckInvariants() const {
     if (it != x.occ.begin() && std::prev(it)->first + std::prev(it)->second.len > off)
       return bad("a hole over an entry", id);
   }
-  uint64_t footprint = 0, used = 0;
+  uint64_t footprint = 0, used = 0, idle = 0;
   size_t count = 0;
   for (uint32_t id = 0; id < extents_.size(); ++id) {
     const Extent& x = *extents_[id];
     if (!x.base) continue;
     ++count;
     used += x.size;
-    if (id == spare_) {
+    if (x.idle) {
       if (!x.occ.empty() || x.live || x.pins || id == open_ || x.size > extent_bytes_)
-        return bad("a spare in use", id);
+        return bad("an idle extent in use", id);
+      idle += x.size;
       continue;
     }
     if (x.occ.empty()) return bad("an empty extent still mapped", id);
@@ -673,6 +701,9 @@ std::string RamStore::CheckInvariants() const {
   if (used != usage_.used_bytes)
     return "used_bytes " + std::to_string(usage_.used_bytes) + " != extents";
   if (count != extent_count_) return "extent count wrong";
+  if (idle != usage_.idle_bytes) return "idle bytes wrong";
+  for (uint32_t id : idle_)
+    if (!extents_[id]->idle) return bad("an extent listed idle but not idle", id);
   return "";
 }
 

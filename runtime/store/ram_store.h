@@ -6,38 +6,42 @@
 // live entries that is large enough), else at the top of the one open extent; when an entry does
 // not fit there, the open extent is sealed and its unused tail beyond the last page in use is
 // unmapped, and a new extent is mapped. An entry larger than half an extent gets an extent of its
-// own (its length rounded up to a page). An extent with no entries left is unmapped at once (or
-// kept as the spare, below); a sealed extent whose last entries are freed is shrunk to the page
-// after its last live entry.
+// own (its length rounded up to a page). An extent with no entries left is kept idle for reuse
+// (below) or unmapped; the room that frees leave in a sealed extent, its tail included, is a hole.
 // Handles go through an entry table, so the store may move an entry (compaction) without the
 // caller noticing.
 //
 // Accounting: payload_bytes = encoded bytes of live entries; used_bytes = bytes of all mapped
 // extents (payload plus 16-byte rounding, holes, page tails, the open extent's unused room and
-// the spare).
+// the idle extents); idle_bytes = bytes of the idle extents.
 // Usage().memory_bytes = used_bytes. The limit applies to used_bytes: a Put that would need a
 // mapping past it fails with ENOSPC naming ZRTIER_STORE_LIMIT (when a whole extent does not fit
 // under the limit, a smaller one that holds the entry is mapped instead).
 //
-// Spare: one emptied extent (of at least half an extent) stays mapped for the next extent the
-// store needs, while the store holds entries; under churn that saves an mmap, an munmap and a
-// page fault per 4 KiB, which cost more than the copying. Only where an extent is at most 1/64 of
-// the limit (or there is none); released for the limit's sake when a mapping would not fit
-// otherwise, and when the last entry is freed.
+// Idle extents: an emptied extent (of at least half an extent) stays mapped, its pages faulted
+// in, for the next extent the store needs (the most recently emptied first), until ReleaseIdle
+// finds it idle for long enough (the engine's watchdog: kStoreIdleNs) or a mapping would not fit
+// under the limit otherwise. A program that offloads a step's data and reads it all back (the
+// store fills, drains, fills again) would otherwise pay an mmap, an munmap and a page fault per 4
+// KiB of every entry it stores: a fault costs more than copying the page (~42 faults a 170 KB
+// entry). Idle extents are memory the store held moments ago, so they do not raise its peak; they
+// count in used_bytes (and against the limit). Only where an extent is at most 1/64 of the limit
+// (or there is none).
 //
 // Fragmentation bound: let footprint = sum of the live entries' lengths rounded up to 16 bytes
 // (<= payload_bytes + 15 * entries), and waste = used_bytes - footprint - the open extent's free
-// bytes - the spare. After every Put and Free (and when a pinned reader that held compaction back
-// leaves), the store compacts until waste <= footprint / 64 + extent_bytes() / 2: it evacuates
+// bytes - the idle extents. After every Put and Free (and when a pinned reader that held compaction
+// back leaves), the store compacts until waste <= footprint / 64 + extent_bytes() / 2: it evacuates
 // the extent with the smallest live fraction -- moves its entries into holes elsewhere or the
 // open extent and retires it -- among those that hold no pinned entry and are more than page
 // rounding (an extent at least half an extent live with under 4 KiB dead, such as one entry
 // larger than half an extent in its own mapping, is left alone: at most 4 KiB per
 // extent_bytes() / 2 of footprint). Hence, whenever no entry is pinned and no compaction runs,
-//     used_bytes <= (1 + 1/64 + 8 KiB / extent_bytes()) * footprint + 2.5 * extent_bytes()
-// (the last term: the open extent and the spare; with 2 MiB extents, 1.0195 * footprint +
-// 5 MiB), unless the last compaction found no room for its moves under the limit (it retries on
-// the next Put or Free). No free space is lost for good: a hole is reused by the best-fitting
+//     used_bytes <= (1 + 1/64 + 8 KiB / extent_bytes()) * footprint + 1.5 * extent_bytes()
+//                   + idle_bytes
+// (the open extent and half an extent; with 2 MiB extents, 1.0195 * footprint + 3 MiB), unless
+// the last compaction found no room for its moves under the limit (it retries on the next Put or
+// Free). No free space is lost for good: a hole is reused by the best-fitting
 // Put, and any extent past the bound is evacuated.
 // Cost: while waste exceeds the bound, the sparsest eligible extent is at most about 64/65 live,
 // so compaction moves at most about 64 bytes per byte it reclaims (in practice far fewer: holes
@@ -49,8 +53,8 @@
 // outside the lock; without it: EINPROGRESS; the open extent and extents being evacuated are not
 // leased: EAGAIN) and pins the entry. A
 // registered extent is never trimmed (its tail stays mapped, a hole for smaller entries), and
-// when it is retired it goes to the pinner (Release) instead of munmap; it may become the spare
-// and the open extent again, registered. An entry freed while leased keeps its place and its
+// when it is retired it goes to the pinner (Release) instead of munmap; it may become idle and
+// the open extent again, registered. An entry freed while leased keeps its place and its
 // bytes (still counted) until its last lease ends.
 //
 // fork: every extent is MADV_DONTFORK from the moment it is mapped, so a forked child has none of
@@ -99,6 +103,7 @@ class RamStore : public ChunkStore {
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
   void Unlease(const StoreLease& lease) override;
   void SetPinner(StorePinner* pinner) override;
+  void ReleaseIdle(uint64_t min_idle_ns) override;
 
   // For tests and measurements: mapped extents, entries moved and extents evacuated by
   // compaction, and the footprint (live lengths rounded up to 16 bytes) the bound refers to.
@@ -146,6 +151,8 @@ class RamStore : public ChunkStore {
     bool registered = false;           // registered for DMA by the pinner: never trimmed
     bool registering = false;          // the pinner is registering it (outside the lock)
     bool pin_failed = false;           // the pinner refused it: not tried again
+    bool idle = false;                 // empty, kept for reuse (in idle_)
+    uint64_t idle_since_ns = 0;        // when it became idle
     std::map<uint64_t, Occupant> occ;  // offset -> occupant
   };
   struct Move {  // one entry of an evacuation
@@ -163,10 +170,12 @@ class RamStore : public ChunkStore {
   bool NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why);
   void SealOpenLocked();
   void UnmapExtentLocked(uint32_t id);
-  // An extent with no entries left: becomes the spare (if none is held and entries remain), else
-  // is unmapped.
+  // An extent with no entries left: kept idle (at least half an extent, no larger than one, where
+  // idle extents are kept), else unmapped.
   void RetireExtentLocked(uint32_t id);
-  void ReleaseSpareLocked();
+  // Unmaps idle extents, the longest idle first, while `more(next extent)` says so.
+  template <typename More>
+  void ReleaseIdleLocked(More more);
   // Removes the occupant at `off` of extent `id` and indexes the gap it leaves.
   void ReleaseLocked(uint32_t id, uint64_t off);
   // Indexes every gap of `id` (after an evacuation that left entries behind), trimming its tail.
@@ -187,12 +196,13 @@ class RamStore : public ChunkStore {
   void FreeLocked(uint32_t idx, std::unique_lock<AdaptiveMutex>& lock);
   bool Lookup(StoreHandle h, uint32_t* idx) const;
   void AccountLocked(int64_t entries, int64_t raw, int64_t payload, int64_t used);
+  void AccountIdleLocked(int64_t bytes);  // usage_.idle_bytes and its gauge
 
   Os* os_;
   const uint64_t limit_;
   int numa_node_ = -1;  // -1: no placement
   size_t extent_bytes_;
-  bool keep_spare_;  // no limit, or one extent is at most 1/64 of it
+  bool keep_idle_;  // no limit, or one extent is at most 1/64 of it
 
   mutable AdaptiveMutex mu_;
   std::vector<Entry> entries_;          // guarded by mu_; handle = (gen << 32) | (index + 1)
@@ -201,10 +211,10 @@ class RamStore : public ChunkStore {
   std::vector<uint32_t> free_extent_ids_;         // guarded by mu_
   std::set<Hole> holes_;                          // guarded by mu_: gaps of non-busy extents
   uint32_t open_ = kNone;                         // guarded by mu_: the extent bumped into
-  uint32_t spare_ = kNone;                        // guarded by mu_: an empty extent kept
-  size_t extent_count_ = 0;                       // guarded by mu_
-  uint64_t footprint_ = 0;                        // guarded by mu_: live entries only
-  bool compacting_ = false;                       // guarded by mu_
+  std::vector<uint32_t> idle_;     // guarded by mu_: empty extents kept, the most recent last
+  size_t extent_count_ = 0;        // guarded by mu_
+  uint64_t footprint_ = 0;         // guarded by mu_: live entries only
+  bool compacting_ = false;        // guarded by mu_
   bool blocked_ = false;           // guarded by mu_: over the bound but every candidate was pinned
   uint64_t moves_ = 0;             // guarded by mu_
   uint64_t moved_bytes_ = 0;       // guarded by mu_

@@ -29,6 +29,7 @@ struct StoreUsage {
   uint64_t used_bytes = 0;     // memory or disk the store occupies (payload + waste)
   uint64_t limit_bytes = 0;    // 0 = no limit
   uint64_t memory_bytes = 0;  // of used_bytes, those in host memory (RAM, a zram device; not files)
+  uint64_t idle_bytes = 0;    // of used_bytes, empty memory kept mapped for reuse (ReleaseIdle)
 };
 
 // An entry's bytes held in place for a DMA (an H2D copy whose GPU decode reads the encoding
@@ -84,6 +85,10 @@ class ChunkStore {
   virtual void SetReuseHint(StoreHandle h, uint64_t distance) {}
 
   virtual StoreUsage Usage() const = 0;
+
+  // Releases the memory the store keeps mapped for reuse (idle_bytes) that has been idle for at
+  // least `min_idle_ns` (0: all of it). Called periodically; cheap when there is none.
+  virtual void ReleaseIdle(uint64_t min_idle_ns) {}
 
   // Leases entry `h` in place (StoreLease) where it lies in memory registered for DMA; with
   // `may_register`, registering that memory first through the pinner where needed (a driver call:

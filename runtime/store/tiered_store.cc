@@ -63,8 +63,13 @@ ChunkStore* TieredStore::TierStore(int tier) const {
   return tier == 0 ? static_cast<ChunkStore*>(ram_.get()) : lower_[tier - 1].get();
 }
 
+uint64_t TieredStore::RamHeldBytes() const {
+  const StoreUsage u = ram_->Usage();
+  return u.used_bytes - u.idle_bytes;
+}
+
 bool TieredStore::RamPastHigh() const {
-  return high_ && ram_->Usage().used_bytes > high_;
+  return high_ && RamHeldBytes() > high_;
 }
 
 void TieredStore::ReleaseInner(int tier, StoreHandle inner) {
@@ -359,7 +364,7 @@ void TieredStore::MoverLoop() {
     if (!kicked && !RamPastHigh()) continue;
     mover_busy_ = true;
     lock.unlock();
-    while (high_ && ram_->Usage().used_bytes > low_) {
+    while (high_ && RamHeldBytes() > low_) {
       if (!MoveBatch()) {
         std::lock_guard<std::mutex> l(mu_);
         backoff_until_ns_ = MonotonicNs() + kBackoffNs;  // nothing movable or a tier failed
@@ -375,7 +380,7 @@ void TieredStore::MoverLoop() {
 }
 
 bool TieredStore::MoveBatch() {
-  uint64_t used = ram_->Usage().used_bytes;
+  uint64_t used = RamHeldBytes();
   if (used <= low_) return false;
   uint64_t need = used - low_;
   struct Item {
@@ -473,6 +478,10 @@ bool TieredStore::MoveBatch() {
   return !failed;
 }
 
+void TieredStore::ReleaseIdle(uint64_t min_idle_ns) {
+  ram_->ReleaseIdle(min_idle_ns);
+}
+
 StoreUsage TieredStore::Usage() const {
   StoreUsage sum;
   bool unlimited = false;
@@ -482,6 +491,7 @@ StoreUsage TieredStore::Usage() const {
     sum.raw_bytes += u.raw_bytes;
     sum.payload_bytes += u.payload_bytes;
     sum.used_bytes += u.used_bytes;
+    sum.idle_bytes += u.idle_bytes;
     sum.limit_bytes += u.limit_bytes;
     // RAM and zram occupy host memory; spill files do not.
     if (t == 0 || strcmp(TierStore(t)->name(), "zram") == 0) sum.memory_bytes += u.used_bytes;
@@ -504,9 +514,8 @@ int TieredStore::TierOf(StoreHandle h) const {
 void TieredStore::WaitIdle() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    bool mover_idle =
-        !mover_busy_ && !kicked_ &&
-        (MonotonicNs() < backoff_until_ns_ || !high_ || ram_->Usage().used_bytes <= high_);
+    bool mover_idle = !mover_busy_ && !kicked_ &&
+                      (MonotonicNs() < backoff_until_ns_ || !high_ || RamHeldBytes() <= high_);
     bool prefetch_idle = prefetch_queue_.empty() && prefetch_busy_ == 0;
     if ((mover_idle && prefetch_idle) || stop_) return;
     if (!mover_busy_ && !kicked_ && !mover_idle) {

@@ -2,7 +2,8 @@
 // own handles, which stay valid while entries move between tiers.
 //
 // Flow:
-//   - Put goes to the RAM store. When that is past its high-water mark (90% of its limit) the mover
+//   - Put goes to the RAM store. When that is past its high-water mark (90% of its limit, in bytes
+//     that hold entries: its idle extents are room for the next Puts, not data) the mover
 //     thread is woken and moves the coldest RAM entries (largest reuse hint, else oldest last
 //     Put/Get) down to the first lower tier with room, in io_uring batches, until RAM is under the
 //     low-water mark (75%). A batch is written in Put order, so chunks evicted one after another
@@ -60,6 +61,7 @@ class TieredStore : public ChunkStore {
   void SetPinner(StorePinner* pinner) override;
   void Prefetch(StoreHandle h) override;
   void SetReuseHint(StoreHandle h, uint64_t distance) override;
+  void ReleaseIdle(uint64_t min_idle_ns) override;
   // Sums of the tiers (limit: 0 if any tier has none).
   StoreUsage Usage() const override;
 
@@ -88,6 +90,8 @@ class TieredStore : public ChunkStore {
   };
 
   ChunkStore* TierStore(int tier) const;
+  // The RAM store's used bytes less its idle ones (room kept for reuse).
+  uint64_t RamHeldBytes() const;
   bool RamPastHigh() const;
   void MoverLoop();
   // Moves one batch of cold entries down. False if nothing could be moved (idle or failure).

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -86,10 +87,30 @@ size_t RealisticLen(std::mt19937_64& rng) {
   return 16 + rng() % 1000;
 }
 
+// A pinner that records what the store asks of it; Release unmaps (as the shim's does, later).
+class RecordingPinner final : public StorePinner {
+ public:
+  bool Pin(void* p, size_t n) override {
+    std::lock_guard<std::mutex> l(mu);
+    if (refuse) return false;
+    pinned.emplace_back(p, n);
+    return true;
+  }
+  void Release(void* p, size_t n) override {
+    std::lock_guard<std::mutex> l(mu);
+    released.emplace_back(p, n);
+    munmap(p, n);
+  }
+  std::mutex mu;
+  bool refuse = false;
+  std::vector<std::pair<void*, size_t>> pinned, released;
+};
+
 // The bound RamStore's header guarantees while nothing is pinned.
 uint64_t Bound(const RamStore& s) {
   uint64_t fp = s.FootprintBytes();
-  return fp + fp / RamStore::kWasteDiv + fp * 8192 / s.extent_bytes() + 5 * s.extent_bytes() / 2;
+  return fp + fp / RamStore::kWasteDiv + fp * 8192 / s.extent_bytes() + 3 * s.extent_bytes() / 2 +
+         s.Usage().idle_bytes;
 }
 
 TEST(RamStore, RoundTripsEverySize) {
@@ -111,8 +132,107 @@ TEST(RamStore, RoundTripsEverySize) {
   u = store.Usage();
   EXPECT_EQ(u.entries, 0u);
   EXPECT_EQ(u.payload_bytes, 0u);
-  EXPECT_EQ(u.used_bytes, 0u) << "empty extents must be returned";
+  EXPECT_EQ(u.used_bytes, u.idle_bytes) << "empty extents are kept idle or returned";
+  EXPECT_GT(u.idle_bytes, 0u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  store.ReleaseIdle(60'000'000'000ull);  // not idle that long: kept
+  EXPECT_EQ(store.Usage().idle_bytes, u.idle_bytes);
+  store.ReleaseIdle(0);
+  EXPECT_EQ(store.Usage().used_bytes, 0u) << "idle extents must be returned";
+  EXPECT_EQ(store.Usage().idle_bytes, 0u);
   EXPECT_EQ(store.ExtentCount(), 0u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+}
+
+// A store that fills, drains and fills again (a step's offloaded data written and read back)
+// reuses its emptied extents: no new mapping, no page faults for the second fill.
+TEST(RamStore, AStoreThatDrainsAndRefillsReusesItsIdleExtents) {
+  RamStore store(0, -1, Os::Default());
+  Contents contents;
+  std::mt19937_64 rng(testing::TestSeed());
+  std::vector<Item> items;
+  uint64_t next_id = 1;
+  auto fill = [&] {
+    for (int i = 0; i < 200; ++i) {
+      const size_t len = RealisticLen(rng);
+      auto d = contents.Make(next_id, len);
+      StoreHandle h;
+      ASSERT_TRUE(store.Put(d.data(), len, 256 << 10, &h).ok());
+      items.push_back({h, next_id++, len});
+    }
+  };
+  fill();
+  const StoreUsage full = store.Usage();
+  const size_t extents = store.ExtentCount();
+  // Drained in the reverse order of the Puts: every extent empties whole.
+  for (auto it = items.rbegin(); it != items.rend(); ++it) store.Free(it->h);
+  items.clear();
+  StoreUsage u = store.Usage();
+  EXPECT_EQ(u.entries, 0u);
+  EXPECT_EQ(u.used_bytes, u.idle_bytes);
+  EXPECT_GE(u.idle_bytes, full.used_bytes - 2 * store.extent_bytes()) << "extents kept whole";
+  EXPECT_EQ(store.ExtentCount(), extents);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  struct rusage r0, r1;
+  getrusage(RUSAGE_SELF, &r0);
+  fill();
+  getrusage(RUSAGE_SELF, &r1);
+  u = store.Usage();
+  // The fill took idle extents instead of mapping new ones (a fresh 2 MiB extent is 512 faults;
+  // the second fill reuses pages already faulted in, except where seals trimmed tails).
+  EXPECT_LE(u.used_bytes, full.used_bytes + 2 * store.extent_bytes());
+  EXPECT_LT(r1.ru_minflt - r0.ru_minflt, static_cast<long>(full.used_bytes / 4096 / 4));
+  EXPECT_EQ(store.CheckInvariants(), "");
+  for (const Item& it : items) ASSERT_TRUE(contents.ReadsBack(&store, it));
+  for (const Item& it : items) store.Free(it.h);
+  store.ReleaseIdle(0);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+}
+
+// Under a limit, idle extents are given up for a mapping that would not fit otherwise; registered
+// ones stay registered while idle and go to the pinner when released.
+TEST(RamStore, IdleExtentsGiveWayUnderTheLimit) {
+  const uint64_t limit = 128u << 20;  // 2 MiB extents, kept idle
+  RamStore store(limit, -1, Os::Default());
+  RecordingPinner pinner;
+  store.SetPinner(&pinner);
+  Contents contents;
+  std::vector<Item> items;
+  // Fill with 100 KB entries, lease one of the first extent (registering it), free them all: the
+  // extents go idle.
+  for (uint64_t id = 1; id <= 1000; ++id) {
+    auto d = contents.Make(id, 100000);
+    StoreHandle h;
+    ASSERT_TRUE(store.Put(d.data(), d.size(), 256 << 10, &h).ok());
+    items.push_back({h, id, d.size()});
+  }
+  StoreLease l;
+  ASSERT_TRUE(store.Lease(items[0].h, &l, true).ok());
+  store.Unlease(l);
+  ASSERT_EQ(pinner.pinned.size(), 1u);
+  for (const Item& it : items) store.Free(it.h);
+  items.clear();
+  EXPECT_TRUE(pinner.released.empty()) << "an idle extent stays registered";
+  EXPECT_GT(store.RegisteredBytes(), 0u);
+  ASSERT_GT(store.Usage().idle_bytes, limit * 2 / 3);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  // Entries larger than half an extent need mappings of their own size: idle extents make way.
+  for (uint64_t id = 1; id <= 80; ++id) {
+    auto d = contents.Make(id, 1200000);
+    StoreHandle h;
+    Status s = store.Put(d.data(), d.size(), 2 << 20, &h);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    items.push_back({h, id, d.size()});
+    ASSERT_LE(store.Usage().used_bytes, limit);
+  }
+  EXPECT_LT(store.Usage().idle_bytes, limit / 3);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  for (const Item& it : items) ASSERT_TRUE(contents.ReadsBack(&store, it));
+  for (const Item& it : items) store.Free(it.h);
+  store.ReleaseIdle(0);
+  EXPECT_EQ(store.Usage().used_bytes, 0u);
+  EXPECT_EQ(pinner.released.size(), 1u) << "the registered extent, released to the pinner";
+  EXPECT_EQ(store.RegisteredBytes(), 0u);
 }
 
 TEST(RamStore, FreedHandleIsInvalidAndNotReused) {
@@ -190,10 +310,11 @@ TEST(RamStore, SparseSlabsAreCompactedAndEntriesStayReadable) {
   for (size_t i = 0; i < hs.size(); ++i)
     if (i % 8) store.Free(hs[i]);
   EXPECT_GT(store.CompactionMoves(), 0u);
-  EXPECT_LE(store.ExtentCount(), 2u);
   EXPECT_EQ(store.CheckInvariants(), "");
   StoreUsage u = store.Usage();
   EXPECT_LE(u.used_bytes, Bound(store));
+  store.ReleaseIdle(0);  // the evacuated extents, kept idle
+  EXPECT_LE(store.ExtentCount(), 2u);
   for (size_t i = 0; i < hs.size(); i += 8) ASSERT_TRUE(ReadsBack(&store, hs[i], data[i]));
 }
 
@@ -262,6 +383,8 @@ TEST(RamStore, RealisticEntriesOccupyWithinThreePercentOfThePayload) {
   EXPECT_EQ(store.CheckInvariants(), "");
   for (const Item& it : items) ASSERT_TRUE(contents.ReadsBack(&store, it));
   for (const Item& it : items) store.Free(it.h);
+  EXPECT_EQ(store.Usage().used_bytes, store.Usage().idle_bytes);
+  store.ReleaseIdle(0);
   EXPECT_EQ(store.Usage().used_bytes, 0u);
 }
 
@@ -292,7 +415,7 @@ TEST(RamStore, ChurnKeepsTheBoundAndEveryByte) {
     ASSERT_EQ(store.CheckInvariants(), "") << phase;
     ASSERT_LE(u.used_bytes, Bound(store)) << phase;
     ASSERT_LE(u.used_bytes, u.payload_bytes + u.payload_bytes * 3 / 100 + 16 * u.entries +
-                                5 * store.extent_bytes() / 2)
+                                3 * store.extent_bytes() / 2 + u.idle_bytes)
         << phase;
   };
   // Random steady churn around a population, then a shrink to a quarter, then a regrowth of
@@ -337,6 +460,7 @@ TEST(RamStore, ChurnKeepsTheBoundAndEveryByte) {
          static_cast<double>(store.CompactionMovedBytes()) / static_cast<double>(freed_bytes));
   for (const Item& it : live) ASSERT_TRUE(contents.ReadsBack(&store, it));
   for (const Item& it : live) store.Free(it.h);
+  store.ReleaseIdle(0);
   EXPECT_EQ(store.Usage().used_bytes, 0u);
   EXPECT_EQ(store.ExtentCount(), 0u);
 }
@@ -555,6 +679,7 @@ TEST(RamStore, CompactionWaitsForPinnedReadersThenRuns) {
   // The last reader to leave ran the compaction it had held back.
   EXPECT_GT(store.CompactionMoves(), 0u);
   EXPECT_LE(store.Usage().used_bytes, Bound(store));
+  store.ReleaseIdle(0);  // the evacuated extents, kept idle
   EXPECT_LE(store.ExtentCount(), 2u);
   EXPECT_EQ(store.CheckInvariants(), "");
   for (size_t k = 0; k < extents; ++k) {
@@ -651,25 +776,6 @@ TEST(RamStore, CreateStoreBuildsTheRamStore) {
   EXPECT_TRUE(ReadsBack(store.get(), h, a));
 }
 
-// A pinner that records what the store asks of it; Release unmaps (as the shim's does, later).
-class RecordingPinner final : public StorePinner {
- public:
-  bool Pin(void* p, size_t n) override {
-    std::lock_guard<std::mutex> l(mu);
-    if (refuse) return false;
-    pinned.emplace_back(p, n);
-    return true;
-  }
-  void Release(void* p, size_t n) override {
-    std::lock_guard<std::mutex> l(mu);
-    released.emplace_back(p, n);
-    munmap(p, n);
-  }
-  std::mutex mu;
-  bool refuse = false;
-  std::vector<std::pair<void*, size_t>> pinned, released;
-};
-
 // Leases: nothing without a pinner; the open extent is not leased; a sealed extent is registered
 // once, at its first lease; the lease's bytes are the entry's; a registered extent is released to
 // the pinner (not unmapped) when its entries are gone; a refusal leases nothing more there.
@@ -711,7 +817,8 @@ TEST(RamStore, LeasesRegisterSealedExtentsOnceAndReleaseThemToThePinner) {
   EXPECT_EQ(store.RegisteredBytes(), registered);
   for (const StoreLease& x : leases) store.Unlease(x);
   EXPECT_EQ(store.CheckInvariants(), "");
-  // Every entry freed: the registered extents go to the pinner, the others are unmapped.
+  // Every entry freed (extents of 1/16 of the limit are not kept idle): the registered extents go
+  // to the pinner, the others are unmapped.
   for (StoreHandle h : hs) store.Free(h);
   EXPECT_EQ(store.Usage().entries, 0u);
   EXPECT_EQ(store.Usage().used_bytes, 0u);
@@ -768,6 +875,7 @@ TEST(RamStore, AnEntryFreedWhileLeasedStaysUntilTheLeaseEnds) {
   EXPECT_EQ(store.Usage().entries, more.size());
   EXPECT_EQ(store.CheckInvariants(), "");
   for (StoreHandle h : more) store.Free(h);
+  store.ReleaseIdle(0);
   EXPECT_EQ(store.Usage().used_bytes, 0u);
   EXPECT_EQ(store.CheckInvariants(), "");
 }
