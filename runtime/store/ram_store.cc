@@ -157,6 +157,7 @@ bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Statu
   x.busy = false;
   x.registered = x.registering = x.pin_failed = false;
   x.idle = false;
+  x.filling.store(0, std::memory_order_relaxed);
   x.occ.clear();
   extent_count_++;
   AccountLocked(0, 0, 0, static_cast<int64_t>(size));
@@ -356,7 +357,7 @@ bool RamStore::EvacuateOneLocked(std::unique_lock<AdaptiveMutex>& lock) {
     // would only round them up again elsewhere (an entry larger than half an extent, alone in
     // its own mapping, or a sealed extent still full of entries).
     if (dead < kPage && x.live >= extent_bytes_ / 2) continue;
-    if (x.pins) {
+    if (x.pins || x.filling.load(std::memory_order_acquire)) {
       pinned = true;
       continue;
     }
@@ -490,17 +491,19 @@ Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle
   e.ext = ext;
   e.off = off;
   e.raw_len = raw_len;
-  e.pins = 1;  // the copy below runs outside the lock; compaction must not move the entry
-  extents_[ext]->pins++;
+  // The copy below runs outside the lock, and its end takes no lock: until it is done, the
+  // extent's filling count keeps compaction from choosing it. No one else can reach the entry
+  // before the handle is returned.
+  Extent& x = *extents_[ext];
+  x.filling.fetch_add(1, std::memory_order_relaxed);
   footprint_ += fp;
   AccountLocked(1, static_cast<int64_t>(raw_len), static_cast<int64_t>(len), 0);
   unsigned char* dst = e.ptr;
-  uint32_t gen = e.gen;
+  const uint32_t gen = e.gen;
+  MaybeCompactLocked(lock);  // a seal may have left a page tail: O(1) unless over the bound
   lock.unlock();
   memcpy(dst, data, len);
-  lock.lock();
-  UnpinLocked(idx, gen, lock);
-  MaybeCompactLocked(lock);  // a seal may have left a page tail: O(1) unless over the bound
+  x.filling.fetch_sub(1, std::memory_order_release);
   *out = (static_cast<uint64_t>(gen) << 32) | (idx + 1);
   return Status::Ok();
 }

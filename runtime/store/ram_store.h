@@ -64,15 +64,19 @@
 // only costs that copy.
 //
 // Locking: one mutex (mu_, an AdaptiveMutex: every fill worker publishing a landed copy takes it
-// two or three times per chunk) guards the entry table, the extents, the hole index and the usage.
-// Entry bytes are copied in (Put) and read (Get) outside the lock; during that time the entry is
-// pinned (pins > 0). Compaction runs in one thread at a time (the one whose Put or Free triggered
-// it); it reserves destinations under the lock, copies outside it, and under the lock again
-// switches only entries that are still live and unpinned: an entry pinned at any point of the move
-// stays where it is (its old bytes are never written), so a reader never sees its entry move. An
-// extent being evacuated is never unmapped, trimmed or allocated into until the move ends.
+// once a Put and once a Free) guards the entry table, the extents, the hole index and the usage.
+// Entry bytes are copied in (Put) and read (Get) outside the lock. A Get pins its entry (pins > 0)
+// and unpins it under the lock; a Put counts itself in its extent's `filling` (an atomic) and
+// leaves without the lock, so that a Put takes the lock once. Compaction skips extents with a
+// pinned entry or a Put in progress; it runs in one thread at a time (the one whose Put or Free
+// triggered it); it reserves destinations under the lock, copies outside it, and under the lock
+// again switches only entries that are still live and unpinned: an entry pinned at any point of
+// the move stays where it is (its old bytes are never written), so a reader never sees its entry
+// move. An extent being evacuated is never unmapped, trimmed or allocated into until the move
+// ends.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -142,11 +146,13 @@ class RamStore : public ChunkStore {
     uint64_t len;    // footprint
   };
   struct Extent {
-    unsigned char* base = nullptr;     // null: slot free
-    size_t size = 0;                   // mapped bytes
-    size_t top = 0;                    // open extent: bump offset; sealed: == size
-    uint64_t live = 0;                 // footprint of occupants
-    uint32_t pins = 0;                 // sum of its entries' pins
+    unsigned char* base = nullptr;  // null: slot free
+    size_t size = 0;                // mapped bytes
+    size_t top = 0;                 // open extent: bump offset; sealed: == size
+    uint64_t live = 0;              // footprint of occupants
+    uint32_t pins = 0;              // sum of its entries' pins
+    // Puts copying into it outside the lock (they take no lock when done): no compaction.
+    std::atomic<uint32_t> filling{0};
     bool busy = false;                 // being evacuated: no holes indexed, never unmapped
     bool registered = false;           // registered for DMA by the pinner: never trimmed
     bool registering = false;          // the pinner is registering it (outside the lock)

@@ -145,23 +145,25 @@ TEST(RamStore, RoundTripsEverySize) {
 }
 
 // A store that fills, drains and fills again (a step's offloaded data written and read back)
-// reuses its emptied extents: no new mapping, no page faults for the second fill.
+// reuses its emptied extents: the second fill maps nothing new and faults only where seals trimmed
+// tails.
 TEST(RamStore, AStoreThatDrainsAndRefillsReusesItsIdleExtents) {
-  RamStore store(0, -1, Os::Default());
+  FaultyOs os;  // fails nothing: counts the mappings
+  RamStore store(0, -1, &os);
   Contents contents;
   std::mt19937_64 rng(testing::TestSeed());
+  std::vector<std::vector<unsigned char>> data;
+  for (uint64_t id = 1; id <= 400; ++id) data.push_back(contents.Make(id, RealisticLen(rng)));
   std::vector<Item> items;
-  uint64_t next_id = 1;
-  auto fill = [&] {
-    for (int i = 0; i < 200; ++i) {
-      const size_t len = RealisticLen(rng);
-      auto d = contents.Make(next_id, len);
+  auto fill = [&](uint64_t first) {
+    for (uint64_t id = first; id < first + 200; ++id) {
+      const auto& d = data[id - 1];
       StoreHandle h;
-      ASSERT_TRUE(store.Put(d.data(), len, 256 << 10, &h).ok());
-      items.push_back({h, next_id++, len});
+      ASSERT_TRUE(store.Put(d.data(), d.size(), 256 << 10, &h).ok());
+      items.push_back({h, id, d.size()});
     }
   };
-  fill();
+  fill(1);
   const StoreUsage full = store.Usage();
   const size_t extents = store.ExtentCount();
   // Drained in the reverse order of the Puts: every extent empties whole.
@@ -173,15 +175,19 @@ TEST(RamStore, AStoreThatDrainsAndRefillsReusesItsIdleExtents) {
   EXPECT_GE(u.idle_bytes, full.used_bytes - 2 * store.extent_bytes()) << "extents kept whole";
   EXPECT_EQ(store.ExtentCount(), extents);
   EXPECT_EQ(store.CheckInvariants(), "");
+  const int maps = os.Count(OsCall::kMmap);
   struct rusage r0, r1;
   getrusage(RUSAGE_SELF, &r0);
-  fill();
+  fill(201);
   getrusage(RUSAGE_SELF, &r1);
   u = store.Usage();
-  // The fill took idle extents instead of mapping new ones (a fresh 2 MiB extent is 512 faults;
-  // the second fill reuses pages already faulted in, except where seals trimmed tails).
+  EXPECT_LE(os.Count(OsCall::kMmap) - maps, 2) << "the idle extents, not new mappings";
   EXPECT_LE(u.used_bytes, full.used_bytes + 2 * store.extent_bytes());
-  EXPECT_LT(r1.ru_minflt - r0.ru_minflt, static_cast<long>(full.used_bytes / 4096 / 4));
+  // A fresh extent is a fault per 4 KiB: the refill faults on a small share of its pages at most
+  // (generous for sanitizer builds, whose own faults count too).
+  printf("second fill: %ld faults for %llu bytes\n", r1.ru_minflt - r0.ru_minflt,
+         static_cast<unsigned long long>(u.used_bytes));
+  EXPECT_LT(r1.ru_minflt - r0.ru_minflt, static_cast<long>(u.used_bytes / 4096 / 2));
   EXPECT_EQ(store.CheckInvariants(), "");
   for (const Item& it : items) ASSERT_TRUE(contents.ReadsBack(&store, it));
   for (const Item& it : items) store.Free(it.h);
