@@ -50,6 +50,7 @@ PinnedRuns::~PinnedRuns() {
   std::lock_guard<std::mutex> l(fence_mu_);
   for (const Fenced& f : fences_)
     if (f.event) api_->cudaEventDestroy(f.event);
+  for (cudaEvent_t e : retired_) api_->cudaEventDestroy(e);
 }
 
 bool PinnedRuns::Pin(PinnedRun* run) {
@@ -321,6 +322,18 @@ void PinnedRuns::ForgetStream(cudaStream_t stream) {
     uintptr_t was = v;
     if (slot.compare_exchange_strong(was, 0)) NoteDevice(&sync_devices_);
   }
+  // Its fence leaves the list (a program that makes a stream per task would grow it without end),
+  // but its event is still waited for, once, by the next sync: the copies before it may still be
+  // running when the program destroys the stream.
+  std::lock_guard<std::mutex> f(fence_mu_);
+  for (auto it = fences_.begin(); it != fences_.end();) {
+    if (it->stream != stream || it->device != -1) {
+      ++it;
+      continue;
+    }
+    if (it->event) retired_.push_back(it->event);
+    it = fences_.erase(it);
+  }
 }
 
 void PinnedRuns::SyncFences() {
@@ -334,10 +347,12 @@ void PinnedRuns::SyncFences() {
   for (auto& slot : unfenced_)
     if (const uintptr_t v = slot.exchange(0))
       streams.push_back(reinterpret_cast<cudaStream_t>(v - 1));
+  std::vector<cudaEvent_t> retired;
   {
     std::lock_guard<std::mutex> l(fence_mu_);
     for (const Fenced& f : fences_)
       if (f.event) events.push_back(f.event);
+    retired.swap(retired_);
   }
   // A stream that captures now cannot be synchronized (its copies before the capture began are
   // waited for by a device synchronize instead, which ends that capture: the rare case of a stream
@@ -380,6 +395,10 @@ void PinnedRuns::SyncFences() {
   }
   if (here) api_->cudaDeviceSynchronize();
   for (cudaEvent_t e : events) api_->cudaEventSynchronize(e);
+  for (cudaEvent_t e : retired) {
+    api_->cudaEventSynchronize(e);
+    api_->cudaEventDestroy(e);
+  }
 }
 
 size_t PinnedRuns::Unpin(size_t bytes) {

@@ -110,7 +110,8 @@ class PinnedRuns {
   // noted so too: the Unpin synchronizes that device.
   void Fence(cudaStream_t stream);
   // The program destroys `stream`: it is synchronized no more (had it copied unfenced, the next
-  // Unpin synchronizes the calling thread's device instead). Waits for a sync of it in progress.
+  // Unpin synchronizes the calling thread's device instead), and its fence leaves the list, its
+  // event waited for by the next Unpin and then destroyed. Waits for a sync of it in progress.
   void ForgetStream(cudaStream_t stream);
   // Whether copies record fences (the memory budget turns it on near its limit).
   void SetFencing(bool on) { fencing_.store(on, std::memory_order_relaxed); }
@@ -198,6 +199,9 @@ class PinnedRuns {
     cudaEvent_t event;
   };
   std::vector<Fenced> fences_;
+  // Events of destroyed streams' fences (ForgetStream): the next SyncFences waits for each once,
+  // then destroys it.
+  std::vector<cudaEvent_t> retired_;  // guarded by fence_mu_
 };
 
 }  // namespace zrtier

@@ -64,6 +64,7 @@ struct Event {
   Stream* stream = nullptr;
   uint64_t seq = 0;
 };
+std::atomic<int64_t> g_live_events{0};  // created and not destroyed
 
 struct Alloc {
   size_t size = 0;
@@ -401,6 +402,9 @@ FAKE_API void fakecudaHoldCopies(cudaStream_t stream, int on) {
 }
 FAKE_API uint64_t fakecudaCopiesHeld(void) {
   return G()->copies_held.load();
+}
+FAKE_API int64_t fakecudaLiveEvents(void) {
+  return g_live_events.load();
 }
 FAKE_API void fakecudaSetBatchError(cudaError_t err) {
   G()->batch_error.store(static_cast<int>(err));
@@ -793,6 +797,7 @@ FAKE_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags
   ENTER();
   if (!e) return Fail(cudaErrorInvalidValue);
   *e = reinterpret_cast<cudaEvent_t>(new Event());
+  g_live_events.fetch_add(1);
   return cudaSuccess;
 }
 FAKE_API cudaError_t cudaEventCreate(cudaEvent_t* e) {
@@ -802,6 +807,7 @@ FAKE_API cudaError_t cudaEventDestroy(cudaEvent_t e) {
   ENTER();
   if (!e) return Fail(cudaErrorInvalidResourceHandle);
   delete reinterpret_cast<Event*>(e);
+  g_live_events.fetch_sub(1);
   return cudaSuccess;
 }
 static cudaError_t RecordImpl(cudaEvent_t e, cudaStream_t s) {

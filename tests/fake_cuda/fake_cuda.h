@@ -57,6 +57,8 @@ void fakecudaSetIssueWaitsForStream(int on);
 // after it. fakecudaCopiesHeld: the streams waiting at a held copy now.
 void fakecudaHoldCopies(cudaStream_t stream, int on);
 uint64_t fakecudaCopiesHeld(void);
+// Events created and not yet destroyed.
+int64_t fakecudaLiveEvents(void);
 // Calls of any CUDA function made from inside a host function (must stay 0: host functions never
 // call CUDA, DESIGN.md section 6).
 uint64_t fakecudaCallsFromHostFunctions(void);

@@ -475,6 +475,33 @@ TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnTheirStreams) {
   cudaStreamDestroy(cap);
 }
 
+// Fenced copies on streams the program destroys: each destroyed stream's fence leaves (its event
+// is destroyed, so a program making a stream per task leaks none), yet the next unpin still waits
+// for the copy before it.
+TEST_F(MemoryBudgetTest, AStreamDestroyedWithAFencedCopyIsWaitedForOnceThenForgotten) {
+  auto [n, data, p, d] = UnfencedSetUp(14);
+  shim_->runs()->SetFencing(true);
+  const int64_t events0 = fakecudaLiveEvents();
+  for (int i = 0; i < 20; ++i) {  // streams made and destroyed, each after a fenced copy
+    cudaStream_t t;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, t, false), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(t), cudaSuccess);
+    ASSERT_EQ(shim_->StreamDestroy(t), cudaSuccess);
+  }
+  cudaStream_t gone;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking), cudaSuccess);
+  fakecudaHoldCopies(gone, 1);
+  ASSERT_EQ(shim_->Memcpy(d, p, n, cudaMemcpyHostToDevice, gone, false), cudaSuccess);
+  ASSERT_EQ(shim_->StreamDestroy(gone), cudaSuccess);
+  ExpectUnpinWaitsFor(gone, "waits for the copy on the destroyed stream");
+  EXPECT_TRUE(testing::FromDevice(d, n) == data);
+  EXPECT_EQ(fakecudaLiveEvents(), events0) << "the destroyed streams' fence events are gone";
+  EXPECT_EQ(memcmp(p, data.data(), n), 0);
+  ASSERT_EQ(shim_->FreeHost(p), cudaSuccess);
+  cudaFree(d);
+}
+
 // A copy on the per-thread default stream: the unpin, on another thread, cannot synchronize that
 // stream (cudaStreamPerThread names its own there) and synchronizes the device.
 TEST_F(MemoryBudgetTest, UnpinningWaitsForUnfencedCopiesOnThePerThreadStream) {
