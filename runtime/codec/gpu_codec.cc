@@ -119,18 +119,8 @@ uint32_t EncodeHuffmanPlane(const uint8_t* plane, uint32_t n, uint8_t* out, uint
   const uint64_t bound = layout.stream + 4 * (bits / 32 + segments);
   if (bound >= n) return 0;
 
-  // Canonical codes: symbols in (length, symbol) order, codes counting up within each length.
-  uint32_t code[256] = {};
-  uint8_t* symbols = out + layout.symbols;
-  uint32_t next_code = 0, k = 0;
-  for (int l = 1; l <= kMaxCodeLen; ++l) {
-    for (int s = 0; s < 256; ++s) {
-      if (lens[s] != l) continue;
-      symbols[k++] = static_cast<uint8_t>(s);
-      code[s] = next_code++ << 5 | static_cast<uint32_t>(l);
-    }
-    next_code <<= 1;
-  }
+  uint32_t code[256];
+  gpufmt::AssignCanonicalCodes(lens, out + layout.symbols, code);
   memset(out, 0, layout.symbols);
   for (int l = 1; l <= kMaxCodeLen; ++l) {
     out[2 * l] = static_cast<uint8_t>(counts[l]);

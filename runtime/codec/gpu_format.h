@@ -122,6 +122,35 @@ ZRTIER_HD HuffmanLayout HuffmanLayoutOf(uint32_t symbols, uint32_t segments) {
   return l;
 }
 
+// The canonical code of code lengths lens[256] (0: symbol unused; at most kMaxCodeLen): symbols in
+// (length, symbol) order into symbols[] and code[s] = canonical code << 5 | length (0 for unused
+// symbols), codes counting up within each length, each length's first code following the shorter
+// ones'. Returns the symbols used. The CPU encoder and the encode kernel both call it, so their
+// codes are the same by construction.
+ZRTIER_HD uint32_t AssignCanonicalCodes(const uint8_t* lens, uint8_t* symbols, uint32_t* code) {
+  uint32_t counts[kMaxCodeLen + 1] = {};
+  for (int s = 0; s < 256; ++s)
+    if (lens[s]) ++counts[lens[s]];
+  uint32_t first[kMaxCodeLen + 1], pos[kMaxCodeLen + 1];
+  uint32_t used = 0, next_code = 0;
+  for (int l = 1; l <= kMaxCodeLen; ++l) {
+    first[l] = next_code;
+    pos[l] = used;
+    used += counts[l];
+    next_code = (next_code + counts[l]) << 1;
+  }
+  for (int s = 0; s < 256; ++s) {
+    const uint32_t l = lens[s];
+    if (!l) {
+      code[s] = 0;
+      continue;
+    }
+    symbols[pos[l]++] = static_cast<uint8_t>(s);
+    code[s] = first[l]++ << 5 | l;
+  }
+  return used;
+}
+
 // The canonical code of a Huffman section, from its counts: what a decode table is built from.
 struct CodeSpec {
   uint32_t count[kMaxCodeLen + 1];

@@ -298,23 +298,8 @@ ZRTIER_HD void BuildCode(uint32_t p, EncodeShared& sh) {
     if (lens[s]) ++pl.counts[lens[s]];
     if (lens[s] > pl.max_len) pl.max_len = lens[s];
   }
-  // Canonical codes: by length, then symbol; each length's first code follows the shorter ones'.
-  uint32_t first[gpufmt::kMaxCodeLen + 1], pos[gpufmt::kMaxCodeLen + 1];
-  uint32_t used = 0, next_code = 0;
-  for (int l = 1; l <= gpufmt::kMaxCodeLen; ++l) {
-    first[l] = next_code;
-    pos[l] = used;
-    used += pl.counts[l];
-    next_code = (next_code + pl.counts[l]) << 1;
-  }
-  for (int s = 0; s < 256; ++s) {
-    const uint32_t l = lens[s];
-    if (!l) continue;
-    sh.symbols[p][pos[l]++] = static_cast<uint8_t>(s);
-    sh.code[p][s] = first[l]++ << 5 | l;
-  }
-  pl.used = used;
-  pl.layout = gpufmt::HuffmanLayoutOf(used, sh.segments);
+  pl.used = gpufmt::AssignCanonicalCodes(lens, sh.symbols[p], sh.code[p]);
+  pl.layout = gpufmt::HuffmanLayoutOf(pl.used, sh.segments);
   const uint64_t bound = pl.layout.stream + 4 * (total_bits / 32 + sh.segments);
   pl.coded = bound < sh.n ? 1 : 0;
 }
