@@ -1,5 +1,6 @@
-// LiveRegions: the shim's regions by id, for the work that names chunks by region id and runs on
-// other threads (prefetches, write-backs of owned slots). Such work reads a region under the shared
+// LiveRegions: the shim's regions by id (with the cudaHostAlloc flags each was allocated with),
+// for the work that names chunks by region id and runs on other threads (prefetches, write-backs
+// of owned slots), and for cudaHostGetFlags. Such work reads a region under the shared
 // lock; FreeHost removes it under the exclusive lock before freeing it, so no such work touches a
 // freed region.
 //
@@ -17,14 +18,22 @@ namespace zrtier {
 
 class LiveRegions {
  public:
-  void Add(const RegionInfo& r) {
+  void Add(const RegionInfo& r, unsigned alloc_flags) {
     std::unique_lock<std::shared_mutex> l(mu_);
     regions_[r.id] = r;
+    if (alloc_flags) flags_[r.id] = alloc_flags;
   }
   // Returns once no With() call is reading the region.
   void Remove(uint64_t id) {
     std::unique_lock<std::shared_mutex> l(mu_);
     regions_.erase(id);
+    flags_.erase(id);
+  }
+  // The flags region `id` was allocated with (0 if none, or not live).
+  unsigned AllocFlags(uint64_t id) {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    auto it = flags_.find(id);
+    return it == flags_.end() ? 0 : it->second;
   }
   // Calls fn(region) under the shared lock if region `id` is live and returns fn's result;
   // returns `gone` otherwise.
@@ -39,6 +48,7 @@ class LiveRegions {
  private:
   std::shared_mutex mu_;
   std::unordered_map<uint64_t, RegionInfo> regions_;  // guarded by mu_
+  std::unordered_map<uint64_t, unsigned> flags_;      // guarded by mu_: only where not 0
 };
 
 }  // namespace zrtier

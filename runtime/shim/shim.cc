@@ -110,11 +110,7 @@ cudaError_t Shim::HostAlloc(void** p, size_t size, unsigned flags) {
     if (st.ok()) {  // the engine counts the region (Stat::regions, region_bytes)
       Log(LogLevel::kDebug, "region %p size %zu (asked %zu, flags %#x)", r.base, r.size, size,
           flags);
-      regions_.Add(r);
-      if (flags) {
-        std::lock_guard<std::mutex> lock(host_flags_mu_);
-        host_flags_[r.id] = flags;
-      }
+      regions_.Add(r, flags);
       // Chunks the CPU does not reuse are stored in the GPU format from the first allocation on
       // where the decode kernel loads (copies load it otherwise): a program's weights are stored
       // before their first copy.
@@ -145,10 +141,6 @@ cudaError_t Shim::FreeHost(void* p) {
     api_->cudaDeviceSynchronize();
     h2d_->DrainDeferred();  // every deferred fill has run by now, unless the device is gone
     regions_.Remove(r.id);  // waits for prefetches and write-backs reading it
-    {
-      std::lock_guard<std::mutex> lock(host_flags_mu_);
-      host_flags_.erase(r.id);
-    }
     runs_->RemoveRegion(r.id);
     Status st = backend_->Free(p);
     pool_->DropRegion(r.id);  // after the engine let go of the region's owned slots
@@ -240,12 +232,7 @@ cudaError_t Shim::HostGetFlags(unsigned* flags, void* host) {
   RegionInfo r;
   if (host && backend_->Lookup(host, &r)) {
     if (!flags) return cudaErrorInvalidValue;
-    unsigned alloc_flags = 0;
-    {
-      std::lock_guard<std::mutex> lock(host_flags_mu_);
-      auto it = host_flags_.find(r.id);
-      if (it != host_flags_.end()) alloc_flags = it->second;
-    }
+    const unsigned alloc_flags = regions_.AllocFlags(r.id);
     // As the driver answers for an allocation of its own on a system with unified addressing
     // (every one CUDA 13 supports): mapped besides the flags asked for.
     *flags = alloc_flags | cudaHostAllocMapped;

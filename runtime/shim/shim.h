@@ -157,8 +157,6 @@ class Shim {
   std::unique_ptr<StreamFlags> flags_;
   PendingD2H pending_;
   LiveRegions regions_;
-  std::mutex host_flags_mu_;
-  std::unordered_map<uint64_t, unsigned> host_flags_;  // region id -> cudaHostAlloc flags, if not 0
   CopyContext ctx_;
   std::unique_ptr<WriteBack> write_back_;
   std::unique_ptr<H2DPath> h2d_;
