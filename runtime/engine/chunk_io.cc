@@ -94,12 +94,16 @@ void ChunkIo::SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len) {
   if (now != old) r->table.saving.store(now, std::memory_order_relaxed);
 }
 
-void ChunkIo::FreeHandle(Region* r, Chunk& c) {
+StoreHandle ChunkIo::TakeHandle(Region* r, Chunk& c) {
   StoreHandle h = c.handle.exchange(0);
-  if (!h) return;
+  if (!h) return 0;
   r->stored_bytes.fetch_sub(c.enc_len.load());
   c.enc_len.store(0);
-  store_->Free(h);
+  return h;
+}
+
+void ChunkIo::FreeHandle(Region* r, Chunk& c) {
+  if (StoreHandle h = TakeHandle(r, c)) store_->Free(h);
 }
 
 }  // namespace zrtier

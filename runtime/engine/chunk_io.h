@@ -3,8 +3,8 @@
 // the region's stored bytes). Also the engine's per-thread scratch buffers and the copy out of
 // region pages that other threads may be writing.
 //
-// Thread safety: every method may be called from any thread; SetHandle/FreeHandle REQUIRE the
-// caller to hold the chunk claimed (kBusy), or to be freeing its region.
+// Thread safety: every method may be called from any thread; SetHandle/FreeHandle/TakeHandle
+// REQUIRE the caller to hold the chunk claimed (kBusy), or to be freeing its region.
 #pragma once
 
 #include <atomic>
@@ -108,10 +108,12 @@ class ChunkIo {
   // Decodes bytes [off, off + n) of the store entry of chunk `c` into `dst` (Codec::DecodeRange).
   Status DecodeRange(Chunk& c, size_t off, size_t n, char* dst, const char* what);
   // Makes `h` (an entry of `enc_len` encoded bytes) the chunk's store copy; FreeHandle drops it
-  // (no-op without one). REQUIRES: the caller holds the chunk in kBusy (and, for SetHandle, it
-  // has no handle).
+  // (no-op without one); TakeHandle detaches it and returns it (0: none) for the caller to free
+  // (ChunkStore::FreeBatch). REQUIRES: the caller holds the chunk in kBusy (and, for SetHandle,
+  // it has no handle).
   void SetHandle(Region* r, Chunk& c, StoreHandle h, size_t enc_len);
   void FreeHandle(Region* r, Chunk& c);
+  StoreHandle TakeHandle(Region* r, Chunk& c);
 
  private:
   std::unique_ptr<ChunkStore> store_;

@@ -186,8 +186,8 @@ Status Engine::Write(void* dst, const void* src, size_t len) {
   return region_io_->Write(dst, src, len);
 }
 
-Status Engine::WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
-  return region_io_->WriteEncoded(chunk_start, enc, enc_len);
+Status Engine::WriteEncoded(void* chunk_start, const ChunkEncoding* encs, size_t n) {
+  return region_io_->WriteEncoded(chunk_start, encs, n);
 }
 
 size_t Engine::CpuUntouched(const void* chunk_start, size_t n) const {

@@ -89,7 +89,7 @@ class Engine final : public RegionBackend {
                    GpuEncodingSink* gpu = nullptr) override;
   Status Write(void* dst, const void* src, size_t len) override;
   bool TakesEncodings() const override { return true; }
-  Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) override;
+  Status WriteEncoded(void* chunk_start, const ChunkEncoding* encs, size_t n) override;
   size_t CpuUntouched(const void* chunk_start, size_t n) const override;
   bool LeaseEncoding(const void* chunk_start, EncodingLease* out) override;
   void SetStorePinner(StorePinner* pinner) override;

@@ -136,12 +136,19 @@ class RegionBackend {
   // partially covered chunks are merged with their current content. Every chunk gets a new
   // generation.
   virtual Status Write(void* dst, const void* src, size_t len) = 0;
-  // Write of the whole chunk at `chunk_start` given as its GPU-format encoding (the GPU encode
-  // kernel's output, encode_kernel.h; enc_len 0: all zero): a chunk that is not resident is stored
-  // as it is, never decoded; a resident one (or one the store refuses) is decoded and written in
-  // place. TakesEncodings: whether WriteEncoded is there (default: ENOTSUP, nothing written).
+  // Write of whole chunks given as their GPU-format encodings (the GPU encode kernel's output,
+  // encode_kernel.h): `encs[k]` is that of the k-th of `n` consecutive chunks from `chunk_start`
+  // (len 0: all zero). A chunk that is not resident is stored as it is, never decoded (the run's
+  // new entries go to the store in one batch, the ones they replace leave it in another); a
+  // resident one (or one the store refuses) is decoded and written in place. Every chunk is
+  // written even where one fails; the first error is returned. TakesEncodings: whether
+  // WriteEncoded is there (default: ENOTSUP, nothing written).
+  struct ChunkEncoding {
+    const void* data = nullptr;
+    size_t len = 0;
+  };
   virtual bool TakesEncodings() const { return false; }
-  virtual Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
+  virtual Status WriteEncoded(void* chunk_start, const ChunkEncoding* encs, size_t n) {
     return Status::Error(ENOTSUP, "this region backend does not take encodings");
   }
   // Of the `n` chunks from `chunk_start`, how many in a row from the first the CPU has not touched

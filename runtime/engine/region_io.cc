@@ -218,32 +218,6 @@ Status RegionIo::WriteStored(Region* r, size_t i, const char* s, bool* stored) {
   size_t enc_len = 0;
   char* enc = nullptr;
   if (!e_.io->Encode(c, s, &enc, &enc_len).ok()) return Status::Ok();  // installed instead
-  return StoreEncoded(r, i, enc, enc_len, s, stored);
-}
-
-Status RegionIo::WriteEncoded(void* chunk_start, const void* enc, size_t enc_len) {
-  std::shared_ptr<Region> r;
-  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(chunk_start, e_.chunk, &r));
-  const size_t i = r->table.IndexOf(static_cast<char*>(chunk_start));
-  if (r->table.AddressOf(i) != chunk_start)
-    return Status::Error(EINVAL, "WriteEncoded: not a chunk start");
-  if (enc_len) e_.io->NoteGpuEncoded();
-  if (!IsResident(r->table.chunks[i].word.load())) {
-    bool stored = false;
-    ZRTIER_RETURN_IF_ERROR(
-        StoreEncoded(r.get(), i, static_cast<const char*>(enc), enc_len, nullptr, &stored));
-    if (stored) return Status::Ok();
-  }
-  // Resident (the CPU wrote it, or T1 had room), or the store refused it: the bytes are needed.
-  char* raw = tl_raw.Get(e_.chunk);
-  ZRTIER_RETURN_IF_ERROR(e_.io->codec().Decode(enc, enc_len, raw, e_.chunk));
-  return Write(chunk_start, raw, e_.chunk);
-}
-
-Status RegionIo::StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_len, const char* s,
-                              bool* stored) {
-  *stored = false;
-  Chunk& c = r->table.chunks[i];
   StoreHandle h = 0;
   if (enc_len) {
     Status st = e_.io->store()->Put(enc, enc_len, e_.chunk, &h);
@@ -252,20 +226,87 @@ Status RegionIo::StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_l
       return Status::Ok();  // installed instead, past the resident limit
     }
   }
+  std::vector<StoreHandle> garbage;
+  Status st = StoreEncoded(r, i, enc, enc_len, h, s, stored, &garbage);
+  if (!garbage.empty()) e_.io->store()->FreeBatch(garbage.data(), garbage.size());
+  return st;
+}
+
+Status RegionIo::WriteEncoded(void* chunk_start, const RegionBackend::ChunkEncoding* encs,
+                              size_t n) {
+  std::shared_ptr<Region> r;
+  ZRTIER_RETURN_IF_ERROR(e_.regions->FindRange(chunk_start, n * e_.chunk, &r));
+  const size_t i0 = r->table.IndexOf(static_cast<char*>(chunk_start));
+  if (r->table.AddressOf(i0) != chunk_start)
+    return Status::Error(EINVAL, "WriteEncoded: not a chunk start");
+  // The encodings of the chunks that are not resident go to the store in one batch (one lock of
+  // the RAM store for the run), the entries they replace leave it in another.
+  constexpr ptrdiff_t kResident = -1, kZero = -2;  // put_of: else the chunk's index in puts
+  std::vector<ChunkStore::PutReq> puts;
+  std::vector<ptrdiff_t> put_of(n, kResident);
+  for (size_t k = 0; k < n; ++k) {
+    if (encs[k].len) e_.io->NoteGpuEncoded();
+    if (IsResident(r->table.chunks[i0 + k].word.load())) continue;
+    if (!encs[k].len) {
+      put_of[k] = kZero;
+      continue;
+    }
+    put_of[k] = static_cast<ptrdiff_t>(puts.size());
+    ChunkStore::PutReq& req = puts.emplace_back();
+    req.data = encs[k].data;
+    req.len = encs[k].len;
+    req.raw_len = e_.chunk;
+  }
+  if (!puts.empty()) e_.io->store()->PutBatch(puts.data(), puts.size());
+
+  std::vector<StoreHandle> garbage;
+  Status first;
+  for (size_t k = 0; k < n; ++k) {
+    const char* enc = static_cast<const char*>(encs[k].data);
+    const size_t enc_len = encs[k].len;
+    bool stored = false;
+    Status st;
+    if (put_of[k] == kZero) {
+      st = StoreEncoded(r.get(), i0 + k, enc, 0, 0, nullptr, &stored, &garbage);
+    } else if (put_of[k] >= 0) {
+      const ChunkStore::PutReq& req = puts[put_of[k]];
+      if (req.status.ok()) {
+        st = StoreEncoded(r.get(), i0 + k, enc, enc_len, req.out, nullptr, &stored, &garbage);
+      } else {
+        StatAdd(req.status.code() == ENOSPC ? Stat::store_full : Stat::io_errors, 1);
+      }
+    }
+    if (st.ok() && !stored) {
+      // Resident (the CPU wrote it, or T1 had room), or the store refused it: the bytes are
+      // needed.
+      char* raw = tl_raw.Get(e_.chunk);
+      st = e_.io->codec().Decode(enc, enc_len, raw, e_.chunk);
+      if (st.ok()) st = Write(r->table.AddressOf(i0 + k), raw, e_.chunk);
+    }
+    if (!st.ok() && first.ok()) first = st;
+  }
+  if (!garbage.empty()) e_.io->store()->FreeBatch(garbage.data(), garbage.size());
+  return first;
+}
+
+Status RegionIo::StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_len, StoreHandle h,
+                              const char* s, bool* stored, std::vector<StoreHandle>* garbage) {
+  *stored = false;
+  Chunk& c = r->table.chunks[i];
   uint32_t w;
   int spins = 0;
   for (;;) {
     w = c.word.load();
     const ChunkState st = StateOf(w);
     if (st == kFreed) {
-      if (enc_len) e_.io->store()->Free(h);
+      if (h) garbage->push_back(h);
       return Status::Error(EINVAL, "Write: region freed");
     }
     if (st != kBusy && c.TryBusy(w)) break;
     Backoff(&spins);
   }
   if (IsResident(w)) {  // faulted in meanwhile: written in place
-    if (enc_len) e_.io->store()->Free(h);
+    if (h) garbage->push_back(h);
     *stored = true;
     if (!s) {
       char* raw = tl_raw.Get(e_.chunk);
@@ -280,14 +321,14 @@ Status RegionIo::StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_l
   ChunkState was = StateOf(w);
   if (was == kPartial) {
     if (Status st = LeavePartial(r, i); !st.ok()) {
-      if (enc_len) e_.io->store()->Free(h);
+      if (h) garbage->push_back(h);
       return st;
     }
     was = kStored;
   }
   if (was == kStored) e_.regions->AddStoredRaw(r, -static_cast<int64_t>(e_.chunk));
   if (was == kExternal) e_.regions->AddExternal(-static_cast<int64_t>(e_.chunk));
-  e_.io->FreeHandle(r, c);
+  if (StoreHandle old = e_.io->TakeHandle(r, c)) garbage->push_back(old);
   if (enc_len) {
     e_.io->SetHandle(r, c, h, enc_len);
     e_.regions->AddStoredRaw(r, static_cast<int64_t>(e_.chunk));

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "runtime/engine/chunk_io.h"
 #include "runtime/engine/engine_parts.h"
@@ -32,7 +33,7 @@ class RegionIo {
   Status ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,
                    GpuEncodingSink* gpu = nullptr);
   Status Write(void* dst, const void* src, size_t len);
-  Status WriteEncoded(void* chunk_start, const void* enc, size_t enc_len);
+  Status WriteEncoded(void* chunk_start, const RegionBackend::ChunkEncoding* encs, size_t n);
   bool LeaseEncoding(const void* chunk_start, RegionBackend::EncodingLease* out);
   // PrepareRead (wp) and PrepareWrite (!wp): claims runs of consecutive eligible chunks and changes
   // each run with one ioctl. A chunk that cannot be claimed at once ends the run; it is left to
@@ -55,11 +56,13 @@ class RegionIo {
   // written in place. *stored false (nothing changed): the codec or the store refused it, and
   // the caller installs it instead.
   Status WriteStored(Region* r, size_t i, const char* s, bool* stored);
-  // WriteStored's second half: the chunk's encoding `enc` (enc_len 0: all zero) becomes its store
-  // copy. A chunk that became resident meanwhile is written in place from `s`, or where `s` is
-  // null, from `enc` decoded.
-  Status StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_len, const char* s,
-                      bool* stored);
+  // WriteStored's second half (and WriteEncoded's): the chunk's encoding `enc` (enc_len 0: all
+  // zero), already in the store as entry `h` (0 when enc_len is 0), becomes its store copy. A
+  // chunk that became resident meanwhile is written in place from `s`, or where `s` is null, from
+  // `enc` decoded. The entries no chunk refers to any more (its old copy; `h` where it was not
+  // used) go to `garbage`, for the caller to free in one batch.
+  Status StoreEncoded(Region* r, size_t i, const char* enc, size_t enc_len, StoreHandle h,
+                      const char* s, bool* stored, std::vector<StoreHandle>* garbage);
   // Write of bytes [off, off+n) of chunk `i` (claimed by the caller in state word `was`), from `s`.
   Status WriteChunk(Region* r, size_t i, uint32_t was, size_t off, size_t n, const char* s);
   // Installs a chunk that was not resident (claimed in `was`): a whole one straight from `s`, a

@@ -16,6 +16,10 @@ constexpr size_t kGrowth = 4;
 // Chunks one publish item adopts at most (one engine claim pass, one pool lock): a whole piece,
 // so that the items of one landed piece do not queue on the pool's lock.
 constexpr size_t kAdoptRun = 256;
+// GPU-encoded chunks one publish item stores at most (one store batch): a piece's encoded chunks
+// are split evenly over the workers in runs of up to this many, so that every worker copies
+// encodings while the store's lock is taken once a run, not once a chunk.
+constexpr size_t kEncodedRun = 16;
 
 }  // namespace
 
@@ -57,10 +61,16 @@ struct D2HPath::Task {
     int enc = -1;      // the chunk's index in the piece's GPU encode (-1: its bytes crossed raw)
   };
   std::vector<Op> ops;
-  // The work items, (first op, ops it adopts): a run of whole consecutive chunks adopted at once
-  // (with adoption), or one op written (0). Only these are handed to the workers, so that a landed
-  // piece whose chunks one item adopts wakes one worker, not every sleeping one.
-  std::vector<std::pair<size_t, size_t>> items;
+  // The work items: a run of whole consecutive chunks adopted at once (with adoption), a run of
+  // consecutive GPU-encoded chunks stored at once, or one op written. Only these are handed to the
+  // workers, so that a landed piece whose chunks one item adopts wakes one worker, not every
+  // sleeping one.
+  struct Item {
+    enum Kind : uint8_t { kAdopt, kEncoded, kWrite };
+    size_t first, n;
+    Kind kind;
+  };
+  std::vector<Item> items;
   uint64_t first_chunk = 0, last_chunk = 0;  // the piece's chunks, marked pending until published
   bool adopt = true;         // publish whole chunks by adoption (else every op is written)
   bool last = false;         // the copy's last piece: the stream's end waits for its publish
@@ -68,24 +78,44 @@ struct D2HPath::Task {
   GpuEncode::Piece encoded;  // the GPU encode of the ops with enc >= 0
 };
 
-void D2HPath::WriteEncodedOp(Task* t, size_t i) {
-  Task::Op& op = t->ops[i];
-  const uint32_t out = ctx_.encode->OutLen(t->encoded, static_cast<uint32_t>(op.enc));
-  if (out == gpu::kEncodeRefused) {
-    // Validated when described: cannot happen unless the kernel failed; the bytes are lost.
-    Log(LogLevel::kError,
-        "GPU encode refused a chunk of a device-to-host copy into %p: its bytes were not published",
-        static_cast<void*>(op.dst));
-    return;
+void D2HPath::WriteEncodedOps(Task* t, size_t i, size_t n) {
+  std::vector<RegionBackend::ChunkEncoding> run;  // consecutive chunks from op `run_first`
+  size_t run_first = i;
+  uint64_t run_bytes = 0;
+  auto store_run = [&] {
+    if (run.empty()) return;
+    Task::Op& op = t->ops[run_first];
+    Status st = ctx_.backend->WriteEncoded(op.dst, run.data(), run.size());
+    if (st.ok()) {
+      StatAdd(Stat::d2h_gpu_encoded_bytes, run_bytes);
+    } else {
+      Log(LogLevel::kError, "publishing %zu GPU-encoded chunks into %p failed: %s", run.size(),
+          static_cast<void*>(op.dst), st.ToString().c_str());
+    }
+    run.clear();
+    run_bytes = 0;
+  };
+  for (size_t k = i; k < i + n; ++k) {
+    Task::Op& op = t->ops[k];
+    const uint32_t out = ctx_.encode->OutLen(t->encoded, static_cast<uint32_t>(op.enc));
+    if (out == gpu::kEncodeRefused || (out & gpu::kEncodeRaw)) {
+      store_run();
+      if (out == gpu::kEncodeRefused) {
+        // Validated when described: cannot happen unless the kernel failed; the bytes are lost.
+        Log(LogLevel::kError,
+            "GPU encode refused a chunk of a device-to-host copy into %p: its bytes were not "
+            "published",
+            static_cast<void*>(op.dst));
+      } else {
+        WriteOp(t, k);  // did not shrink: the slot holds the bytes
+      }
+      continue;
+    }
+    if (run.empty()) run_first = k;
+    run.push_back({op.src, out});
+    run_bytes += op.len;
   }
-  if (out & gpu::kEncodeRaw) return WriteOp(t, i);  // did not shrink: the slot holds the bytes
-  Status st = ctx_.backend->WriteEncoded(op.dst, op.src, out);
-  if (!st.ok()) {
-    Log(LogLevel::kError, "publishing a GPU-encoded chunk into %p failed: %s",
-        static_cast<void*>(op.dst), st.ToString().c_str());
-    return;
-  }
-  StatAdd(Stat::d2h_gpu_encoded_bytes, op.len);
+  store_run();
 }
 
 void D2HPath::WriteOp(Task* t, size_t i) {
@@ -115,16 +145,27 @@ void D2HPath::AdoptOps(Task* t, size_t i, size_t n) {
     if (!st.ok() || gens[k] == kNoGeneration) WriteOp(t, i + k);
 }
 
-void D2HPath::PlanItems(Task* t) {
+void D2HPath::PlanItems(Task* t, size_t workers) {
   const size_t n = t->ops.size();
+  size_t encoded = 0;
+  for (const Task::Op& op : t->ops) encoded += op.enc >= 0;
+  const size_t encoded_run =
+      std::clamp<size_t>((encoded + workers - 1) / std::max<size_t>(workers, 1), 1, kEncodedRun);
+  auto follows = [t](size_t e) { return t->ops[e].index == t->ops[e - 1].index + 1; };
   t->items.clear();
   for (size_t i = 0; i < n;) {
-    size_t e = i;
-    while (t->adopt && e < n && e - i < kAdoptRun && t->ops[e].full && t->ops[e].enc < 0 &&
-           (e == i || t->ops[e].index == t->ops[e - 1].index + 1))
-      ++e;
-    t->items.emplace_back(i, e - i);
-    i = std::max(e, i + 1);
+    const Task::Op& op = t->ops[i];
+    size_t e = i + 1;
+    Task::Item::Kind kind = Task::Item::kWrite;
+    if (t->adopt && op.full && op.enc < 0) {
+      kind = Task::Item::kAdopt;
+      while (e < n && e - i < kAdoptRun && t->ops[e].full && t->ops[e].enc < 0 && follows(e)) ++e;
+    } else if (op.enc >= 0) {
+      kind = Task::Item::kEncoded;
+      while (e < n && e - i < encoded_run && t->ops[e].enc >= 0 && follows(e)) ++e;
+    }
+    t->items.push_back({i, e - i, kind});
+    i = e;
   }
 }
 
@@ -152,17 +193,21 @@ void D2HPath::EndPiece(Task* t) {
 
 void D2HPath::StartPublish(Task* t) {
   Group* g = t->group;
-  PlanItems(t);
+  PlanItems(t, static_cast<size_t>(ctx_.workers->threads()));
   auto item = [this, t](size_t k) {
     if (t->cancelled) return;
-    const auto [i, adopt] = t->items[k];
+    const Task::Item& it = t->items[k];
     uint64_t t0 = MonotonicNs();
-    if (adopt > 0) {
-      AdoptOps(t, i, adopt);
-    } else if (t->ops[i].enc >= 0) {
-      WriteEncodedOp(t, i);
-    } else {
-      WriteOp(t, i);
+    switch (it.kind) {
+      case Task::Item::kAdopt:
+        AdoptOps(t, it.first, it.n);
+        break;
+      case Task::Item::kEncoded:
+        WriteEncodedOps(t, it.first, it.n);
+        break;
+      case Task::Item::kWrite:
+        WriteOp(t, it.first);
+        break;
     }
     StatAdd(Stat::publish_ns, MonotonicNs() - t0);
   };

@@ -40,16 +40,18 @@ class D2HPath {
 
   // Hands a landed piece to the fill workers (from the event watcher, or inline).
   void StartPublish(Task* task);
-  // The piece's work items: runs of whole consecutive chunks adopted at once, or single writes.
-  static void PlanItems(Task* task);
+  // The piece's work items: runs of whole consecutive chunks adopted at once, runs of
+  // GPU-encoded chunks stored at once (split evenly over `workers` threads), or single writes.
+  static void PlanItems(Task* task, size_t workers);
   // Publishes ops [i, i+n) of `task` (whole consecutive chunks) by adoption: their slots become
   // the chunks' owned copies; a chunk the backend does not adopt is written instead.
   void AdoptOps(Task* task, size_t i, size_t n);
   // Writes op `i` of `task` into the region (RegionBackend::Write).
   void WriteOp(Task* task, size_t i);
-  // Publishes op `i` of `task`, a whole chunk encoded on the GPU: its encoding is stored
-  // (RegionBackend::WriteEncoded), or, where the kernel wrote the raw bytes, they are written.
-  void WriteEncodedOp(Task* task, size_t i);
+  // Publishes ops [i, i+n) of `task`, whole chunks encoded on the GPU: their encodings are stored
+  // (RegionBackend::WriteEncoded, consecutive chunks in one call), or, where the kernel wrote a
+  // chunk's raw bytes, they are written.
+  void WriteEncodedOps(Task* task, size_t i, size_t n);
   // The piece's last step, once every item ran: written chunks become clean cached copies, the
   // chunks are unmarked, the group loses the piece's reference, the slots are released.
   void EndPiece(Task* task);

@@ -79,14 +79,7 @@ class ExtentStore : public ChunkStore {
   StoreUsage Usage() const override;
 
   // Batched forms (one io_uring submission per group of entries; adjacent entries coalesced).
-  struct PutReq {
-    const void* data = nullptr;
-    size_t len = 0;
-    uint64_t raw_len = 0;
-    StoreHandle out = 0;  // set on success
-    Status status;
-  };
-  void PutBatch(PutReq* reqs, size_t n);
+  void PutBatch(PutReq* reqs, size_t n) override;
   struct GetReq {
     StoreHandle h = 0;
     std::vector<unsigned char>* out = nullptr;  // resized to the entry's length

@@ -464,10 +464,10 @@ void RamStore::UnpinLocked(uint32_t idx, uint32_t gen, std::unique_lock<Adaptive
   if (blocked_ && x.pins == 0) MaybeCompactLocked(lock);
 }
 
-Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
+Status RamStore::PlaceLocked(size_t len, uint64_t raw_len, unsigned char** dst, Extent** filling,
+                             StoreHandle* out) {
   if (len == 0 || len > UINT32_MAX - kPage)
     return Status::Error(EINVAL, "RAM store: bad entry length");
-  std::unique_lock<AdaptiveMutex> lock(mu_);
   uint32_t idx;
   if (!free_entries_.empty()) {
     idx = free_entries_.back();
@@ -491,21 +491,57 @@ Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle
   e.ext = ext;
   e.off = off;
   e.raw_len = raw_len;
-  // The copy below runs outside the lock, and its end takes no lock: until it is done, the
-  // extent's filling count keeps compaction from choosing it. No one else can reach the entry
-  // before the handle is returned.
+  // The caller copies outside the lock, and its end takes no lock: until it is done, the extent's
+  // filling count keeps compaction from choosing it. No one else can reach the entry before the
+  // handle is returned.
   Extent& x = *extents_[ext];
   x.filling.fetch_add(1, std::memory_order_relaxed);
   footprint_ += fp;
   AccountLocked(1, static_cast<int64_t>(raw_len), static_cast<int64_t>(len), 0);
-  unsigned char* dst = e.ptr;
-  const uint32_t gen = e.gen;
+  *dst = e.ptr;
+  *filling = &x;
+  *out = (static_cast<uint64_t>(e.gen) << 32) | (idx + 1);
+  return Status::Ok();
+}
+
+Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
+  PutReq req;
+  req.data = data;
+  req.len = len;
+  req.raw_len = raw_len;
+  PutBatch(&req, 1);
+  if (req.status.ok()) *out = req.out;
+  return req.status;
+}
+
+void RamStore::PutBatch(PutReq* reqs, size_t n) {
+  if (n == 0) return;
+  // Where each request's bytes go (null: not stored); at most a landed piece's chunks.
+  constexpr size_t kOnStack = 64;
+  unsigned char* dst_small[kOnStack];
+  Extent* ext_small[kOnStack];
+  std::vector<unsigned char*> dst_big;
+  std::vector<Extent*> ext_big;
+  unsigned char** dst = dst_small;
+  Extent** ext = ext_small;
+  if (n > kOnStack) {
+    dst_big.resize(n);
+    ext_big.resize(n);
+    dst = dst_big.data();
+    ext = ext_big.data();
+  }
+  std::unique_lock<AdaptiveMutex> lock(mu_);
+  for (size_t i = 0; i < n; ++i) {
+    dst[i] = nullptr;
+    reqs[i].status = PlaceLocked(reqs[i].len, reqs[i].raw_len, &dst[i], &ext[i], &reqs[i].out);
+  }
   MaybeCompactLocked(lock);  // a seal may have left a page tail: O(1) unless over the bound
   lock.unlock();
-  memcpy(dst, data, len);
-  x.filling.fetch_sub(1, std::memory_order_release);
-  *out = (static_cast<uint64_t>(gen) << 32) | (idx + 1);
-  return Status::Ok();
+  for (size_t i = 0; i < n; ++i) {
+    if (!dst[i]) continue;
+    memcpy(dst[i], reqs[i].data, reqs[i].len);
+    ext[i]->filling.fetch_sub(1, std::memory_order_release);
+  }
 }
 
 Status RamStore::Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) {
@@ -526,15 +562,21 @@ Status RamStore::Get(StoreHandle h, const std::function<Status(const void*, size
 }
 
 void RamStore::Free(StoreHandle h) {
+  FreeBatch(&h, 1);
+}
+
+void RamStore::FreeBatch(const StoreHandle* hs, size_t n) {
   std::unique_lock<AdaptiveMutex> lock(mu_);
-  uint32_t idx;
-  if (!Lookup(h, &idx)) return;
-  Entry& e = entries_[idx];
-  if (e.leases) {
-    e.freed = true;  // a DMA may still read it: freed when the last lease ends
-    return;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t idx;
+    if (!Lookup(hs[i], &idx)) continue;
+    Entry& e = entries_[idx];
+    if (e.leases) {
+      e.freed = true;  // a DMA may still read it: freed when the last lease ends
+      continue;
+    }
+    FreeLocked(idx, lock);
   }
-  FreeLocked(idx, lock);
 }
 
 void RamStore::FreeLocked(uint32_t idx, std::unique_lock<AdaptiveMutex>& lock) {

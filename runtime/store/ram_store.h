@@ -64,7 +64,8 @@
 // only costs that copy.
 //
 // Locking: one mutex (mu_, an AdaptiveMutex: every fill worker publishing a landed copy takes it
-// once a Put and once a Free) guards the entry table, the extents, the hole index and the usage.
+// once for a run of chunks' Puts and once for their Frees, PutBatch and FreeBatch) guards the
+// entry table, the extents, the hole index and the usage.
 // Entry bytes are copied in (Put) and read (Get) outside the lock. A Get pins its entry (pins > 0)
 // and unpins it under the lock; a Put counts itself in its extent's `filling` (an atomic) and
 // leaves without the lock, so that a Put takes the lock once. Compaction skips extents with a
@@ -103,6 +104,9 @@ class RamStore : public ChunkStore {
   Status Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) override;
   Status Get(StoreHandle h, const std::function<Status(const void*, size_t)>& fn) override;
   void Free(StoreHandle h) override;
+  // One lock for the whole batch; the bytes are copied outside it.
+  void PutBatch(PutReq* reqs, size_t n) override;
+  void FreeBatch(const StoreHandle* hs, size_t n) override;
   StoreUsage Usage() const override;
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
   void Unlease(const StoreLease& lease) override;
@@ -173,6 +177,10 @@ class RamStore : public ChunkStore {
   void* MapLocked(size_t len);  // mmap + mbind + MADV_DONTFORK; null on failure
   // Places `len` footprint bytes for occupant `who`; false with *why set on ENOSPC/ENOMEM.
   bool AllocLocked(uint64_t len, uint32_t who, uint32_t* ext, uint64_t* off, Status* why);
+  // A new entry of `len` bytes: its handle, where its bytes go (*dst) and its extent, counted in
+  // the extent's `filling` (the caller copies, then decrements it). Errors as Put's.
+  Status PlaceLocked(size_t len, uint64_t raw_len, unsigned char** dst, Extent** filling,
+                     StoreHandle* out);
   bool NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why);
   void SealOpenLocked();
   void UnmapExtentLocked(uint32_t id);

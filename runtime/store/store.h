@@ -76,6 +76,24 @@ class ChunkStore {
   // Releases the entry. The handle is invalid afterwards.
   virtual void Free(StoreHandle h) = 0;
 
+  // Batched forms for a caller with several entries at hand (a landed copy's chunks): each
+  // request is a Put, each handle a Free, in order, with the same results; a store may take its
+  // lock once for the whole batch (RamStore) or coalesce the writes (ExtentStore).
+  struct PutReq {
+    const void* data = nullptr;
+    size_t len = 0;
+    uint64_t raw_len = 0;
+    StoreHandle out = 0;  // set on success
+    Status status;
+  };
+  virtual void PutBatch(PutReq* reqs, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      reqs[i].status = Put(reqs[i].data, reqs[i].len, reqs[i].raw_len, &reqs[i].out);
+  }
+  virtual void FreeBatch(const StoreHandle* hs, size_t n) {
+    for (size_t i = 0; i < n; ++i) Free(hs[i]);
+  }
+
   // Hint: the entry will be read soon (lower tiers may start reading it into memory).
   virtual void Prefetch(StoreHandle h) {}
 

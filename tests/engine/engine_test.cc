@@ -752,6 +752,48 @@ TEST(EngineTest, TheGpuFormatIsForChunksTheCpuDoesNotReuse) {
   ASSERT_TRUE(e->Free(base).ok());
 }
 
+// WriteEncoded of a run of chunks: the ones not resident keep their encodings as their store
+// copies (one batch), the entries they replace are freed, a resident one is decoded and written in
+// place, an empty encoding makes its chunk zero. Every byte reads back; the store holds exactly one
+// entry per stored chunk.
+TEST(EngineTest, ARunOfEncodingsIsStoredAndReplacesTheOldCopies) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  auto [e, cs, r, p] = MakeTestRegion(8);
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(e->TakesEncodings());
+  char* base = static_cast<char*>(r.base);
+  std::vector<char> old = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 5);
+  memcpy(base, old.data(), r.size);
+  ASSERT_TRUE(e->EvictTo(0).ok());
+  ASSERT_EQ(e->Usage().store.entries, 8u);
+  volatile char* p3 = base + 3 * cs;
+  EXPECT_EQ(p3[1], old[3 * cs + 1]);  // chunk 3 resident again
+  std::vector<char> want = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 6);
+  memset(want.data() + 5 * cs, 0, cs);  // chunk 5 becomes zero: an empty encoding
+  Codec codec(CodecConfig{CodecKind::kGpu});
+  std::vector<std::vector<char>> encs(8);
+  std::vector<RegionBackend::ChunkEncoding> run(8);
+  for (size_t i = 0; i < 8; ++i) {
+    encs[i].resize(Codec::MaxEncodedSize(cs));
+    size_t len = 0;
+    ASSERT_TRUE(codec.Encode(want.data() + i * cs, cs, encs[i].data(), encs[i].size(), &len).ok());
+    EXPECT_EQ(len == 0, i == 5) << i;
+    run[i] = {encs[i].data(), len};
+  }
+  ASSERT_TRUE(e->WriteEncoded(base, run.data(), run.size()).ok());
+  EXPECT_TRUE(e->GpuEncoded());
+  EXPECT_EQ(e->Usage().store.entries, 6u) << "chunks 0-2, 4, 6, 7; the old entries are freed";
+  uint64_t payload = 0;
+  for (size_t i : {0, 1, 2, 4, 6, 7}) payload += run[i].len;
+  EXPECT_EQ(e->Usage().store.payload_bytes, payload);
+  std::vector<char> out(r.size);
+  ASSERT_TRUE(e->Read(base, r.size, out.data(), nullptr).ok());
+  EXPECT_EQ(0, memcmp(out.data(), want.data(), r.size));
+  EXPECT_EQ(0, memcmp(base, want.data(), r.size));
+  ASSERT_TRUE(e->Free(base).ok());
+  EXPECT_EQ(e->Usage().store.entries, 0u);
+}
+
 TEST(EngineTest, ThousandsOfRegions) {
   ZRTIER_SKIP_UNLESS_UFFD();
   auto e = MakeTestEngine(TestEngineOptions());

@@ -297,6 +297,55 @@ TEST(RamStore, HardLimitGivesEnospcNamingTheOption) {
   EXPECT_TRUE(store.Put(a.data(), a.size(), 65536, &h).ok()) << "freed room is reusable";
 }
 
+// PutBatch is a Put of each request in order: each gets its own status (a bad length or the
+// limit fails that request alone, later smaller ones still fit), every stored entry reads back,
+// and FreeBatch of every handle (a stale one among them is ignored) leaves the store empty.
+TEST(RamStore, BatchesPutAndFreeEachRequestAsAlone) {
+  const uint64_t limit = 1 << 20;
+  RamStore store(limit, -1, Os::Default());
+  Contents contents;
+  std::vector<std::vector<unsigned char>> data;
+  std::vector<ChunkStore::PutReq> reqs;
+  // 20 entries of 60000 bytes do not all fit in 1 MiB; then one empty request, then 40 small ones.
+  for (size_t i = 0; i < 61; ++i) data.push_back(contents.Make(i, i < 20 ? 60000 : 500 + i));
+  for (size_t i = 0; i < data.size(); ++i) {
+    ChunkStore::PutReq& r = reqs.emplace_back();
+    r.data = data[i].data();
+    r.len = i == 20 ? 0 : data[i].size();
+    r.raw_len = 262144;
+  }
+  store.PutBatch(reqs.data(), reqs.size());
+  size_t full = 0, stored = 0;
+  std::vector<StoreHandle> hs;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (i == 20) {
+      EXPECT_EQ(reqs[i].status.code(), EINVAL);
+      continue;
+    }
+    if (!reqs[i].status.ok()) {
+      EXPECT_EQ(reqs[i].status.code(), ENOSPC) << i << ": " << reqs[i].status.ToString();
+      ++full;
+      continue;
+    }
+    ++stored;
+    ASSERT_NE(reqs[i].out, 0u);
+    hs.push_back(reqs[i].out);
+    EXPECT_TRUE(contents.ReadsBack(&store, {reqs[i].out, i, data[i].size()}));
+  }
+  EXPECT_GT(full, 0u) << "the limit should have refused some of the large entries";
+  for (size_t i = 21; i < reqs.size(); ++i) EXPECT_TRUE(reqs[i].status.ok()) << i;
+  EXPECT_EQ(store.Usage().entries, stored);
+  EXPECT_LE(store.Usage().used_bytes, limit);
+  EXPECT_EQ(store.CheckInvariants(), "");
+  StoreHandle stale = hs[0];
+  store.Free(stale);
+  hs.push_back(stale);  // freed already: FreeBatch skips it
+  store.FreeBatch(hs.data(), hs.size());
+  EXPECT_EQ(store.Usage().entries, 0u);
+  EXPECT_EQ(store.Usage().payload_bytes, 0u);
+  EXPECT_EQ(store.CheckInvariants(), "");
+}
+
 TEST(RamStore, SparseSlabsAreCompactedAndEntriesStayReadable) {
   // (The store packs entries into extents now; "slabs" here are its extents.)
   RamStore store(0, -1, Os::Default());
