@@ -273,7 +273,7 @@ void PinnedRuns::NoteDevice(std::atomic<uint64_t>* devices) {
   int dev = -1;
   if (api_->cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
     if (api_->cudaGetLastError) api_->cudaGetLastError();
-    if (!unfenced_overflow_.load(std::memory_order_relaxed)) unfenced_overflow_.store(true);
+    if (!sync_current_device_.load(std::memory_order_relaxed)) sync_current_device_.store(true);
     return;
   }
   const uint64_t bit = uint64_t{1} << dev;
@@ -324,7 +324,9 @@ void PinnedRuns::ForgetStream(cudaStream_t stream) {
   }
   // Its fence leaves the list (a program that makes a stream per task would grow it without end),
   // but its event is still waited for, once, by the next sync: the copies before it may still be
-  // running when the program destroys the stream.
+  // running when the program destroys the stream. Retired events whose copies are done are
+  // destroyed here, so that the list stays short between syncs.
+  CaptureModeRelaxed relaxed(api_);  // an event query while another thread captures
   std::lock_guard<std::mutex> f(fence_mu_);
   for (auto it = fences_.begin(); it != fences_.end();) {
     if (it->stream != stream || it->device != -1) {
@@ -334,13 +336,22 @@ void PinnedRuns::ForgetStream(cudaStream_t stream) {
     if (it->event) retired_.push_back(it->event);
     it = fences_.erase(it);
   }
+  std::erase_if(retired_, [&](cudaEvent_t e) {
+    const cudaError_t q = api_->cudaEventQuery(e);
+    if (q == cudaSuccess) {
+      api_->cudaEventDestroy(e);
+      return true;
+    }
+    if (q != cudaErrorNotReady && api_->cudaGetLastError) api_->cudaGetLastError();
+    return false;
+  });
 }
 
 void PinnedRuns::SyncFences() {
   CaptureModeRelaxed relaxed(api_);  // event waits from zrtier's threads
   std::lock_guard<std::mutex> sync_lock(sync_mu_);
   std::vector<cudaEvent_t> events;
-  bool here = unfenced_overflow_.exchange(false);  // a device synchronize on this thread's device
+  bool here = sync_current_device_.exchange(false);  // a device synchronize on this thread's device
   uint64_t devices = sync_devices_.exchange(0);
   uint64_t legacy = legacy_devices_.exchange(0);
   std::vector<cudaStream_t> streams;

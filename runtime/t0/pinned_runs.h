@@ -111,7 +111,8 @@ class PinnedRuns {
   void Fence(cudaStream_t stream);
   // The program destroys `stream`: it is synchronized no more (had it copied unfenced, the next
   // Unpin synchronizes the calling thread's device instead), and its fence leaves the list, its
-  // event waited for by the next Unpin and then destroyed. Waits for a sync of it in progress.
+  // event destroyed at once where its copies are done (so are those of earlier destroyed streams),
+  // else waited for by the next Unpin and then destroyed. Waits for a sync of it in progress.
   void ForgetStream(cudaStream_t stream);
   // Whether copies record fences (the memory budget turns it on near its limit).
   void SetFencing(bool on) { fencing_.store(on, std::memory_order_relaxed); }
@@ -162,7 +163,7 @@ class PinnedRuns {
   void Release(PinnedRun* run, bool unhold);
   // Waits until every fence recorded so far has completed.
   void SyncFences();
-  // Sets the calling thread's current device in *devices (or unfenced_overflow_).
+  // Sets the calling thread's current device in *devices (or sync_current_device_).
   void NoteDevice(std::atomic<uint64_t>* devices);
 
   const CudaApi* api_;
@@ -182,10 +183,10 @@ class PinnedRuns {
   std::atomic<uintptr_t> unfenced_[kUnfencedStreams] = {};
   // Devices (bit d: device d) whose unfenced copies a device synchronize waits for, and whose
   // legacy default stream took unfenced copies; a device the bits cannot name (or unknown) sets
-  // unfenced_overflow_: a device synchronize on the syncing thread's current device.
+  // sync_current_device_: a device synchronize on the syncing thread's current device.
   std::atomic<uint64_t> sync_devices_{0};
   std::atomic<uint64_t> legacy_devices_{0};
-  std::atomic<bool> unfenced_overflow_{false};
+  std::atomic<bool> sync_current_device_{false};
   std::mutex sync_mu_;  // held by SyncFences and ForgetStream: no sync of a destroyed stream
   std::atomic<int> device_{-1};    // the device of the first AddRegion's caller
   int bound_device_ = -1;          // the device BindDevice last set (its one thread only)
@@ -199,8 +200,8 @@ class PinnedRuns {
     cudaEvent_t event;
   };
   std::vector<Fenced> fences_;
-  // Events of destroyed streams' fences (ForgetStream): the next SyncFences waits for each once,
-  // then destroys it.
+  // Events of destroyed streams' fences whose copies were still running (ForgetStream): the next
+  // SyncFences waits for each once, then destroys it.
   std::vector<cudaEvent_t> retired_;  // guarded by fence_mu_
 };
 

@@ -489,6 +489,7 @@ TEST_F(MemoryBudgetTest, AStreamDestroyedWithAFencedCopyIsWaitedForOnceThenForgo
     ASSERT_EQ(cudaStreamSynchronize(t), cudaSuccess);
     ASSERT_EQ(shim_->StreamDestroy(t), cudaSuccess);
   }
+  EXPECT_EQ(fakecudaLiveEvents(), events0) << "the events of completed fences go with their stream";
   cudaStream_t gone;
   ASSERT_EQ(cudaStreamCreateWithFlags(&gone, cudaStreamNonBlocking), cudaSuccess);
   fakecudaHoldCopies(gone, 1);
