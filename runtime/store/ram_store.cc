@@ -123,7 +123,7 @@ bool RamStore::NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Statu
     return true;
   }
   if (limit_ && usage_.used_bytes + size > limit_) {
-    ReleaseIdleLocked([&](const Extent&) { return usage_.used_bytes + size > limit_; });
+    ReleaseIdleLocked([&](const Extent&) { return usage_.used_bytes + size > limit_; }, nullptr);
   }
   if (limit_ && usage_.used_bytes + size > limit_) {
     // Not a whole extent: whatever is left under the limit, if the entry fits in it.
@@ -185,7 +185,7 @@ void RamStore::RetireExtentLocked(uint32_t id) {
 }
 
 template <typename More>
-void RamStore::ReleaseIdleLocked(More more) {
+void RamStore::ReleaseIdleLocked(More more, std::vector<Mapping>* later) {
   // idle_ is ordered by the time each extent became idle: the front has been idle the longest.
   size_t n = 0;
   while (n < idle_.size() && more(*extents_[idle_[n]])) {
@@ -193,26 +193,32 @@ void RamStore::ReleaseIdleLocked(More more) {
     Extent& x = *extents_[id];
     AccountIdleLocked(-static_cast<int64_t>(x.size));
     x.idle = false;
-    UnmapExtentLocked(id);
+    if (later) {
+      later->push_back(DetachExtentLocked(id));
+    } else {
+      UnmapExtentLocked(id);
+    }
   }
   idle_.erase(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(n));
 }
 
 void RamStore::ReleaseIdle(uint64_t min_idle_ns) {
-  std::lock_guard<AdaptiveMutex> lock(mu_);
-  if (idle_.empty()) return;
-  const uint64_t now = MonotonicNs();
-  ReleaseIdleLocked([&](const Extent& x) { return now - x.idle_since_ns >= min_idle_ns; });
+  // Unmapped after the lock is dropped: a store that shrank may release many extents at once
+  // (tens of microseconds each), and Puts should not wait for that.
+  std::vector<Mapping> gone;
+  {
+    std::lock_guard<AdaptiveMutex> lock(mu_);
+    if (idle_.empty()) return;
+    const uint64_t now = MonotonicNs();
+    ReleaseIdleLocked([&](const Extent& x) { return now - x.idle_since_ns >= min_idle_ns; }, &gone);
+  }
+  for (const Mapping& m : gone) ReleaseMapping(m);
 }
 
-void RamStore::UnmapExtentLocked(uint32_t id) {
+RamStore::Mapping RamStore::DetachExtentLocked(uint32_t id) {
   Extent& x = *extents_[id];
-  if (x.registered) {
-    pinner_->Release(x.base, x.size);  // unregistered (and unmapped) by the pinner
-    registered_bytes_ -= x.size;
-  } else {
-    os_->Munmap(x.base, x.size);
-  }
+  const Mapping m{x.base, x.size, x.registered};
+  if (x.registered) registered_bytes_ -= x.size;
   x.registered = x.pin_failed = false;
   AccountLocked(0, 0, 0, -static_cast<int64_t>(x.size));
   x.base = nullptr;
@@ -221,6 +227,19 @@ void RamStore::UnmapExtentLocked(uint32_t id) {
   if (open_ == id) open_ = kNone;
   free_extent_ids_.push_back(id);
   extent_count_--;
+  return m;
+}
+
+void RamStore::ReleaseMapping(const Mapping& m) {
+  if (m.registered) {
+    pinner_->Release(m.base, m.size);  // unregistered (and unmapped) by the pinner
+  } else {
+    os_->Munmap(m.base, m.size);
+  }
+}
+
+void RamStore::UnmapExtentLocked(uint32_t id) {
+  ReleaseMapping(DetachExtentLocked(id));
 }
 
 void RamStore::TrimTailLocked(uint32_t id, uint64_t start) {

@@ -183,13 +183,24 @@ class RamStore : public ChunkStore {
                      StoreHandle* out);
   bool NewExtentLocked(size_t size, size_t min_size, uint32_t* id, Status* why);
   void SealOpenLocked();
+  // An extent's mapping taken out of the store (DetachExtentLocked: its slot free, its bytes no
+  // longer counted), to be unmapped -- or handed to the pinner -- with or without the lock
+  // (ReleaseMapping). UnmapExtentLocked does both.
+  struct Mapping {
+    unsigned char* base;
+    size_t size;
+    bool registered;
+  };
+  Mapping DetachExtentLocked(uint32_t id);
+  void ReleaseMapping(const Mapping& m);
   void UnmapExtentLocked(uint32_t id);
   // An extent with no entries left: kept idle (at least half an extent, no larger than one, where
   // idle extents are kept), else unmapped.
   void RetireExtentLocked(uint32_t id);
-  // Unmaps idle extents, the longest idle first, while `more(next extent)` says so.
+  // Unmaps idle extents, the longest idle first, while `more(next extent)` says so; with `later`,
+  // detaches them and leaves their mappings there, for the caller to release without the lock.
   template <typename More>
-  void ReleaseIdleLocked(More more);
+  void ReleaseIdleLocked(More more, std::vector<Mapping>* later);
   // Removes the occupant at `off` of extent `id` and indexes the gap it leaves.
   void ReleaseLocked(uint32_t id, uint64_t off);
   // Indexes every gap of `id` (after an evacuation that left entries behind), trimming its tail.
