@@ -173,8 +173,8 @@ bool Engine::GpuEncoded() const {
   return io_->gpu_encoded();
 }
 
-void Engine::ReleaseEncoding(uint64_t token) {
-  io_->store()->Unlease(StoreLease{nullptr, 0, token});
+void Engine::ReleaseEncodings(const uint64_t* tokens, size_t n) {
+  io_->store()->UnleaseBatch(tokens, n);
 }
 
 Status Engine::ReadChunk(const void* chunk_start, void* dst, bool* zero, uint64_t* gen,

@@ -95,7 +95,7 @@ class Engine final : public RegionBackend {
   void SetStorePinner(StorePinner* pinner) override;
   void SetGpuFormat(bool on) override;
   bool GpuEncoded() const override;
-  void ReleaseEncoding(uint64_t token) override;
+  void ReleaseEncodings(const uint64_t* tokens, size_t n) override;
   void PrepareRead(const void* p, size_t len) override;
   void PrepareWrite(void* p, size_t len) override;
   uint64_t Generation(const void* p) const override;

@@ -109,19 +109,19 @@ class RegionBackend {
     return Read(chunk_start, chunk_size(), dst, zero);
   }
   // A whole chunk's store copy (of a stored chunk, or of a clean resident one that has one) in the
-  // GPU chunk format, held in place in memory registered
-  // for DMA (the RAM store's, ChunkStore::Lease) so that a copy sends it to the GPU without a copy
-  // into staging: *out has its bytes, valid and unchanged until ReleaseEncoding(out->token), even
-  // if the chunk changes meanwhile (the lease is of the store copy the chunk had at the call).
-  // False where there is none (not stored, not in that format, not in registered memory, no
-  // pinner): the caller reads the chunk with ReadChunk.
+  // GPU chunk format, held in place in memory registered for DMA (the RAM store's,
+  // ChunkStore::Lease) so that a copy sends it to the GPU without a copy into staging: *out has
+  // its bytes, valid and unchanged until ReleaseEncodings names out->token (one call may end a
+  // copy's leases together), even if the chunk changes meanwhile (the lease is of the store copy
+  // the chunk had at the call). False where there is none (not stored, not in that format, not
+  // in registered memory, no pinner): the caller reads the chunk with ReadChunk.
   struct EncodingLease {
     const char* data = nullptr;
     uint32_t len = 0;
     uint64_t token = 0;
   };
   virtual bool LeaseEncoding(const void* chunk_start, EncodingLease* out) { return false; }
-  virtual void ReleaseEncoding(uint64_t token) {}
+  virtual void ReleaseEncodings(const uint64_t* tokens, size_t n) {}
   // Enables LeaseEncoding: `pinner` registers the store's memory for DMA (ChunkStore::SetPinner).
   // Set once, before copies; the pinner must outlive the backend. Default: no leases.
   virtual void SetStorePinner(StorePinner* pinner) {}

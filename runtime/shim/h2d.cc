@@ -206,7 +206,7 @@ cudaError_t H2DPath::IssuePiece(const CopyContext& ctx, char* dst0, const char* 
   std::function<void()> unlease;
   if (!leases.empty())
     unlease = [backend = ctx.backend, leases = std::move(leases)] {
-      for (uint64_t t : leases) backend->ReleaseEncoding(t);
+      backend->ReleaseEncodings(leases.data(), leases.size());
     };
   if (ev) {
     pool->AddInflight(ev, busy, std::move(unlease));
@@ -526,7 +526,7 @@ cudaError_t H2DPath::Copier::Finish() {
     if (pc->fill) ctx_.workers->Wait(*pc->fill);
     for (const Chunk& c : pc->chunks) {
       ctx_.pool->Unpin(c.slot);  // error path only
-      if (c.lease) ctx_.backend->ReleaseEncoding(c.lease);
+      if (c.lease) ctx_.backend->ReleaseEncodings(&c.lease, 1);
     }
     if (pc->span.ptr) gpu_->host_ring->Release(pc->span);
   }

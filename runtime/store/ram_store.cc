@@ -665,13 +665,19 @@ Status RamStore::Lease(StoreHandle h, StoreLease* out, bool may_register) {
 }
 
 void RamStore::Unlease(const StoreLease& lease) {
+  UnleaseBatch(&lease.token, 1);
+}
+
+void RamStore::UnleaseBatch(const StoreHandle* tokens, size_t n) {
   std::unique_lock<AdaptiveMutex> lock(mu_);
-  const uint64_t i = lease.token & 0xffffffffu;
-  if (i == 0 || i > entries_.size()) return;
-  Entry& e = entries_[i - 1];
-  if (!e.ptr || e.gen != (lease.token >> 32) || e.leases == 0) return;  // a caller bug
-  e.leases--;
-  UnpinLocked(static_cast<uint32_t>(i - 1), e.gen, lock);
+  for (size_t k = 0; k < n; ++k) {
+    const uint64_t i = tokens[k] & 0xffffffffu;
+    if (i == 0 || i > entries_.size()) continue;
+    Entry& e = entries_[i - 1];
+    if (!e.ptr || e.gen != (tokens[k] >> 32) || e.leases == 0) continue;  // a caller bug
+    e.leases--;
+    UnpinLocked(static_cast<uint32_t>(i - 1), e.gen, lock);
+  }
 }
 
 uint64_t RamStore::RegisteredBytes() const {

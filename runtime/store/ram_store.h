@@ -110,6 +110,7 @@ class RamStore : public ChunkStore {
   StoreUsage Usage() const override;
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
   void Unlease(const StoreLease& lease) override;
+  void UnleaseBatch(const StoreHandle* tokens, size_t n) override;
   void SetPinner(StorePinner* pinner) override;
   void ReleaseIdle(uint64_t min_idle_ns) override;
 

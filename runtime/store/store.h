@@ -118,8 +118,12 @@ class ChunkStore {
   virtual Status Lease(StoreHandle h, StoreLease* out, bool may_register) {
     return Status::Error(ENOTSUP, std::string(name()) + ": no leases");
   }
-  // Ends a lease (after the DMA that read it is complete).
+  // Ends a lease (after the DMA that read it is complete). UnleaseBatch ends the leases with
+  // tokens `tokens[0..n)` (a store may take its lock once).
   virtual void Unlease(const StoreLease& lease) {}
+  virtual void UnleaseBatch(const StoreHandle* tokens, size_t n) {
+    for (size_t i = 0; i < n; ++i) Unlease(StoreLease{nullptr, 0, tokens[i]});
+  }
   // Enables leases: `pinner` registers the RAM tier's memory (null: none). Set once, before the
   // first Lease; the pinner must outlive the store.
   virtual void SetPinner(StorePinner* pinner) {}

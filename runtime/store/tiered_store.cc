@@ -232,6 +232,10 @@ void TieredStore::Unlease(const StoreLease& lease) {
   ram_->Unlease(lease);
 }
 
+void TieredStore::UnleaseBatch(const StoreHandle* tokens, size_t n) {
+  ram_->UnleaseBatch(tokens, n);
+}
+
 void TieredStore::SetPinner(StorePinner* pinner) {
   ram_->SetPinner(pinner);
 }

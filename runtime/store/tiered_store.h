@@ -58,6 +58,7 @@ class TieredStore : public ChunkStore {
   // holds the RAM entry, so a move down or a Free meanwhile leaves its bytes until Unlease.
   Status Lease(StoreHandle h, StoreLease* out, bool may_register) override;
   void Unlease(const StoreLease& lease) override;
+  void UnleaseBatch(const StoreHandle* tokens, size_t n) override;
   void SetPinner(StorePinner* pinner) override;
   void Prefetch(StoreHandle h) override;
   void SetReuseHint(StoreHandle h, uint64_t distance) override;

@@ -870,7 +870,16 @@ TEST(RamStore, LeasesRegisterSealedExtentsOnceAndReleaseThemToThePinner) {
     registered += n;
   }
   EXPECT_EQ(store.RegisteredBytes(), registered);
-  for (const StoreLease& x : leases) store.Unlease(x);
+  // Half the leases end one by one, the rest in one batch (a copy's leases end together).
+  std::vector<StoreHandle> tokens;
+  for (size_t i = 0; i < leases.size(); ++i) {
+    if (i % 2) {
+      tokens.push_back(leases[i].token);
+    } else {
+      store.Unlease(leases[i]);
+    }
+  }
+  store.UnleaseBatch(tokens.data(), tokens.size());
   EXPECT_EQ(store.CheckInvariants(), "");
   // Every entry freed (extents of 1/16 of the limit are not kept idle): the registered extents go
   // to the pinner, the others are unmapped.
