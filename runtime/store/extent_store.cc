@@ -425,13 +425,7 @@ void ExtentStore::PutBatch(PutReq* reqs, size_t n) {
 }
 
 Status ExtentStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
-  PutReq r;
-  r.data = data;
-  r.len = len;
-  r.raw_len = raw_len;
-  PutBatch(&r, 1);
-  if (r.status.ok()) *out = r.out;
-  return r.status;
+  return PutAsBatch(data, len, raw_len, out);
 }
 
 void ExtentStore::GetBatch(GetReq* reqs, size_t n) {

@@ -376,9 +376,19 @@ bool RamStore::EvacuateOneLocked(std::unique_lock<AdaptiveMutex>& lock) {
     // would only round them up again elsewhere (an entry larger than half an extent, alone in
     // its own mapping, or a sealed extent still full of entries).
     if (dead < kPage && x.live >= extent_bytes_ / 2) continue;
-    if (x.pins || x.filling.load(std::memory_order_acquire)) {
+    if (x.pins) {
       pinned = true;
       continue;
+    }
+    if (x.filling.load()) {
+      // A Put is copying into it and leaves without the lock: the flag makes it come back and
+      // compact. Set before looking again, as the Put decrements before it reads the flag (one
+      // of the two sees the other).
+      fill_blocked_.store(true);
+      if (x.filling.load()) {
+        pinned = true;
+        continue;
+      }
     }
     if (victim == kNone) {
       victim = id;
@@ -452,12 +462,20 @@ bool RamStore::EvacuateOneLocked(std::unique_lock<AdaptiveMutex>& lock) {
 }
 
 void RamStore::MaybeCompactLocked(std::unique_lock<AdaptiveMutex>& lock) {
-  if (compacting_) return;
+  if (compacting_) {
+    compact_again_ = true;  // the compacting thread looks again before it stops
+    return;
+  }
   blocked_ = false;
   for (int i = 0; i < kMaxEvacuationsPerCall && OverBoundLocked(); ++i) {
+    compact_again_ = false;
     int64_t before = WasteLocked();
-    if (!EvacuateOneLocked(lock)) return;
-    if (WasteLocked() >= before) return;  // no progress (should not happen): do not spin
+    const bool moved = EvacuateOneLocked(lock);
+    // Stop where nothing could be done or nothing was gained (should not happen: do not spin),
+    // unless other threads' Frees and unpins came while the lock was dropped for the copy: they
+    // may have undone the gain or freed what was held.
+    if (compact_again_) continue;
+    if (!moved || WasteLocked() >= before) return;
   }
 }
 
@@ -524,13 +542,7 @@ Status RamStore::PlaceLocked(size_t len, uint64_t raw_len, unsigned char** dst, 
 }
 
 Status RamStore::Put(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
-  PutReq req;
-  req.data = data;
-  req.len = len;
-  req.raw_len = raw_len;
-  PutBatch(&req, 1);
-  if (req.status.ok()) *out = req.out;
-  return req.status;
+  return PutAsBatch(data, len, raw_len, out);
 }
 
 void RamStore::PutBatch(PutReq* reqs, size_t n) {
@@ -559,7 +571,13 @@ void RamStore::PutBatch(PutReq* reqs, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (!dst[i]) continue;
     memcpy(dst[i], reqs[i].data, reqs[i].len);
-    ext[i]->filling.fetch_sub(1, std::memory_order_release);
+    ext[i]->filling.fetch_sub(1);
+  }
+  // A compaction that wanted an extent this batch was filling gave up on it: it is free now.
+  if (fill_blocked_.load()) {
+    lock.lock();
+    fill_blocked_.store(false);
+    MaybeCompactLocked(lock);
   }
 }
 

@@ -69,10 +69,12 @@
 // Entry bytes are copied in (Put) and read (Get) outside the lock. A Get pins its entry (pins > 0)
 // and unpins it under the lock; a Put counts itself in its extent's `filling` (an atomic) and
 // leaves without the lock, so that a Put takes the lock once. Compaction skips extents with a
-// pinned entry or a Put in progress; it runs in one thread at a time (the one whose Put or Free
-// triggered it); it reserves destinations under the lock, copies outside it, and under the lock
-// again switches only entries that are still live and unpinned: an entry pinned at any point of
-// the move stays where it is (its old bytes are never written), so a reader never sees its entry
+// pinned entry or a Put in progress (the last unpin, or the Put when its copy is done, then
+// compacts again: fill_blocked_); it runs in one thread at a time (the one whose Put or Free
+// triggered it; one that would trigger it meanwhile makes that thread look again before it
+// stops); it reserves destinations under the lock, copies outside it, and under the lock again
+// switches only entries that are still live and unpinned: an entry pinned at any point of the
+// move stays where it is (its old bytes are never written), so a reader never sees its entry
 // move. An extent being evacuated is never unmapped, trimmed or allocated into until the move
 // ends.
 #pragma once
@@ -237,11 +239,15 @@ class RamStore : public ChunkStore {
   std::vector<uint32_t> free_extent_ids_;         // guarded by mu_
   std::set<Hole> holes_;                          // guarded by mu_: gaps of non-busy extents
   uint32_t open_ = kNone;                         // guarded by mu_: the extent bumped into
-  std::vector<uint32_t> idle_;     // guarded by mu_: empty extents kept, the most recent last
-  size_t extent_count_ = 0;        // guarded by mu_
-  uint64_t footprint_ = 0;         // guarded by mu_: live entries only
-  bool compacting_ = false;        // guarded by mu_
-  bool blocked_ = false;           // guarded by mu_: over the bound but every candidate was pinned
+  std::vector<uint32_t> idle_;  // guarded by mu_: empty extents kept, the most recent last
+  size_t extent_count_ = 0;     // guarded by mu_
+  uint64_t footprint_ = 0;      // guarded by mu_: live entries only
+  bool compacting_ = false;     // guarded by mu_
+  bool compact_again_ = false;  // guarded by mu_: a compaction was wanted while one ran
+  bool blocked_ = false;        // guarded by mu_: over the bound but every candidate was pinned
+  // Set by a compaction that passed over an extent a Put was filling; the Put, when its copy is
+  // done, takes the lock again and compacts (it takes no lock otherwise).
+  std::atomic<bool> fill_blocked_{false};
   uint64_t moves_ = 0;             // guarded by mu_
   uint64_t moved_bytes_ = 0;       // guarded by mu_
   uint64_t evacuations_ = 0;       // guarded by mu_

@@ -127,6 +127,18 @@ class ChunkStore {
   // Enables leases: `pinner` registers the RAM tier's memory (null: none). Set once, before the
   // first Lease; the pinner must outlive the store.
   virtual void SetPinner(StorePinner* pinner) {}
+
+ protected:
+  // Put as a PutBatch of one, for a store whose PutBatch is the primitive.
+  Status PutAsBatch(const void* data, size_t len, uint64_t raw_len, StoreHandle* out) {
+    PutReq req;
+    req.data = data;
+    req.len = len;
+    req.raw_len = raw_len;
+    PutBatch(&req, 1);
+    if (req.status.ok()) *out = req.out;
+    return req.status;
+  }
 };
 
 // Builds the store stack named by ZRTIER_STORE_BACKEND ("ram", "ram+zram", "ram+file",
