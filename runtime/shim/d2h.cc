@@ -149,8 +149,8 @@ void D2HPath::PlanItems(Task* t, size_t workers) {
   const size_t n = t->ops.size();
   size_t encoded = 0;
   for (const Task::Op& op : t->ops) encoded += op.enc >= 0;
-  const size_t encoded_run =
-      std::clamp<size_t>((encoded + workers - 1) / std::max<size_t>(workers, 1), 1, kEncodedRun);
+  const size_t w = std::max<size_t>(workers, 1);
+  const size_t encoded_run = std::clamp<size_t>((encoded + w - 1) / w, 1, kEncodedRun);
   auto follows = [t](size_t e) { return t->ops[e].index == t->ops[e - 1].index + 1; };
   t->items.clear();
   for (size_t i = 0; i < n;) {
