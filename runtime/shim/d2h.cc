@@ -20,6 +20,11 @@ constexpr size_t kAdoptRun = 256;
 // are split evenly over the workers in runs of up to this many, so that every worker copies
 // encodings while the store's lock is taken once a run, not once a chunk.
 constexpr size_t kEncodedRun = 16;
+// Chunks of a GPU-encoded piece that one DMA lands and one publish stores: the piece's kernel is
+// one launch (its time hardly depends on the chunks it holds), its outputs land in runs of this
+// many, so that the workers store the first run while the rest cross the link and the copy's end
+// waits only for the last run's publish. 32 chunks keep a 14-worker publish to runs of 2-3 chunks.
+constexpr size_t kLandRun = 32;
 
 }  // namespace
 
@@ -72,10 +77,12 @@ struct D2HPath::Task {
   };
   std::vector<Item> items;
   uint64_t first_chunk = 0, last_chunk = 0;  // the piece's chunks, marked pending until published
-  bool adopt = true;         // publish whole chunks by adoption (else every op is written)
-  bool last = false;         // the copy's last piece: the stream's end waits for its publish
-  bool cancelled = false;    // the DMAs failed or were not all queued: publish nothing
-  GpuEncode::Piece encoded;  // the GPU encode of the ops with enc >= 0
+  bool adopt = true;       // publish whole chunks by adoption (else every op is written)
+  bool last = false;       // the copy's last piece: the stream's end waits for its publish
+  bool cancelled = false;  // the DMAs failed or were not all queued: publish nothing
+  // The GPU encode of the ops with enc >= 0, shared by the runs of one launch; ended (its landing
+  // room freed) when the last of them is published.
+  std::shared_ptr<GpuEncode::Piece> encoded;
 };
 
 void D2HPath::WriteEncodedOps(Task* t, size_t i, size_t n) {
@@ -97,7 +104,7 @@ void D2HPath::WriteEncodedOps(Task* t, size_t i, size_t n) {
   };
   for (size_t k = i; k < i + n; ++k) {
     Task::Op& op = t->ops[k];
-    const uint32_t out = ctx_.encode->OutLen(t->encoded, static_cast<uint32_t>(op.enc));
+    const uint32_t out = ctx_.encode->OutLen(*t->encoded, static_cast<uint32_t>(op.enc));
     if (out == gpu::kEncodeRefused || (out & gpu::kEncodeRaw)) {
       store_run();
       if (out == gpu::kEncodeRefused) {
@@ -179,7 +186,7 @@ void D2HPath::EndPiece(Task* t) {
     slots.push_back(op.slot);
   }
   if (!items.empty()) ctx_.pool->PublishRun(g->region, items.data(), items.size());
-  if (t->encoded) ctx_.encode->End(&t->encoded);
+  t->encoded.reset();
   // Published: an H2D of these chunks may read the region from now on. Cleared per piece, off the
   // copy's end (a 1 GiB copy has thousands of marks to clear, one hash erase each).
   ctx_.pending->Mark(g->region, t->first_chunk, t->last_chunk, -1);
@@ -409,34 +416,48 @@ bool D2HPath::Copier::EncodedPiece() {
   // encodes them (a piece through T0), so that its faults decode them at its own codec's speed.
   whole = ctx_.backend->CpuUntouched(start, whole);
   if (whole == 0) return false;
-  auto task = std::make_unique<Task>();
   const char* src = src_ + (cur_ - dst_);
-  if (!ctx_.encode->Begin(src, whole, &task->encoded)) {
+  GpuEncode* encode = ctx_.encode;
+  std::shared_ptr<GpuEncode::Piece> piece(new GpuEncode::Piece, [encode](GpuEncode::Piece* p) {
+    encode->End(p);
+    delete p;
+  });
+  if (!encode->Begin(src, whole, piece.get())) {
     encode_ = false;  // the rest of the copy crosses raw
     return false;
   }
-  task->group = group_;
-  task->adopt = false;
-  for (uint32_t k = 0; k < task->encoded.capacity; ++k) {
-    const char* landed = ctx_.encode->Add(&task->encoded, src + k * chunk);
+  std::vector<Task::Op> ops;
+  for (uint32_t k = 0; k < piece->capacity; ++k) {
+    const char* landed = encode->Add(piece.get(), src + k * chunk);
     if (!landed) break;
-    task->ops.push_back(Task::Op{start + k * chunk, landed, chunk, -1, true, start + k * chunk,
-                                 first_index + k, 0, static_cast<int>(k)});
+    ops.push_back(Task::Op{start + k * chunk, landed, chunk, -1, true, start + k * chunk,
+                           first_index + k, 0, static_cast<int>(k)});
   }
-  const size_t got = task->ops.size();
-  err_ = ctx_.encode->Launch(&task->encoded, stream_);
-  if (!task->encoded.launched) {
-    // Nothing was queued: these chunks cross raw.
-    ctx_.encode->End(&task->encoded);
+  const size_t got = ops.size();
+  err_ = encode->Launch(piece.get(), stream_);
+  if (!piece->launched) {
+    // Nothing was queued: these chunks cross raw (the piece ends with the last reference here).
     err_ = cudaSuccess;
     encode_ = false;
     return false;
   }
-  StatAdd(Stat::d2h_dma_ops, 1);
-  char* piece_end = start + got * chunk;
-  Track(task.release(), first_index, got, piece_end);
+  // The outputs land run by run, each run a piece of the copy that is published once its DMA has
+  // landed. A DMA that could not be queued takes the rest with it: that piece is cancelled.
+  for (size_t first = 0; first < got;) {
+    size_t n = std::min(kLandRun, got - first);
+    if (err_ == cudaSuccess) err_ = encode->Land(piece.get(), first, n, stream_);
+    if (err_ != cudaSuccess) n = got - first;
+    auto* task = new Task();
+    task->group = group_;
+    task->adopt = false;
+    task->encoded = piece;
+    task->ops.assign(ops.begin() + first, ops.begin() + first + n);
+    StatAdd(Stat::d2h_dma_ops, 1);
+    Track(task, first_index + first, n, start + (first + n) * chunk);
+    first += n;
+  }
   if (group_->pieces >= 2) Report();
-  cur_ = piece_end;
+  cur_ = start + got * chunk;
   return true;
 }
 

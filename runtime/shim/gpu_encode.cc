@@ -185,12 +185,19 @@ cudaError_t GpuEncode::Launch(Piece* piece, cudaStream_t stream) {
   }
   piece->launched = true;
   StatAdd(Stat::d2h_gpu_launches, 1);
-  // One DMA for the piece: the staging and landing rooms are both contiguous.
-  const cudaError_t err = api_->cudaMemcpyAsync(
-      piece->landing.ptr, piece->span.ptr, piece->count * chunk_, cudaMemcpyDeviceToHost, stream);
-  // The DMA, if queued, is the staging room's last use; if not, the kernel is.
-  piece->t->ring->Commit(piece->span, stream);
-  piece->span = StagingRing::Span{};
+  return cudaSuccess;
+}
+
+cudaError_t GpuEncode::Land(Piece* piece, uint32_t first, uint32_t n, cudaStream_t stream) {
+  // One DMA for the run: the staging and landing rooms are both contiguous.
+  const cudaError_t err =
+      api_->cudaMemcpyAsync(piece->landing.ptr + first * chunk_, piece->span.ptr + first * chunk_,
+                            n * chunk_, cudaMemcpyDeviceToHost, stream);
+  // The last run's DMA, if queued, is the staging room's last use; if not, the kernel is.
+  if (first + n == piece->count) {
+    piece->t->ring->Commit(piece->span, stream);
+    piece->span = StagingRing::Span{};
+  }
   return err;
 }
 

@@ -6,9 +6,10 @@
 // device memory, and as much in the landing ring, pinned host memory of the process; the copy
 // queues, on its own stream, the encode kernel (runtime/gpu/) reading the chunks' bytes where they
 // lie in device memory and writing each chunk's encoding -- or, where it would not shrink, the
-// chunk's bytes -- into its staging room, then one DMA of that room into its landing room. When
-// the piece has landed the publish reads each chunk's output length and hands the encoding to the
-// backend (RegionBackend::WriteEncoded), which stores it as it is; End frees the landing room.
+// chunk's bytes -- into its staging room, then the DMAs of that room into its landing room, a run
+// of chunks each (Land). As each run lands the publish reads its chunks' output lengths and hands
+// the encodings to the backend (RegionBackend::WriteEncoded), which stores them as they are; End
+// frees the landing room once every run is published.
 // The kernel's time hardly depends on the chunks of a launch up to a few hundred (one CTA per
 // chunk), so pieces are as large as the rings allow, and the T0 pool is not involved.
 //
@@ -16,8 +17,9 @@
 // the kernel or the buffers cannot be had, or the source is not device memory of the calling
 // thread's current device, Begin says no and the piece's bytes cross the link raw, as without it.
 //
-// Thread safety: every method may be called from any thread; a piece is used by one thread at a
-// time (its copy call, then its publish).
+// Thread safety: every method may be called from any thread; a piece is filled and launched by
+// its copy call, then its runs' publishes read its output lengths (OutLen), and one of them ends
+// it.
 #pragma once
 
 #include <cuda.h>
@@ -82,11 +84,14 @@ class GpuEncode {
   // bytes), or null when the piece is full or `src` is not 16-byte aligned.
   const char* Add(Piece* piece, const void* src);
   // Queues on `stream` (after the work queued there, which wrote the sources) the kernel for the
-  // piece's chunks and the DMA of their outputs into the landing room. An error when the launch
-  // failed (nothing was queued: End the piece, its chunks must cross raw) or the DMA could not be
-  // queued (the kernel was: the piece's outputs are lost, and it must be ended once the stream
-  // has drained).
+  // piece's chunks. An error when the launch failed: nothing was queued (End the piece, its chunks
+  // must cross raw).
   cudaError_t Launch(Piece* piece, cudaStream_t stream);
+  // Queues on `stream`, after the kernel, the DMA of chunks [first, first + n)'s outputs into their
+  // landing room; the runs of a piece are landed in order, the last one ending at its count. An
+  // error when the DMA could not be queued: those outputs are lost, and the piece must be ended
+  // once the stream has drained (not before: its kernel may still run).
+  cudaError_t Land(Piece* piece, uint32_t first, uint32_t n, cudaStream_t stream);
   // Chunk `k`'s output length, once the piece's work has completed: the encoding's length (0: the
   // chunk is all zero), gpu::kEncodeRaw | len for the chunk's raw bytes, gpu::kEncodeRefused.
   uint32_t OutLen(const Piece& piece, uint32_t k) const;

@@ -331,7 +331,8 @@ TEST_F(GpuDecodeCopyTest, ChunksTheCpuReadsBackAreNotEncodedOnTheGpu) {
 }
 
 // A device-to-host copy of more pieces than the landing room holds: its pieces take the landing
-// room in turn (the last waits for the first's publish), and every byte arrives.
+// room in turn (the last waits for the first's publish), each piece's outputs land in runs of 32
+// chunks (a DMA each, published as it lands), and every byte arrives.
 TEST_F(GpuDecodeCopyTest, DeviceToHostCopiesLargerThanTheLandingRoomAreEncodedPieceByPiece) {
   Build(true, nullptr, true, false, "gpu", /*encode=*/true, "256K");
   const size_t piece = std::min(GpuEncode::kRecordChunks * chunk_, GpuEncode::kLandingBytes / 2);
@@ -342,9 +343,11 @@ TEST_F(GpuDecodeCopyTest, DeviceToHostCopiesLargerThanTheLandingRoomAreEncodedPi
   char* r = BF16OnDeviceAndRegion(n, 31, &want, &src);
   const uint64_t launches0 = StatGet(Stat::d2h_gpu_launches);
   const uint64_t gpu0 = StatGet(Stat::d2h_gpu_encoded_bytes);
+  const uint64_t copies0 = fakecudaCopies();
   EXPECT_EQ(shim_->Memcpy(r, src, n, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(StatGet(Stat::d2h_gpu_launches) - launches0, pieces);
+  EXPECT_GE(fakecudaCopies() - copies0, pieces * (piece / chunk_ / 32));
   EXPECT_EQ(StatGet(Stat::d2h_gpu_encoded_bytes) - gpu0, pieces * piece);
   char* back = testing::DeviceBuffer(n);
   EXPECT_EQ(shim_->Memcpy(back, r, n, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
