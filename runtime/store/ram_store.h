@@ -31,20 +31,20 @@
 // Fragmentation bound: let footprint = sum of the live entries' lengths rounded up to 16 bytes
 // (<= payload_bytes + 15 * entries), and waste = used_bytes - footprint - the open extent's free
 // bytes - the idle extents. After every Put and Free (and when a pinned reader that held compaction
-// back leaves), the store compacts until waste <= footprint / 64 + extent_bytes() / 2: it evacuates
+// back leaves), the store compacts until waste <= footprint / 40 + extent_bytes() / 2: it evacuates
 // the extent with the smallest live fraction -- moves its entries into holes elsewhere or the
 // open extent and retires it -- among those that hold no pinned entry and are more than page
 // rounding (an extent at least half an extent live with under 4 KiB dead, such as one entry
 // larger than half an extent in its own mapping, is left alone: at most 4 KiB per
 // extent_bytes() / 2 of footprint). Hence, whenever no entry is pinned and no compaction runs,
-//     used_bytes <= (1 + 1/64 + 8 KiB / extent_bytes()) * footprint + 1.5 * extent_bytes()
+//     used_bytes <= (1 + 1/40 + 8 KiB / extent_bytes()) * footprint + 1.5 * extent_bytes()
 //                   + idle_bytes
-// (the open extent and half an extent; with 2 MiB extents, 1.0195 * footprint + 3 MiB), unless
+// (the open extent and half an extent; with 2 MiB extents, 1.029 * footprint + 3 MiB), unless
 // the last compaction found no room for its moves under the limit (it retries on the next Put or
 // Free). No free space is lost for good: a hole is reused by the best-fitting
 // Put, and any extent past the bound is evacuated.
-// Cost: while waste exceeds the bound, the sparsest eligible extent is at most about 64/65 live,
-// so compaction moves at most about 64 bytes per byte it reclaims (in practice far fewer: holes
+// Cost: while waste exceeds the bound, the sparsest eligible extent is at most about 40/41 live,
+// so compaction moves at most about 40 bytes per byte it reclaims (in practice far fewer: holes
 // are reused first); one call runs at most 256 evacuations of at most one extent each, and the
 // copying happens outside the lock.
 //
@@ -130,8 +130,11 @@ class RamStore : public ChunkStore {
   // The extent size chosen for this limit (a power of two, 64 KiB .. 2 MiB).
   size_t extent_bytes() const { return extent_bytes_; }
 
-  static constexpr size_t kAlign = 16;       // entries start at multiples of this
-  static constexpr uint64_t kWasteDiv = 64;  // waste kept <= footprint / kWasteDiv + extent / 2
+  static constexpr size_t kAlign = 16;  // entries start at multiples of this
+  // Waste kept <= footprint / kWasteDiv + extent / 2. A replace churn of entries of varied sizes
+  // leaves slivers that settle near 3 % of the footprint; the tighter the bound below that, the
+  // more compaction copies (1/64: ~28 % of the bytes put, 1/40: ~11 %; docs/decisions.md).
+  static constexpr uint64_t kWasteDiv = 40;
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
