@@ -1,9 +1,11 @@
 #include "runtime/engine/pager.h"
 
+#include <fcntl.h>
 #include <poll.h>
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 
 #include "runtime/base/log.h"
 #include "runtime/base/stats.h"
@@ -557,6 +559,7 @@ bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
       f.write = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0;
       f.t0 = t0;
       f.region = e_.regions->Find(reinterpret_cast<void*>(f.addr));
+      if (LogVerbosity() >= 2) LogFault(f, msgs[k].arg.pagefault.feat.ptid);
       uint64_t key = f.region
                          ? f.region->table.IndexOf(reinterpret_cast<void*>(f.addr)) * e_.chunk +
                                reinterpret_cast<uint64_t>(f.region->base)
@@ -576,6 +579,35 @@ bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
       }
     }
     if (count < kBatch) return true;
+  }
+}
+
+void Pager::LogFault(const Fault& f, uint32_t tid) {
+  const uint64_t n = ++logged_faults_;
+  if (n > 16 && n % 1024 != 0) return;
+  char name[32] = "?";
+  if (tid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%u/comm", tid);
+    long fd = e_.os->Open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd >= 0) {
+      long len = e_.os->Read(static_cast<int>(fd), name, sizeof name - 1);
+      e_.os->Close(static_cast<int>(fd));
+      name[len > 0 ? len : 0] = '\0';
+      if (len > 0 && name[len - 1] == '\n') name[len - 1] = '\0';
+    }
+  }
+  const char* kind = f.wp ? "write-protect" : f.write ? "missing (write)" : "missing (read)";
+  if (f.region) {
+    const uint64_t off = f.addr - reinterpret_cast<uint64_t>(f.region->base);
+    Log(LogLevel::kDebug, "fault %llu: %s at region %llu + %llu (chunk %llu) by thread '%s' (%u)",
+        static_cast<unsigned long long>(n), kind, static_cast<unsigned long long>(f.region->id),
+        static_cast<unsigned long long>(off), static_cast<unsigned long long>(off / e_.chunk), name,
+        tid);
+  } else {
+    Log(LogLevel::kDebug, "fault %llu: %s at %#llx (no live region) by thread '%s' (%u)",
+        static_cast<unsigned long long>(n), kind, static_cast<unsigned long long>(f.addr), name,
+        tid);
   }
 }
 

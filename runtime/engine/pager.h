@@ -129,6 +129,10 @@ class Pager {
   void RetryParked(std::vector<Fault>* parked, std::vector<Fault>* retry);
   // Reads and handles every fault event available now; false if the uffd read failed.
   bool ReadEvents(std::vector<Fault>* parked, uint64_t* last_event);
+  // At debug verbosity (ZRTIER_VERBOSE=2): logs a sample of the faults (the first 16, then every
+  // 1024th) with the name of the thread that faulted (`tid`: 0 where the kernel does not say), so
+  // that one can tell the program's own CPU accesses from a driver's or zrtier's.
+  void LogFault(const Fault& f, uint32_t tid);
   // `may_defer`: more faults are waiting behind this one, so a restore may go to a worker (a lone
   // fault is restored right here: a hand-off would only add a wake-up to its latency).
   Outcome HandleFault(const Fault& f, bool may_defer);
@@ -200,6 +204,7 @@ class Pager {
   std::atomic<size_t> readahead_queued_{0};  // readahead restores queued
   Stream streams_[kStreams];                 // pager thread only
   uint64_t stored_faults_ = 0;               // pager thread only
+  uint64_t logged_faults_ = 0;               // pager thread only: faults seen by LogFault
   std::mutex requeue_mu_;
   std::vector<Fault> requeued_;  // restores that must be retried; guarded by requeue_mu_
 };

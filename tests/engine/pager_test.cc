@@ -1,17 +1,26 @@
 // The pager's readahead (runtime/engine/pager.h): a sequential or strided CPU scan over stored
 // chunks is restored ahead on the workers (far fewer faults than chunks, exact bytes), also while
 // T1 keeps part of the data, a random touch order schedules (nearly) nothing, ZRTIER_READAHEAD=0
-// turns it off, and readahead racing writers and a region's free loses nothing.
+// turns it off, and readahead racing writers and a region's free loses nothing. At debug verbosity
+// the pager names the thread that faulted.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "runtime/base/log.h"
 #include "runtime/base/stats.h"
 #include "runtime/engine/engine.h"
 #include "tests/testutil/engine.h"
@@ -240,6 +249,37 @@ TEST(PagerTest, ReadaheadRacesWritersAndEvictionsAndTheRegionsFree) {
   for (size_t i = 0; i < 64; ++i) (void)*reinterpret_cast<volatile char*>(base + i * s.cs);
   ASSERT_TRUE(s.e->Free(base).ok());
   EXPECT_EQ(s.e->Usage().regions, 0u);
+}
+
+// ZRTIER_VERBOSE=2: the first faults are logged with the faulting thread's name (the kernel's
+// thread id in the message, UFFD_FEATURE_THREAD_ID), so that one can tell whose CPU accesses fault.
+TEST(PagerTest, DebugLogNamesTheFaultingThread) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  Scanned s = Make(4, "0", "0");
+  ASSERT_TRUE(s.e);
+  char path[] = "/tmp/zrtier-pager-log-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  fflush(stderr);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  const int verbosity = LogVerbosity();
+  SetLogVerbosity(2);
+  std::thread toucher([&] {
+    pthread_setname_np(pthread_self(), "fault-probe");
+    EXPECT_TRUE(Touch(s, {2}));
+  });
+  toucher.join();
+  SetLogVerbosity(verbosity);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::stringstream log;
+  log << std::ifstream(path).rdbuf();
+  unlink(path);
+  const std::string want = "missing (read) at region " + std::to_string(s.r.id) + " + " +
+                           std::to_string(2 * s.cs) + " (chunk 2) by thread 'fault-probe'";
+  EXPECT_NE(log.str().find(want), std::string::npos) << log.str();
 }
 
 }  // namespace
