@@ -13,11 +13,14 @@
 // Mode `activations` is save_on_cpu's pattern instead (scripts/examples/save_on_cpu_train.py): per
 // layer 4 saved bf16 activations of `params per layer` elements each, D2H in the forward into
 // pinned buffers allocated in the first step and reused (PyTorch's caching host allocator), H2D
-// back in the backward in reverse order; the digest covers what came back. Mode `inference`
+// back in the backward in reverse order; the digest covers what came back. Mode `filled`: the same,
+// with each buffer first filled with NaN by two CPU threads before its D2H, as PyTorch does for
+// every torch.empty (pinned ones too) under torch.use_deterministic_algorithms(True) (its
+// fill_uninitialized_memory), which scripts/examples/train.py runs with. Mode `inference`
 // (scripts/examples/infer.py's pattern): the same buffers written once by D2H, then every step
 // copied H2D in order.
 // Usage: FAKE_CUDA_COPY_US=0 offload_train_bench [layers=6] [params per layer, M=6.5] [steps=4]
-//        [weights|activations|inference]
+//        [weights|activations|filled|inference]
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -27,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -77,8 +81,20 @@ void Check(cudaError_t e, const char* what) {
   }
 }
 
-// save_on_cpu's pattern, or with `once` infer.py's (see the file comment).
-int Activations(int layers, size_t n, int steps, bool once) {
+// The NaN fill of an uninitialized tensor under PyTorch's deterministic mode: its halves written by
+// two threads (PyTorch's intra-op pool splits it the same way, over more threads).
+void FillNan(uint16_t* p, size_t n) {
+  auto fill = [](uint16_t* q, size_t k) {
+    for (size_t i = 0; i < k; ++i) q[i] = 0x7fc0;  // bf16 quiet NaN
+  };
+  std::thread other(fill, p + n / 2, n - n / 2);
+  fill(p, n / 2);
+  other.join();
+}
+
+// save_on_cpu's pattern, or with `once` infer.py's, or with `nan_fill` train.py's (see the file
+// comment).
+int Activations(int layers, size_t n, int steps, bool once, bool nan_fill) {
   constexpr int kPerLayer = 4;
   const int count = layers * kPerLayer;
   std::vector<uint16_t*> host(count);
@@ -99,6 +115,7 @@ int Activations(int layers, size_t n, int steps, bool once) {
       if (s == 1) host[a] = static_cast<uint16_t*>(Pinned(n * 2));
       const size_t off = (static_cast<size_t>(s) * 7919 + static_cast<size_t>(a) * 131) % 65536;
       Check(cudaMemcpy(act, src.data() + off, n * 2, cudaMemcpyHostToDevice), "act");
+      if (nan_fill) FillNan(host[a], n);
       Check(cudaMemcpyAsync(host[a], act, n * 2, cudaMemcpyDeviceToHost, st), "d2h");
       Check(cudaStreamSynchronize(st), "sync");
     }
@@ -130,14 +147,15 @@ int main(int argc, char** argv) {
   const int steps = argc > 3 ? atoi(argv[3]) : 4;
   const std::string mode = argc > 4 ? argv[4] : "weights";
   if (layers < 1 || mparams <= 0 || steps < 1 ||
-      (mode != "weights" && mode != "activations" && mode != "inference")) {
+      (mode != "weights" && mode != "activations" && mode != "filled" && mode != "inference")) {
     fprintf(stderr,
             "usage: offload_train_bench [layers] [M params per layer] [steps] "
-            "[weights|activations|inference]\n");
+            "[weights|activations|filled|inference]\n");
     return 2;
   }
   const size_t n = static_cast<size_t>(mparams * 1e6) & ~size_t{63};
-  if (mode != "weights") return Activations(layers, n, steps, mode == "inference");
+  if (mode != "weights")
+    return Activations(layers, n, steps, mode == "inference", mode == "filled");
   std::vector<float*> master(layers), grad(layers);
   std::vector<uint16_t*> compute(layers);
   std::vector<std::vector<float>> m(layers, std::vector<float>(n)),
