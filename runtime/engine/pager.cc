@@ -256,30 +256,55 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
       }
       const bool next_to =
           (u > 0 && (present >> (u - 1) & 1)) || (u + 1 < kMaxUnits && (present >> (u + 1) & 1));
-      NoteStoredFault(f.region, i, f.t0);
+      const bool stream = NoteStoredFault(f.region, i, f.t0);
+      const bool random = LooksRandom(*r, i, u, f.tid);
       if (f.write || next_to || static_cast<size_t>(std::popcount(present)) + 1 >= kCompleteUnits ||
-          !LooksRandom(*r, i, u))
+          stream || !random)
         return Complete(r, c, p, f.write, /*wp_fault=*/false, f.t0);
       return Restore(f, c, p, s, u, may_defer);
     }
     size_t unit = kWhole;
     if (s == kStored) {
-      NoteStoredFault(f.region, i, f.t0);
-      if (partial_ && !f.write && LooksRandom(*r, i, u)) unit = u;
+      const bool stream = NoteStoredFault(f.region, i, f.t0);
+      const bool random = LooksRandom(*r, i, u, f.tid);
+      if (partial_ && !f.write && !stream && random) unit = u;
     }
     return Restore(f, c, p, s, unit, may_defer);
   }
 }
 
-bool Pager::LooksRandom(const Region& r, size_t i, size_t u) {
-  // A scan: at the chunk's first or last unit (where scans enter a chunk), or next to the
-  // previous stored fault. (Not "after a resident chunk": with much of a region resident, that
-  // took half of the random touches for scans.)
-  const bool near =
-      r.id == last_region_ && (i == last_chunk_ || i + 1 == last_chunk_ || i == last_chunk_ + 1);
-  last_region_ = r.id;
-  last_chunk_ = i;
-  return !near && u != 0 && u + 1 != e_.chunk / unit_;
+bool Pager::LooksRandom(const Region& r, size_t i, size_t u, uint32_t tid) {
+  LastFault* last = &last_[0];
+  for (LastFault& x : last_) {
+    if (x.tid == tid && x.seen) {
+      last = &x;
+      break;
+    }
+    if (x.seen < last->seen) last = &x;  // else the least recently used slot
+  }
+  if (last->tid != tid || !last->seen) *last = LastFault{tid, 0, SIZE_MAX, 0};
+  // A scan: next to the thread's previous stored fault. (Not "after a resident chunk": with much
+  // of a region resident, that took half of the random touches for scans.)
+  const bool same = r.id == last->region && last->chunk != SIZE_MAX;
+  const size_t prev = last->chunk;
+  last->region = r.id;
+  last->chunk = i;
+  last->seen = ++last_seq_;
+  if (same && (i == prev || i + 1 == prev || i == prev + 1)) return false;
+  // A scan enters a chunk at its first or last unit. Where the faulting thread is known, such a
+  // fault is a scan's if it comes from an installed chunk (a scan that passed over resident chunks)
+  // or from outside the region, or lies a stride on from the thread's previous stored fault (a
+  // strided scan); where it is not, the scans of several threads interleave, and every fault at
+  // those units is taken for a scan's.
+  const size_t last_unit = e_.chunk / unit_ - 1;
+  if (u != 0 && u != last_unit) return true;
+  if (!tid) return false;
+  const bool up = u == 0;  // entering from the chunk below (a forward scan), else from above
+  if (same && (up ? prev < i && i - prev <= kScanReach : prev > i && prev - i <= kScanReach))
+    return false;
+  // At the region's first page (its last, going down) a scan of the region begins.
+  const size_t from = up ? i - 1 : i + 1;  // i == 0: SIZE_MAX, no chunk
+  return from < r.table.n && !IsResident(r.table.chunks[from].word.load());
 }
 
 Pager::Outcome Pager::Restore(const Fault& f, Chunk& c, char* p, ChunkState s, size_t unit,
@@ -379,22 +404,23 @@ Pager::Outcome Pager::Complete(Region* r, Chunk& c, char* p, bool write, bool wp
   return o;
 }
 
-void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now) {
-  if (restorer_count_ == 0 || readahead_bytes_ == 0) return;
+bool Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now) {
+  if (restorer_count_ == 0 || readahead_bytes_ == 0) return false;
   ++stored_faults_;
   // The stream this fault continues: same region, past its last fault by its stride, or inside
   // (or just past) what was scheduled ahead of it; else a new stream replaces the oldest.
   Stream* s = nullptr;
   Stream* oldest = &streams_[0];
   for (Stream& st : streams_) {
-    const bool near = st.run > 0 && st.region == r->id && i > st.last &&
-                      (i - st.last <= 64 || (st.ahead > st.last && i <= st.ahead + st.stride));
+    const bool near =
+        st.run > 0 && st.region == r->id && i > st.last &&
+        (i - st.last <= kScanReach || (st.ahead > st.last && i <= st.ahead + st.stride));
     if (near && (!s || i - st.last == st.stride)) s = &st;
     if (st.used < oldest->used) oldest = &st;
   }
   if (!s) {
     *oldest = Stream{r->id, i, 0, 1, i, stored_faults_, now};
-    return;
+    return false;
   }
   // Continuing: one stride on, or (readahead running) inside or just past the scheduled window.
   const bool continuing =
@@ -416,7 +442,7 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t
   const bool write = s->writes > 0;
   s->writes = 0;
   // Three faults a stride apart start readahead (two happen by chance in a random order).
-  if (s->run < 3) return;
+  if (s->run < 3) return continuing;
   // The window: ZRTIER_READAHEAD shared by the active scans, each at least kStreamChunks (one scan
   // gets it all: enough chunks in flight to keep every worker decoding; many scans keep the
   // workers busy together), and all of them together within an eighth of the resident limit (the
@@ -429,13 +455,14 @@ void Pager::NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t
   if (const uint64_t limit = e_.budget->limit())
     window = std::min<size_t>(window, limit / 8 / active / e_.chunk);
   e_.budget->SetReadaheadReach(uint64_t{window} * e_.chunk * active);
-  if (window < 2) return;
+  if (window < 2) return continuing;
   const size_t stride = s->stride, end = i + window * stride;
   size_t from = std::max(s->ahead, i) + stride;
   from = i + (from - i + stride - 1) / stride * stride;  // on the stride
-  if (from >= end) return;
+  if (from >= end) return continuing;
   Readahead(r, from, stride, (end - from) / stride, write);
   s->ahead = end - stride;
+  return continuing;
 }
 
 void Pager::NoteWriteFault(const Region& r, size_t i) {
@@ -558,8 +585,9 @@ bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
       f.wp = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) != 0;
       f.write = (msgs[k].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE) != 0;
       f.t0 = t0;
+      f.tid = msgs[k].arg.pagefault.feat.ptid;
       f.region = e_.regions->Find(reinterpret_cast<void*>(f.addr));
-      if (LogVerbosity() >= 2) LogFault(f, msgs[k].arg.pagefault.feat.ptid);
+      if (LogVerbosity() >= 2) LogFault(f);
       uint64_t key = f.region
                          ? f.region->table.IndexOf(reinterpret_cast<void*>(f.addr)) * e_.chunk +
                                reinterpret_cast<uint64_t>(f.region->base)
@@ -582,7 +610,8 @@ bool Pager::ReadEvents(std::vector<Fault>* parked, uint64_t* last_event) {
   }
 }
 
-void Pager::LogFault(const Fault& f, uint32_t tid) {
+void Pager::LogFault(const Fault& f) {
+  const uint32_t tid = f.tid;
   const uint64_t n = ++logged_faults_;
   if (n > 16 && n % 1024 != 0) return;
   char name[32] = "?";

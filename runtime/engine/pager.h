@@ -16,13 +16,16 @@
 // scanning thread); demand restores go before readahead in the workers' queue.
 //
 // Partial restores (ZRTIER_PARTIAL_RESTORE, partial.h): a missing read fault on a stored chunk
-// that looks random -- not at the chunk's first or last unit (where scans enter a chunk), not next
-// to the previous stored fault's chunk -- installs only the touched unit, write-protected, and the
-// chunk becomes kPartial. Later random faults install more units; a fault that does not look
-// random, one next to an installed unit (a scan inside the chunk), the kCompleteUnits-th unit,
-// readahead, or any write (a write-protect fault on an installed unit, a missing fault raised by a
-// store) completes the chunk first: the missing units are installed from one whole decode (the
-// installed ones equal it) and the chunk ends clean, or dirty with a new generation.
+// that looks random -- not continuing a readahead stream, not next to the same thread's previous
+// stored fault's chunk, and at the chunk's first or last unit (where scans enter a chunk) neither
+// a stride on from that fault nor coming from an installed chunk or the region's edge (no fault at
+// those units where the kernel gives no thread id) -- installs only the touched unit,
+// write-protected, and the chunk becomes kPartial. Later random faults install more units; a fault
+// that does not look random, one next to an installed unit (a scan inside the chunk), the
+// kCompleteUnits-th unit, readahead, or any write (a write-protect fault on an installed unit, a
+// missing fault raised by a store) completes the chunk first: the missing units are installed from
+// one whole decode (the installed ones equal it) and the chunk ends clean, or dirty with a new
+// generation.
 //
 // The pager thread touches region memory only through uffd ioctls and never calls CUDA (DESIGN.md
 // section 6). Thread safety: Start/Stop from the owner; SetFaultObserver and the accessors from any
@@ -86,6 +89,7 @@ class Pager {
     bool wp = false;
     bool write = false;  // a missing fault raised by a store
     uint64_t t0 = 0;     // when it was read
+    uint32_t tid = 0;    // the faulting thread (UFFD_FEATURE_THREAD_ID); 0: not known
   };
   // kQueued: handed to a restore worker, which finishes (or re-parks) the fault.
   enum class Outcome { kDone, kPark, kQueued };
@@ -123,6 +127,9 @@ class Pager {
   // The least window of one of several active scans, in chunks: a thread reads a chunk several
   // times faster than a worker decodes one, so a few in flight keep it from waiting on each.
   static constexpr size_t kStreamChunks = 4;
+  // The farthest, in chunks, that a scan's next stored fault lies past its last one (a strided
+  // scan's stride; readahead follows strides up to it).
+  static constexpr size_t kScanReach = 64;
 
   void PagerLoop();
   // Retries the parked faults once; those still waiting go back into `parked`.
@@ -130,9 +137,9 @@ class Pager {
   // Reads and handles every fault event available now; false if the uffd read failed.
   bool ReadEvents(std::vector<Fault>* parked, uint64_t* last_event);
   // At debug verbosity (ZRTIER_VERBOSE=2): logs a sample of the faults (the first 16, then every
-  // 1024th) with the name of the thread that faulted (`tid`: 0 where the kernel does not say), so
-  // that one can tell the program's own CPU accesses from a driver's or zrtier's.
-  void LogFault(const Fault& f, uint32_t tid);
+  // 1024th) with the name of the thread that faulted, so that one can tell the program's own CPU
+  // accesses from a driver's or zrtier's.
+  void LogFault(const Fault& f);
   // `may_defer`: more faults are waiting behind this one, so a restore may go to a worker (a lone
   // fault is restored right here: a hand-off would only add a wake-up to its latency).
   Outcome HandleFault(const Fault& f, bool may_defer);
@@ -157,15 +164,17 @@ class Pager {
   // `readahead`: no fault waits (Readahead met a partial chunk).
   Outcome Complete(Region* r, Chunk& c, char* p, bool write, bool wp_fault, uint64_t t0,
                    bool readahead = false);
-  // Whether a missing read fault on unit `u` of stored (or partial) chunk `i` of `r` looks random
-  // rather than part of a scan (pager thread; remembers the fault).
-  bool LooksRandom(const Region& r, size_t i, size_t u);
+  // Whether a missing read fault by thread `tid` on unit `u` of stored (or partial) chunk `i` of
+  // `r` looks random rather than part of a scan (pager thread; remembers the fault as that
+  // thread's last).
+  bool LooksRandom(const Region& r, size_t i, size_t u, uint32_t tid);
   // Restores a claimed chunk for fault `f`: whole (unit == kWhole, Load) or one unit; handed to a
   // restore worker when `may_defer` and one is free.
   Outcome Restore(const Fault& f, Chunk& c, char* p, ChunkState s, size_t unit, bool may_defer);
   // Follows the streams of missing faults on stored chunks; schedules readahead and tells the
-  // budget its reach (pager thread). `now`: the fault's time.
-  void NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now);
+  // budget its reach (pager thread). `now`: the fault's time. True if the fault continues a stream
+  // (a stride on from its last fault, or inside or just past its window): a scan's.
+  bool NoteStoredFault(const std::shared_ptr<Region>& r, size_t i, uint64_t now);
   // A write-protect fault on chunk `i` of region `r`: counted for the stream scanning there (none
   // without readahead).
   void NoteWriteFault(const Region& r, size_t i);
@@ -181,11 +190,21 @@ class Pager {
   const EngineParts e_;
   ExternalChunks* external_;
   int restorer_count_;
-  size_t readahead_bytes_;        // bytes restored ahead of a stream at most (ZRTIER_READAHEAD)
-  const size_t unit_;             // PartialUnit(chunk)
-  const bool partial_;            // partial restores on
-  uint64_t last_region_ = 0;      // the last stored fault (pager thread): its region id
-  size_t last_chunk_ = SIZE_MAX;  // and chunk
+  size_t readahead_bytes_;  // bytes restored ahead of a stream at most (ZRTIER_READAHEAD)
+  const size_t unit_;       // PartialUnit(chunk)
+  const bool partial_;      // partial restores on
+  // The last stored fault of each of the threads that faulted most recently (pager thread), so
+  // that several threads' scans are each seen as one; `tid` 0 (the kernel does not say): one for
+  // all threads.
+  struct LastFault {
+    uint32_t tid = 0;
+    uint64_t region = 0;
+    size_t chunk = SIZE_MAX;
+    uint64_t seen = 0;  // last_seq_ when it was last used (the least is replaced)
+  };
+  static constexpr size_t kLastFaults = 16;
+  LastFault last_[kLastFaults];
+  uint64_t last_seq_ = 0;
 
   std::mutex observer_mu_;
   FaultObserver observer_;  // guarded by observer_mu_

@@ -767,7 +767,8 @@ TEST(EngineTest, ARunOfEncodingsIsStoredAndReplacesTheOldCopies) {
   ASSERT_TRUE(e->EvictTo(0).ok());
   ASSERT_EQ(e->Usage().store.entries, 8u);
   volatile char* p3 = base + 3 * cs;
-  EXPECT_EQ(p3[1], old[3 * cs + 1]);  // chunk 3 resident again
+  EXPECT_EQ(p3[1], old[3 * cs + 1]);  // chunk 3 resident again (its first two pages: a scan)
+  EXPECT_EQ(p3[4097], old[3 * cs + 4097]);
   std::vector<char> want = SampleBytes<char>(SampleKind::kBf16Gaussian, r.size, 6);
   memset(want.data() + 5 * cs, 0, cs);  // chunk 5 becomes zero: an empty encoding
   Codec codec(CodecConfig{CodecKind::kGpu});

@@ -94,6 +94,43 @@ TEST(PartialTest, RandomTouchesInstallSinglePagesThenComplete) {
   EXPECT_EQ(s.Resident(), s.n * s.cs);
 }
 
+// A touch at a chunk's first or last page is a scan entering it only where it comes from an
+// installed chunk or lies a stride on from the same thread's previous stored fault (the faulting
+// thread's id); else it installs one page, as a touch inside a chunk does.
+TEST(PartialTest, FirstAndLastPagesAreScansOnlyAfterAnInstalledChunkOrTheThreadsLastFault) {
+  ZRTIER_SKIP_UNLESS_UFFD();
+  Partial s = Make(32);
+  ASSERT_TRUE(s.e);
+  const uint64_t p0 = StatGet(Stat::partial_restores);
+  auto grew = [&](uint64_t before) { return s.Resident() - before; };
+  uint64_t r = s.Resident();
+  EXPECT_TRUE(PageIs(s, 20, s.units - 1));  // the thread's first fault: one page
+  EXPECT_TRUE(PageIs(s, 10, 0));            // below the previous fault, chunk 9 stored: one page
+  EXPECT_EQ(grew(r), 2 * kPageBytes);
+  r = s.Resident();
+  EXPECT_TRUE(PageIs(s, 14, 0));  // a stride of 4 on from chunk 10: a scan, the whole chunk
+  EXPECT_EQ(grew(r), s.cs);
+  r = s.Resident();
+  EXPECT_TRUE(PageIs(s, 30, 5));  // inside a chunk: one page
+  EXPECT_TRUE(PageIs(s, 26, 0));  // below the previous fault, but chunk 25 is stored: one page
+  EXPECT_EQ(grew(r), 2 * kPageBytes);
+  // Chunk 24 read whole: its first page alone (as chunk 26's), then the rest from the next page.
+  EXPECT_EQ(0, memcmp(s.Page(24, 0), s.Want(24, 0), s.cs));
+  EXPECT_TRUE(PageIs(s, 31, 5));  // elsewhere again
+  r = s.Resident();
+  EXPECT_TRUE(PageIs(s, 23, s.units - 1));  // above it chunk 24 is installed: a scan, whole
+  EXPECT_EQ(grew(r), s.cs);
+  // Two threads' touches interleaved: each thread's own previous fault decides.
+  EXPECT_TRUE(PageIs(s, 3, 5));                               // this thread: one page
+  std::thread other([&] { EXPECT_TRUE(PageIs(s, 12, 5)); });  // another thread: one page
+  other.join();
+  r = s.Resident();
+  EXPECT_TRUE(PageIs(s, 4, 30));  // next to this thread's previous fault (chunk 3): whole
+  EXPECT_EQ(grew(r), s.cs);
+  EXPECT_EQ(StatGet(Stat::partial_restores) - p0, 8u);
+  EXPECT_EQ(0, memcmp(s.base, s.data.data(), s.data.size()));
+}
+
 TEST(PartialTest, OffRestoresWholeChunks) {
   ZRTIER_SKIP_UNLESS_UFFD();
   Partial s = Make(8, "0", "0");
