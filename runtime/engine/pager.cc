@@ -274,15 +274,20 @@ Pager::Outcome Pager::HandleFault(const Fault& f, bool may_defer) {
 }
 
 bool Pager::LooksRandom(const Region& r, size_t i, size_t u, uint32_t tid) {
-  LastFault* last = &last_[0];
+  // The thread's slot, else the least recently used one, taken for it.
+  LastFault* last = nullptr;
+  LastFault* lru = &last_[0];
   for (LastFault& x : last_) {
-    if (x.tid == tid && x.seen) {
+    if (x.seen && x.tid == tid) {
       last = &x;
       break;
     }
-    if (x.seen < last->seen) last = &x;  // else the least recently used slot
+    if (x.seen < lru->seen) lru = &x;
   }
-  if (last->tid != tid || !last->seen) *last = LastFault{tid, 0, SIZE_MAX, 0};
+  if (!last) {
+    last = lru;
+    *last = LastFault{tid, 0, SIZE_MAX, 0};
+  }
   // A scan: next to the thread's previous stored fault. (Not "after a resident chunk": with much
   // of a region resident, that took half of the random touches for scans.)
   const bool same = r.id == last->region && last->chunk != SIZE_MAX;

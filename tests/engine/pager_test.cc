@@ -3,19 +3,14 @@
 // T1 keeps part of the data, a random touch order schedules (nearly) nothing, ZRTIER_READAHEAD=0
 // turns it off, and readahead racing writers and a region's free loses nothing. At debug verbosity
 // the pager names the thread that faulted.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -257,12 +252,7 @@ TEST(PagerTest, DebugLogNamesTheFaultingThread) {
   ZRTIER_SKIP_UNLESS_UFFD();
   Scanned s = Make(4, "0", "0");
   ASSERT_TRUE(s.e);
-  char path[] = "/tmp/zrtier-pager-log-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  fflush(stderr);
-  const int saved = dup(2);
-  dup2(fd, 2);
+  ::testing::internal::CaptureStderr();
   const int verbosity = LogVerbosity();
   SetLogVerbosity(2);
   std::thread toucher([&] {
@@ -271,15 +261,10 @@ TEST(PagerTest, DebugLogNamesTheFaultingThread) {
   });
   toucher.join();
   SetLogVerbosity(verbosity);
-  dup2(saved, 2);
-  close(saved);
-  close(fd);
-  std::stringstream log;
-  log << std::ifstream(path).rdbuf();
-  unlink(path);
+  const std::string log = ::testing::internal::GetCapturedStderr();
   const std::string want = "missing (read) at region " + std::to_string(s.r.id) + " + " +
                            std::to_string(2 * s.cs) + " (chunk 2) by thread 'fault-probe'";
-  EXPECT_NE(log.str().find(want), std::string::npos) << log.str();
+  EXPECT_NE(log.find(want), std::string::npos) << log;
 }
 
 }  // namespace
